@@ -1,0 +1,23 @@
+"""Specs: each op's forward, hand-written backward and laws, written once over a backend ``B``.
+
+``builtin_ops()`` imports the built-in spec files; a user's file registers its ops the same way
+(``specs.registry.load_file``).
+"""
+import importlib
+
+from specs.registry import REGISTRY, Law, Mutant, Op, Param, SpecError, load_file, op
+
+BUILTIN_MODULES = ("softmax", "rope", "rmsnorm", "layernorm", "gelu", "linear", "scaled_dot")
+
+
+def builtin_ops() -> dict[str, Op]:
+    """The built-in ops by name, in the order of their spec files."""
+    out: dict[str, Op] = {}
+    for mod in BUILTIN_MODULES:
+        module = importlib.import_module(f"specs.{mod}")
+        out.update({v.name: v for v in vars(module).values() if isinstance(v, Op) and v.module is module})
+    importlib.import_module("specs.mutants")
+    return out
+
+
+__all__ = ["REGISTRY", "Law", "Mutant", "Op", "Param", "SpecError", "builtin_ops", "load_file", "op"]

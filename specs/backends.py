@@ -1,0 +1,151 @@
+"""Number backends: the ``B`` every spec is written against.
+
+A spec does array structure with numpy (reshape, sum, matmul, where with a *concrete* mask) and asks
+``B`` for everything that depends on the number system: transcendental functions, pi, and exact
+constants ``B.c(p, q)`` (never a Python float literal: a rounded 0.7978845608 cannot be proved, and in
+mpmath it silently caps the precision). Arrays are numpy arrays: ``dtype=object`` holding SymPy
+expressions or mpmath numbers, or float64 / float32.
+
+The prover's own backend (exact atoms over polynomial rings) lives in ``symbolic.trace``.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+
+def exact(p, q=1) -> Fraction:
+    """p/q as an exact fraction; ``p`` may be an int, a Fraction or a decimal string such as "0.044715"."""
+    if isinstance(p, float) or isinstance(q, float):
+        raise TypeError("B.c() takes ints, Fractions or decimal strings, not floats: "
+                        "a float constant is already rounded")
+    return Fraction(p) / Fraction(q)
+
+
+def _elementwise(fn):
+    ufunc = np.frompyfunc(fn, 1, 1)
+
+    def apply(a):
+        out = ufunc(a)
+        return out.astype(object) if isinstance(out, np.ndarray) else out
+    apply.__name__ = getattr(fn, "__name__", "elementwise")
+    return apply
+
+
+class ObjectBackend:
+    """Shared by the backends whose arrays hold Python number objects."""
+
+    dtype = object
+    name = "object"
+
+    def zeros(self, shape):
+        return np.zeros(shape, dtype=object) * self.c(0)
+
+    def array(self, values):
+        return np.array(values, dtype=object)
+
+
+class SympyBackend(ObjectBackend):
+    """Object arrays of SymPy expressions, for the interactive Jacobian and the SymPy proof strategy."""
+
+    name = "sympy"
+
+    def __init__(self):
+        import sympy
+        self.sympy = sympy
+        self.exp = _elementwise(sympy.exp)
+        self.log = _elementwise(sympy.log)
+        self.sqrt = _elementwise(sympy.sqrt)
+        self.erf = _elementwise(sympy.erf)
+        self.tanh = _elementwise(sympy.tanh)
+        self.sin = _elementwise(sympy.sin)
+        self.cos = _elementwise(sympy.cos)
+        self.pi = sympy.pi
+
+    def c(self, p, q=1):
+        f = exact(p, q)
+        return self.sympy.Rational(f.numerator, f.denominator)
+
+
+class MpmathBackend(ObjectBackend):
+    """Object arrays of mpmath numbers at ``dps`` decimal digits, in a private context (so two checks
+    at different precisions never share the global ``mp``)."""
+
+    name = "mpmath"
+
+    def __init__(self, dps: int = 50):
+        import mpmath
+        self.ctx = ctx = mpmath.MPContext()
+        ctx.dps = dps
+        self.dps = dps
+        self.mpf = ctx.mpf
+        self.exp = _elementwise(ctx.exp)
+        self.log = _elementwise(ctx.log)
+        self.sqrt = _elementwise(ctx.sqrt)
+        self.erf = _elementwise(ctx.erf)
+        self.tanh = _elementwise(ctx.tanh)
+        self.sin = _elementwise(ctx.sin)
+        self.cos = _elementwise(ctx.cos)
+        self.pi = +ctx.pi
+
+    def c(self, p, q=1):
+        f = exact(p, q)
+        return self.ctx.mpf(f.numerator) / f.denominator
+
+    def convert(self, a):
+        """Exact conversion of an array of ints / Fractions / floats into this context."""
+        conv = _elementwise(lambda v: self.ctx.mpf(v.numerator) / v.denominator
+                            if isinstance(v, Fraction) else self.ctx.mpf(v))
+        return conv(np.asarray(a, dtype=object))
+
+
+class FloatBackend:
+    """numpy float64 or float32. The float32 backend casts every constant, so the float32 baseline
+    really runs in float32 (numpy would otherwise promote to float64 at the first float64 scalar)."""
+
+    def __init__(self, dtype):
+        from scipy import special
+        self.dtype = np.dtype(dtype)
+        self.name = self.dtype.name
+        t = self.dtype.type
+        self.pi = t(np.pi)
+        self.exp = self._checked(np.exp)
+        self.log = self._checked(np.log)
+        self.sqrt = self._checked(np.sqrt)
+        self.erf = self._checked(special.erf)
+        self.tanh = self._checked(np.tanh)
+        self.sin = self._checked(np.sin)
+        self.cos = self._checked(np.cos)
+
+    def _checked(self, fn):
+        dtype = self.dtype
+
+        def apply(a):
+            a = np.asarray(a)
+            if a.dtype != dtype:
+                raise TypeError(f"{self.name} backend got a {a.dtype} array: a spec step left {self.name}")
+            return fn(a)
+        apply.__name__ = fn.__name__
+        return apply
+
+    def c(self, p, q=1):
+        f = exact(p, q)
+        return self.dtype.type(f.numerator / f.denominator)
+
+    def zeros(self, shape):
+        return np.zeros(shape, dtype=self.dtype)
+
+    def array(self, values):
+        return np.asarray(values, dtype=self.dtype)
+
+
+F64 = FloatBackend(np.float64)
+F32 = FloatBackend(np.float32)
+
+
+def __getattr__(name):          # SYMPY is built on first use: importing SymPy costs half a second
+    if name == "SYMPY":
+        globals()["SYMPY"] = backend = SympyBackend()
+        return backend
+    raise AttributeError(name)

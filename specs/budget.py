@@ -1,0 +1,105 @@
+"""Run a function in a forked child under a wall-clock budget (and a memory cap), killing it at the
+deadline. A hung SymPy ``simplify`` or an exploding expansion then costs its budget, never the run:
+the claim becomes `inconclusive`, never `proved`.
+
+Fork (not spawn) so the child inherits the traced claim without pickling it. Only the result crosses
+the pipe, pickled.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+
+DEFAULT_MEMORY_MB = 8192   # a strategy that needs more than this on a 24 GiB machine is a runaway
+
+
+@dataclass
+class Outcome:
+    status: str                # "ok" | "timeout" | "error"
+    value: object = None
+    error: str = ""
+    seconds: float = 0.0
+
+
+def run_with_budget(fn, seconds: float, memory_mb: int | None = DEFAULT_MEMORY_MB) -> Outcome:
+    start = time.perf_counter()
+    if seconds <= 0:
+        return Outcome("timeout", seconds=0.0)
+    if not hasattr(os, "fork"):                       # no fork: run inline, budget not enforced
+        try:
+            return Outcome("ok", fn(), seconds=time.perf_counter() - start)
+        except Exception as exc:
+            return Outcome("error", error=f"{type(exc).__name__}: {exc}",
+                           seconds=time.perf_counter() - start)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                      # child
+        code = 0
+        try:
+            os.close(read_fd)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            if memory_mb:
+                try:
+                    import resource
+                    limit = memory_mb * 2**20
+                    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+                except (ImportError, ValueError, OSError):
+                    pass
+            try:
+                payload = ("ok", fn(), "")
+            except MemoryError:
+                payload = ("error", None, f"MemoryError: over {memory_mb} MiB")
+            except BaseException as exc:  # report any failure of the strategy to the parent
+                tb = traceback.format_exc(limit=4)
+                payload = ("error", None, f"{type(exc).__name__}: {exc}\n{tb}")
+            try:
+                data = pickle.dumps(payload)
+            except Exception as exc:
+                data = pickle.dumps(("error", None, f"result not picklable: {exc}"))
+            view = memoryview(data)
+            while view:
+                n = os.write(write_fd, view)
+                view = view[n:]
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    deadline = time.monotonic() + seconds
+    chunks = []
+    timed_out = finished = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([read_fd], [], [], left)
+            if ready:
+                chunk = os.read(read_fd, 1 << 20)
+                if not chunk:
+                    finished = True
+                    break
+                chunks.append(chunk)
+    finally:                                          # timeout, Ctrl-C or error: never leave a child
+        os.close(read_fd)
+        if not finished:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _, status = os.waitpid(pid, 0)
+    elapsed = time.perf_counter() - start
+    if timed_out:
+        return Outcome("timeout", seconds=elapsed)
+    if not chunks:
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        return Outcome("error", error=f"the worker died{f' (signal {sig})' if sig else ''} "
+                                      f"without a result", seconds=elapsed)
+    status_, value, error = pickle.loads(b"".join(chunks))
+    return Outcome(status_, value, error, elapsed)

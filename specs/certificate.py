@@ -1,0 +1,141 @@
+"""Certificates: one JSON record per (op, claim, tier, method, dims).
+
+Records carry no timestamps, so a report diffs cleanly; ``spec_sha256`` and ``checker_sha256`` let
+``vjpcert verify`` tell a current certificate from a stale one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+
+# Verdicts, strongest first. Only `proved*` claim more than "agrees where we looked".
+VERDICTS = {
+    "proved": "exact: an exact normalisation of backward - J^T dy (or of the law) returned 0, "
+              "for all inputs at the stated dims",
+    "proved-general": "exact for every size: the statement was proved with symbolic dimensions",
+    "proved-compositional": "exact by composition: every node proved, and the assembly of node "
+                            "Jacobians proved equal to the transpose of the chain",
+    "checked-probabilistic": "a randomised exact identity test (Schwartz-Zippel) passed; the "
+                             "probability of a false pass is stated",
+    "checked": "numeric agreement at the stated precision and points; not a proof",
+    "kernel-match": "a kernel matched the spec within the stated tolerance rule",
+    "inconclusive": "no strategy could decide within its budget",
+    "failed": "the claim is false: the evidence holds a witness",
+}
+PASSING = {"proved", "proved-general", "proved-compositional", "checked-probabilistic", "checked",
+           "kernel-match"}
+TRUST = {  # how much a reader may rely on a verdict, in words
+    "proved": "exact proof at these dims",
+    "proved-general": "exact proof for all sizes",
+    "proved-compositional": "exact proof by composition",
+    "checked-probabilistic": "randomised exact test",
+    "checked": "numeric evidence",
+    "kernel-match": "numeric evidence (kernel vs spec)",
+    "inconclusive": "no evidence either way",
+    "failed": "disproved, with a witness",
+}
+
+
+def dims_slug(dims: dict) -> str:
+    return "-".join(f"{k}{v}" for k, v in sorted(dims.items())) or "scalar"
+
+
+def claim_slug(claim: str) -> str:
+    return claim.replace("[", "-").replace("]", "").replace("/", "-")
+
+
+@dataclass
+class Certificate:
+    op: str
+    claim: str
+    tier: str                       # "symbolic" | "numeric" | "kernel"
+    verdict: str
+    method: str
+    dims: dict
+    assumptions: list
+    evidence: dict
+    seconds: float
+    spec_sha256: str
+    checker_sha256: str
+    versions: dict
+    schema: int = SCHEMA_VERSION
+    trust: str = field(default="")
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"unknown verdict {self.verdict!r}")
+        if self.verdict == "failed" and "witness" not in self.evidence:
+            raise ValueError("a failed certificate must carry a witness")
+        self.trust = TRUST[self.verdict]
+        self.seconds = round(float(self.seconds), 4)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict in PASSING
+
+    @property
+    def key(self) -> tuple:
+        return (self.op, self.tier, self.claim, dims_slug(self.dims))
+
+    def relpath(self) -> Path:
+        return Path("certificates") / self.op / f"{self.tier}__{claim_slug(self.claim)}__{dims_slug(self.dims)}.json"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True, default=str) + "\n"
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Certificate":
+        d = dict(d)
+        d.pop("trust", None)
+        return cls(**d)
+
+    def _repr_markdown_(self) -> str:
+        ev = ", ".join(f"{k}={v}" for k, v in self.evidence.items() if k != "witness")
+        return (f"**{self.op}** · `{self.claim}` at {self.dims}: **{self.verdict}** ({self.trust}) "
+                f"by *{self.method}* in {self.seconds:.3g} s" + (f"<br>{ev}" if ev else ""))
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for dist in ("vjpcert", "sympy", "mpmath", "numpy", "python-flint"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def sources_sha256(paths) -> str:
+    """Hash of a checker's own source: a certificate is stale once the code that issued it changes."""
+    h = hashlib.sha256()
+    for p in sorted(Path(x) for x in paths):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write via a temporary file and rename: a crash leaves the old file, never half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

@@ -1,0 +1,49 @@
+"""LayerNorm over the last axis, with gain gamma, bias beta and eps > 0.
+
+    mu = mean_j x_j,  xc = x - mu,  rstd = 1 / sqrt(mean_j xc_j^2 + eps),  xh = xc * rstd
+    y  = gamma * xh + beta
+    g  = dy * gamma
+    dx = rstd * (g - mean_j g_j - xh * mean_j(g_j xh_j))
+    dgamma = sum_rows dy * xh,   dbeta = sum_rows dy
+"""
+from fractions import Fraction
+
+from specs.registry import Param, op
+
+
+def normalise(B, x, eps):
+    xc = x - x.mean(-1, keepdims=True)
+    rstd = 1 / B.sqrt((xc * xc).mean(-1, keepdims=True) + eps)
+    return xc * rstd, rstd
+
+
+@op(inputs={"x": ("rows", "n"), "gamma": ("n",), "beta": ("n",)}, output=("rows", "n"),
+    params={"eps": Param(Fraction(1, 10**5), positive=True, doc="added to the variance")},
+    dims=[{"rows": 1, "n": 2}, {"rows": 2, "n": 3}, {"rows": 1, "n": 8}],
+    large_dims=[{"rows": 1, "n": 32}], check_dims={"rows": 3, "n": 7})
+def layernorm(B, x, gamma, beta, eps):
+    xh, _ = normalise(B, x, eps)
+    return xh * gamma + beta
+
+
+@layernorm.defvjp
+def layernorm_vjp(B, x, gamma, beta, eps, dy):
+    xh, rstd = normalise(B, x, eps)
+    g = dy * gamma
+    dx = rstd * (g - g.mean(-1, keepdims=True) - xh * (g * xh).mean(-1, keepdims=True))
+    return dx, (dy * xh).sum(0), dy.sum(0)
+
+
+@layernorm.law
+def dx_sums_to_zero(B, x, gamma, beta, dy, backward):
+    """sum_j dx_j = 0 for every eps: y(x + c) = y(x), so the all-ones direction is in J's kernel."""
+    dx, _, _ = backward(x, gamma, beta, dy=dy)
+    return dx.sum(-1)
+
+
+@layernorm.law(params={"eps": 0})
+def dx_orthogonal_to_xhat(B, x, gamma, beta, dy, backward):
+    """At eps = 0, y(a x) = y(x) for a > 0, so <dx, xhat> = 0 per row (false for eps > 0)."""
+    dx, _, _ = backward(x, gamma, beta, dy=dy)
+    xc = x - x.mean(-1, keepdims=True)
+    return (dx * xc).sum(-1)

@@ -1,0 +1,43 @@
+"""Wrong GELU backwards and forwards."""
+from specs.gelu import K, Phi, _u, gelu_erf, gelu_tanh, phi
+
+
+@gelu_erf.mutant("missing_pdf_term", kills=["vjp[x]", "derivative_formula"])
+def _(B, x, dy):
+    return (dy * Phi(B, x),)
+
+
+@gelu_erf.mutant("unnormalised_pdf", kills=["vjp[x]", "derivative_formula"])
+def _(B, x, dy):
+    """exp(-x^2/2) without its 1/sqrt(2 pi)."""
+    return (dy * (Phi(B, x) + x * B.exp(-x * x / 2)),)
+
+
+@gelu_erf.mutant("one_plus_missing", replaces="forward", kills=["vjp[x]", "odd_part_is_identity"])
+def _(B, x):
+    """x erf(x / sqrt 2) / 2: the gate lost its 1 +."""
+    return x * B.erf(x / B.sqrt(B.c(2))) / 2
+
+
+@gelu_tanh.mutant("missing_sech2_term", kills=["vjp[x]", "derivative_formula"])
+def _(B, x, dy):
+    return (dy * (1 + B.tanh(_u(B, x))) / 2,)
+
+
+@gelu_tanh.mutant("cubic_term_not_tripled", kills=["vjp[x]", "derivative_formula"])
+def _(B, x, dy):
+    """d/dx (x + k x^3) written as 1 + k x^2."""
+    t = B.tanh(_u(B, x))
+    du = B.sqrt(2 / B.pi) * (1 + B.c(K) * x * x)
+    return (dy * ((1 + t) / 2 + x * (1 - t * t) * du / 2),)
+
+
+@gelu_tanh.mutant("one_plus_missing", replaces="forward", kills=["vjp[x]", "odd_part_is_identity"])
+def _(B, x):
+    return x * B.tanh(_u(B, x)) / 2
+
+
+@gelu_tanh.mutant("erf_backward_for_tanh_forward", kills=["vjp[x]", "derivative_formula"])
+def _(B, x, dy):
+    """The exact-GELU derivative used with the tanh approximation: off by ~1e-3, smooth."""
+    return (dy * (Phi(B, x) + x * phi(B, x)),)

@@ -1,0 +1,44 @@
+"""Wrong LayerNorm backwards."""
+from specs.layernorm import layernorm, normalise
+
+
+def _back(B, x, gamma, beta, eps, dy, *, rstd_eps_outside=False, mean_term=True, projection=True,
+          dgamma_xhat=True, dbeta=True):
+    xh, rstd = normalise(B, x, eps)
+    if rstd_eps_outside:
+        xc = x - x.mean(-1, keepdims=True)
+        rstd = 1 / (B.sqrt((xc * xc).mean(-1, keepdims=True)) + eps)
+        xh = xc * rstd
+    g = dy * gamma
+    inner = g
+    if mean_term:
+        inner = inner - g.mean(-1, keepdims=True)
+    if projection:
+        inner = inner - xh * (g * xh).mean(-1, keepdims=True)
+    dgamma = (dy * (xh if dgamma_xhat else x)).sum(0)
+    return rstd * inner, dgamma, dy.sum(0) if dbeta else dy.sum(0) * 0
+
+
+@layernorm.mutant("dropped_mean_term", kills=["vjp[x]", "dx_sums_to_zero"])
+def _(B, x, gamma, beta, eps, dy):
+    return _back(B, x, gamma, beta, eps, dy, mean_term=False)
+
+
+@layernorm.mutant("dropped_projection_term", kills=["vjp[x]", "dx_orthogonal_to_xhat"])
+def _(B, x, gamma, beta, eps, dy):
+    return _back(B, x, gamma, beta, eps, dy, projection=False)
+
+
+@layernorm.mutant("eps_outside_sqrt", kills=["vjp[x]", "vjp[gamma]"])
+def _(B, x, gamma, beta, eps, dy):
+    return _back(B, x, gamma, beta, eps, dy, rstd_eps_outside=True)
+
+
+@layernorm.mutant("dgamma_uses_x_not_xhat", kills=["vjp[gamma]"])
+def _(B, x, gamma, beta, eps, dy):
+    return _back(B, x, gamma, beta, eps, dy, dgamma_xhat=False)
+
+
+@layernorm.mutant("missing_dbeta", kills=["vjp[beta]"])
+def _(B, x, gamma, beta, eps, dy):
+    return _back(B, x, gamma, beta, eps, dy, dbeta=False)

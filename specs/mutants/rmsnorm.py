@@ -1,0 +1,34 @@
+"""Wrong RMSNorm backwards."""
+from specs.rmsnorm import rmsnorm
+
+
+def _back(B, x, gamma, eps, dy, *, rstd=None, projection=True, use_gamma=True, dgamma_rstd=True):
+    if rstd is None:
+        rstd = 1 / B.sqrt((x * x).mean(-1, keepdims=True) + eps)
+    g = dy * gamma if use_gamma else dy
+    dx = rstd * g
+    if projection:
+        dx = dx - rstd * x * rstd * rstd * (g * x).mean(-1, keepdims=True)
+    dgamma = (dy * x * (rstd if dgamma_rstd else 1)).sum(0)
+    return dx, dgamma
+
+
+@rmsnorm.mutant("eps_outside_sqrt", kills=["vjp[x]", "vjp[gamma]"])
+def _(B, x, gamma, eps, dy):
+    """1 / (sqrt(mean x^2) + eps): wrong by ~eps / rms, one part in 10^6 at the default eps."""
+    return _back(B, x, gamma, eps, dy, rstd=1 / (B.sqrt((x * x).mean(-1, keepdims=True)) + eps))
+
+
+@rmsnorm.mutant("dropped_projection_term", kills=["vjp[x]", "dx_orthogonal_to_x"])
+def _(B, x, gamma, eps, dy):
+    return _back(B, x, gamma, eps, dy, projection=False)
+
+
+@rmsnorm.mutant("missing_gamma_in_dx", kills=["vjp[x]"])
+def _(B, x, gamma, eps, dy):
+    return _back(B, x, gamma, eps, dy, use_gamma=False)
+
+
+@rmsnorm.mutant("dgamma_missing_rstd", kills=["vjp[gamma]"])
+def _(B, x, gamma, eps, dy):
+    return _back(B, x, gamma, eps, dy, dgamma_rstd=False)

@@ -1,0 +1,25 @@
+"""Wrong softmax backwards."""
+from specs.softmax import softmax
+
+
+@softmax.mutant("sign_flip", kills=["vjp[x]"])
+def _(B, x, dy):
+    y = softmax(B, x)
+    return (-y * (dy - (y * dy).sum(-1, keepdims=True)),)
+
+
+@softmax.mutant("missing_s_factor", kills=["vjp[x]", "cotangent_sums_to_zero"])
+def _(B, x, dy):
+    y = softmax(B, x)
+    return (dy - (y * dy).sum(-1, keepdims=True),)
+
+
+@softmax.mutant("dropped_mean_term", kills=["vjp[x]", "cotangent_sums_to_zero"])
+def _(B, x, dy):
+    return (softmax(B, x) * dy,)
+
+
+@softmax.mutant("unnormalised_forward", replaces="forward", kills=["vjp[x]", "shift_invariance"])
+def _(B, x):
+    """exp(x) without the division: no longer shift invariant."""
+    return B.exp(x)

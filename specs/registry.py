@@ -1,0 +1,325 @@
+"""The op registry: how a spec file declares an op, its backward, its laws and its mutants.
+
+An op is a forward function over a backend ``B`` plus declarations: which inputs are differentiable,
+their shapes (in named dims), scalar parameters (with the assumption a proof may use, e.g. eps > 0),
+non-differentiable inputs (RoPE positions) and the dims at which the checkers work by default.
+Functions are bound *by argument name*, so a backward or a law names only what it reads.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import re
+import sys
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable, Mapping
+
+
+class SpecError(Exception):
+    """A problem with a spec itself (bad input), as opposed to a wrong backward (a `failed` verdict)."""
+
+    def __init__(self, op: str | None, problem: str):
+        self.op, self.problem = op, problem
+        super().__init__(f"op '{op}': {problem}" if op else problem)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A scalar parameter. ``symbolic`` ones are symbols in proofs (so a proof holds for every value
+    allowed by ``positive``); numeric checks and kernels use ``default``. Non-symbolic ones (ints,
+    bools such as a causal flag) are structural and passed through unchanged everywhere."""
+
+    default: Fraction | int | bool
+    positive: bool = False
+    symbolic: bool = True
+    doc: str = ""
+
+
+# A law (or a mutant) may ask for these by name, besides the op's inputs and params: ``forward`` and
+# ``backward`` are the op's own functions with B and the current params bound, so a law about the
+# backward is checked against whichever backward is under test (a mutant's, too).
+LAW_EXTRAS = ("dy", "forward", "backward")
+
+
+@dataclass(frozen=True)
+class Law:
+    name: str
+    fn: Callable
+    doc: str
+    params: Mapping[str, object]      # overrides, e.g. {"eps": 0} for laws that hold only at eps = 0
+    needs_dy: bool
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A deliberately wrong forward or backward, and the claims it must make fail."""
+
+    name: str
+    fn: Callable
+    replaces: str                     # "vjp" or "forward"
+    kills: tuple[str, ...]
+    doc: str
+
+
+Dims = Mapping[str, int]
+_DIM_TERM = re.compile(r"^\s*([A-Za-z_]\w*|\d+)\s*$")
+
+
+def dim_size(entry, dims: Dims, op: str) -> int:
+    """Size of one shape entry: an int, a dim name, or a product such as ``"h*dh"``."""
+    if isinstance(entry, int):
+        return entry
+    size = 1
+    for term in str(entry).split("*"):
+        m = _DIM_TERM.match(term)
+        if not m:
+            raise SpecError(op, f"shape entry {entry!r} is not a dim name, an int or a product of them")
+        tok = m.group(1)
+        if tok.isdigit():
+            size *= int(tok)
+        elif tok in dims:
+            size *= int(dims[tok])
+        else:
+            raise SpecError(op, f"dims {dict(dims)} do not give a size for {tok!r}")
+    return size
+
+
+def dim_names(shape) -> set[str]:
+    names = set()
+    for entry in shape:
+        if not isinstance(entry, int):
+            names |= {t.strip() for t in str(entry).split("*") if not t.strip().isdigit()}
+    return names
+
+
+class Op:
+    """One registered op. Calling it runs the forward: ``softmax(B, x)``."""
+
+    def __init__(self, fn: Callable, *, name: str, inputs: Mapping[str, tuple], output: tuple,
+                 nondiff: Mapping[str, tuple] | None, params: Mapping[str, Param] | None,
+                 dims: list[Dims], large_dims: list[Dims] | None, check_dims: Dims | None,
+                 assumptions: tuple[str, ...], constraints: Callable[[Dims], str | None] | None,
+                 tags: tuple[str, ...] = ()):
+        self.name = name
+        self.forward = fn
+        self.inputs = dict(inputs)
+        self.output = tuple(output)
+        self.nondiff = dict(nondiff or {})
+        self.params = dict(params or {})
+        self.dims = [dict(d) for d in dims]
+        self.large_dims = [dict(d) for d in (large_dims or [])]
+        self.check_dims = dict(check_dims) if check_dims else dict(self.dims[-1])
+        self.assumptions = tuple(assumptions)
+        self.constraints = constraints
+        self.tags = tuple(tags)
+        self.vjp: Callable | None = None
+        self.laws: list[Law] = []
+        self.mutants: list[Mutant] = []
+        self.module = inspect.getmodule(fn)
+        self.doc = inspect.getdoc(fn) or (inspect.getdoc(self.module) if self.module else "") or ""
+        self.base_name = self.name      # a mutant twin keeps the name of the op it mutates
+        self._check_signature(fn, "forward", extra=())
+
+    # ---------------------------------------------------------------- declarations
+    @property
+    def arg_names(self) -> list[str]:
+        return [*self.inputs, *self.nondiff, *self.params]
+
+    def _check_signature(self, fn, role, extra):
+        params = list(inspect.signature(fn).parameters)
+        if not params or params[0] != "B":
+            raise SpecError(self.name, f"the {role} must take the backend B as its first argument")
+        unknown = set(params[1:]) - set(self.arg_names) - set(extra)
+        if unknown:
+            raise SpecError(self.name, f"the {role} {fn.__name__}() takes {sorted(unknown)}, "
+                                       f"which are not declared inputs/params {self.arg_names}")
+        return params[1:]
+
+    def defvjp(self, fn):
+        """Register the hand-written backward: returns one cotangent per differentiable input."""
+        self._check_signature(fn, "backward", extra=("dy",))
+        if "dy" not in inspect.signature(fn).parameters:
+            raise SpecError(self.name, "the backward must take the output cotangent 'dy'")
+        self.vjp = fn
+        return fn
+
+    def law(self, fn=None, *, params: Mapping[str, object] | None = None, name: str | None = None):
+        """Register a law: a function whose result must be identically 0 (an array, or a pair
+        ``(lhs, rhs)`` that must be equal, which also tells the witness search the scale)."""
+        def register(f):
+            self._check_signature(f, "law", extra=LAW_EXTRAS)
+            law_name = name or f.__name__
+            if law_name in {l.name for l in self.laws} or law_name.startswith("vjp["):
+                raise SpecError(self.name, f"law name {law_name!r} is used twice")
+            self.laws.append(Law(law_name, f, inspect.getdoc(f) or "", dict(params or {}),
+                                 "dy" in inspect.signature(f).parameters))
+            return f
+        return register(fn) if fn is not None else register
+
+    def mutant(self, name: str, *, kills, replaces: str = "vjp", doc: str | None = None):
+        """Register a deliberately wrong backward (or forward) and the claims it must make fail."""
+        if replaces not in ("vjp", "forward"):
+            raise SpecError(self.name, f"mutant {name!r}: replaces must be 'vjp' or 'forward'")
+
+        def register(f):
+            self._check_signature(f, f"mutant {name}", extra=LAW_EXTRAS)
+            self.mutants.append(Mutant(name, f, replaces, tuple(kills), doc or inspect.getdoc(f) or name))
+            return f
+        return register
+
+    # ---------------------------------------------------------------- claims
+    def claims(self) -> list[str]:
+        """Names of everything this op claims: one VJP claim per differentiable input, then laws."""
+        return [f"vjp[{x}]" for x in self.inputs] + [l.name for l in self.laws]
+
+    def get_law(self, name: str) -> Law:
+        for l in self.laws:
+            if l.name == name:
+                return l
+        raise SpecError(self.name, f"has no claim {name!r}; it has {self.claims()}")
+
+    def with_mutant(self, mutant: Mutant) -> "Op":
+        """A copy of this op whose backward (or forward) is the mutant; it is not registered."""
+        twin = object.__new__(Op)
+        twin.__dict__.update(self.__dict__)
+        twin.name = f"{self.name}~{mutant.name}"
+        twin.base_name = self.name
+        if mutant.replaces == "vjp":
+            twin.vjp = mutant.fn
+        else:
+            twin.forward = mutant.fn
+        twin.laws = list(self.laws)
+        twin.mutants = []
+        return twin
+
+    # ---------------------------------------------------------------- shapes and calls
+    def shape(self, decl: tuple, dims: Dims) -> tuple[int, ...]:
+        return tuple(dim_size(e, dims, self.name) for e in decl)
+
+    def dim_names(self) -> set[str]:
+        names = dim_names(self.output)
+        for shape in [*self.inputs.values(), *self.nondiff.values()]:
+            names |= dim_names(shape)
+        return names
+
+    def resolve_dims(self, dims: Dims) -> dict[str, int]:
+        """Check dims are complete, positive and allowed by the op's constraints."""
+        missing = self.dim_names() - set(dims)
+        if missing:
+            raise SpecError(self.name, f"dims {dict(dims)} lack {sorted(missing)}")
+        out = {k: int(v) for k, v in dims.items() if k in self.dim_names()}
+        bad = [k for k, v in out.items() if v < 1]
+        if bad:
+            raise SpecError(self.name, f"dims must be >= 1, got {dict(out)}")
+        if self.constraints:
+            problem = self.constraints(out)
+            if problem:
+                raise SpecError(self.name, f"dims {out} rejected: {problem}")
+        return out
+
+    def bind(self, fn: Callable, B, values: Mapping[str, object]):
+        """Call a spec function with the values its parameters name (see LAW_EXTRAS)."""
+        names = list(inspect.signature(fn).parameters)[1:]
+        extras = {"forward": lambda: self.bound(self.forward, B, values),
+                  "backward": lambda: self.bound(self.vjp, B, values)}
+        return fn(B, **{n: extras[n]() if n in extras else values[n] for n in names})
+
+    def bound(self, fn: Callable, B, values: Mapping[str, object]) -> Callable:
+        """``fn`` with B bound, taking the op's arguments positionally (inputs, non-differentiable
+        inputs, params, then dy) or by name; anything not given keeps its value in ``values``."""
+        order = [*self.arg_names, "dy"]
+
+        def call(*args, **kwargs):
+            vals = dict(values)
+            vals.update(zip(order, args))
+            vals.update(kwargs)
+            return self.bind(fn, B, vals)
+        return call
+
+    def param_values(self, overrides: Mapping[str, object] | None = None) -> dict:
+        vals = {k: p.default for k, p in self.params.items()}
+        vals.update(overrides or {})
+        return vals
+
+    # ---------------------------------------------------------------- identity
+    @property
+    def source_files(self) -> list[Path]:
+        """The spec module and every other spec module whose ops it uses (a composite op's proof is
+        only current while the ops it is built from are unchanged)."""
+        seen: dict[str, Path] = {}
+
+        def visit(module):
+            if module is None or getattr(module, "__file__", None) is None:
+                return
+            path = Path(module.__file__).resolve()
+            if str(path) in seen:
+                return
+            seen[str(path)] = path
+            for value in vars(module).values():
+                if isinstance(value, Op):
+                    visit(value.module)
+        visit(self.module)
+        return sorted(seen.values())
+
+    @property
+    def spec_sha256(self) -> str:
+        h = hashlib.sha256()
+        for path in self.source_files:
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+        return h.hexdigest()
+
+    def __call__(self, B, *args, **kwargs):
+        return self.forward(B, *args, **kwargs)
+
+    def __repr__(self):
+        return f"<op {self.name}: inputs {list(self.inputs)} -> {self.output}>"
+
+
+REGISTRY: dict[str, Op] = {}
+
+
+def op(*, inputs: Mapping[str, tuple], output: tuple, dims: list[Dims], nondiff=None, params=None,
+       large_dims=None, check_dims=None, assumptions=(), constraints=None, name=None, tags=()):
+    """Declare an op. ``dims`` is the ladder of shapes at which proofs run by default (smallest first;
+    prefer non-square sizes, a transposed gradient can hide at m = d)."""
+    if not dims:
+        raise SpecError(name, "an op needs at least one entry in dims")
+
+    def register(fn):
+        o = Op(fn, name=name or fn.__name__, inputs=inputs, output=output, nondiff=nondiff,
+               params=params, dims=dims, large_dims=large_dims, check_dims=check_dims,
+               assumptions=tuple(assumptions), constraints=constraints, tags=tags)
+        old = REGISTRY.get(o.name)
+        if old is not None and old.module is not None and o.module is not None \
+                and getattr(old.module, "__file__", None) != getattr(o.module, "__file__", None):
+            raise SpecError(o.name, f"is defined twice ({old.module.__file__} and {o.module.__file__})")
+        REGISTRY[o.name] = o
+        return o
+    return register
+
+
+def load_file(path: str | Path) -> list[Op]:
+    """Import a user's file of ops and return the ops it defines, in definition order."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(None, f"file not found: {path}")
+    mod_name = "vjpcert_user_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise SpecError(None, f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SpecError as exc:
+        raise SpecError(exc.op, f"{exc.problem} (in {path})") from None
+    except Exception as exc:  # a user file that raises on import is bad input, named with its cause
+        raise SpecError(None, f"{path}: importing it raised {type(exc).__name__}: {exc}") from None
+    ops = [v for v in vars(module).values() if isinstance(v, Op) and v.module is module]
+    if not ops:
+        raise SpecError(None, f"{path}: defines no op (decorate a forward with @op)")
+    return ops

@@ -1,0 +1,204 @@
+"""A claim, traced: the scalar residual whose vanishing *is* the claim.
+
+VJP claim for input X:  R = <backward_X(dy), t> - <dy, J_X t>
+    with dy and t free symbols, and J_X t derived from the forward by ``evaluate.Tangent``. R is linear
+    in t, so R == 0 identically iff every component of backward_X(dy) equals (J_X^T dy). One scalar
+    identity instead of a full Jacobian: the proof costs about two forward passes.
+Law:  R = <lhs - rhs, s>  with s a free probe, so R == 0 iff every component of the law holds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from specs.registry import Op, SpecError
+from symbolic.evaluate import Evaluator, Tangent, inner
+from symbolic.trace import TRACE, Leaf, Node, leaf_array, leaves_of, shared_nodes
+
+_UFUNC_HINT = " (a numpy function such as np.exp was applied to traced values: use B.exp, B.sqrt, ...)"
+
+
+def _as_array(value, what: str, op: Op) -> np.ndarray:
+    if isinstance(value, Node):
+        return np.array(value, dtype=object)
+    if not isinstance(value, np.ndarray):
+        raise SpecError(op.name, f"{what} returned a {type(value).__name__}, not an array")
+    return value.astype(object)
+
+
+def _call(op: Op, fn, role: str, values: dict):
+    try:
+        return op.bind(fn, TRACE, values)
+    except SpecError as exc:
+        raise SpecError(op.name, f"{role}: {exc.problem}") from None
+    except Exception as exc:
+        msg = f"{role} raised {type(exc).__name__}: {exc}"
+        if "ufunc" in str(exc) or "callable" in str(exc):
+            msg += _UFUNC_HINT
+        raise SpecError(op.name, msg) from None
+
+
+def primal_values(op: Op, dims: dict, param_overrides=None) -> dict:
+    """Leaves for every input, non-differentiable input and symbolic parameter."""
+    values = {}
+    for name, shape in op.inputs.items():
+        values[name] = leaf_array(op.shape(shape, dims), name, "input")
+    for name, shape in op.nondiff.items():
+        values[name] = leaf_array(op.shape(shape, dims), name, "nondiff")
+    for name, p in op.params.items():
+        if p.symbolic:
+            values[name] = Node("leaf", (), Leaf(name, "param", name, (), p.positive))
+        else:
+            values[name] = p.default
+    for name, v in (param_overrides or {}).items():
+        if name not in op.params:
+            raise SpecError(op.name, f"law overrides unknown param {name!r}")
+        values[name] = Node.lift(Fraction(v)) if op.params[name].symbolic else v
+    return values
+
+
+def trace_forward(op: Op, values: dict, dims: dict) -> np.ndarray:
+    y = _as_array(_call(op, op.forward, "forward", values), "the forward", op)
+    want = op.shape(op.output, dims)
+    if y.shape != want:
+        raise SpecError(op.name, f"the forward returned shape {y.shape}, but the op declares output "
+                                 f"{op.output} = {want} at dims {dims}")
+    return y
+
+
+def trace_vjp(op: Op, values: dict, dy: np.ndarray, dims: dict) -> list[np.ndarray]:
+    if op.vjp is None:
+        raise SpecError(op.name, "has no backward: register one with @<op>.defvjp")
+    cots = _call(op, op.vjp, "backward", {**values, "dy": dy})
+    names = list(op.inputs)
+    if not isinstance(cots, (tuple, list)):
+        raise SpecError(op.name, f"the backward returned a {type(cots).__name__}; it must return a tuple "
+                                 f"of {len(names)} cotangent(s), one per differentiable input {names}")
+    if len(cots) != len(names):
+        raise SpecError(op.name, f"the backward returned {len(cots)} cotangent(s), expected {len(names)} "
+                                 f"(one per differentiable input {names})")
+    out = []
+    for name, cot in zip(names, cots):
+        cot = _as_array(cot, f"the backward's cotangent for {name}", op)
+        if cot.shape != values[name].shape:
+            raise SpecError(op.name, f"the backward's cotangent for {name} has shape {cot.shape}, but "
+                                     f"{name} has shape {values[name].shape}")
+        out.append(cot)
+    return out
+
+
+@dataclass
+class TracedClaim:
+    op: Op
+    claim: str
+    dims: dict
+    kind: str                                   # "vjp" | "law"
+    wrt: str = ""                               # the input of a vjp claim
+    inputs: np.ndarray | None = None            # leaves of that input
+    cot: np.ndarray | None = None
+    y: np.ndarray | None = None
+    dy: np.ndarray | None = None
+    t: np.ndarray | None = None
+    lhs: np.ndarray | None = None
+    rhs: np.ndarray | None = None
+    probe: np.ndarray | None = None
+    overrides: dict = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ structure
+    def roots(self) -> list[np.ndarray]:
+        if self.kind == "vjp":
+            return [self.cot, self.y, self.dy, self.t, self.inputs]
+        return [self.lhs, self.rhs, self.probe]
+
+    def leaves(self) -> list[Leaf]:
+        return leaves_of(self.roots())
+
+    # ------------------------------------------------------------------ evaluation
+    def residual(self, F, shared: bool = False):
+        """(R, lhs, rhs) in field F, where R = lhs - rhs must vanish identically. With ``shared`` the
+        field may keep shared intermediates as atoms (``RingField.share``)."""
+        E = Evaluator(F, shared=shared_nodes(self.roots()) if shared else None)
+        if self.kind == "vjp":
+            lhs = inner(F, E.array(self.cot), E.array(self.t))
+            seeds = {x.value: E(t) for x, t in zip(self.inputs.ravel(), self.t.ravel())}
+            jt = Tangent(E, seeds).array(self.y)
+            rhs = inner(F, E.array(self.dy), jt)
+        else:
+            lhs = inner(F, E.array(self.lhs), E.array(self.probe))
+            rhs = inner(F, E.array(self.rhs), E.array(self.probe))
+        return F.add(lhs, F.neg(rhs)), lhs, rhs
+
+    def components(self, F, max_entries: int = 256):
+        """Per-component (lhs, rhs) values in F: backward_X(dy)_j against (J_X^T dy)_j, or the law's
+        two sides. Used for witnesses, so it never calls the hand-written backward's tangent."""
+        E = Evaluator(F)
+        if self.kind == "law":
+            return [(E(a), E(b)) for a, b in zip(self.lhs.ravel(), self.rhs.ravel())][:max_entries]
+        cot = E.array(self.cot).ravel()
+        dy = E.array(self.dy)
+        one = F.const(Fraction(1))
+        leaves = self.inputs.ravel()
+        idx = range(len(leaves))
+        if len(leaves) > max_entries:
+            idx = np.random.default_rng(0).choice(len(leaves), max_entries, replace=False)
+        out = []
+        for j in idx:
+            col = Tangent(E, {leaves[j].value: one}).array(self.y)
+            out.append((cot[j], inner(F, dy, col)))
+        return out
+
+    def component_labels(self, max_entries: int = 256) -> list[str]:
+        arr = self.lhs if self.kind == "law" else self.inputs
+        labels = []
+        for idx in np.ndindex(*arr.shape):
+            labels.append(f"{self.wrt or 'law'}[{','.join(map(str, idx))}]" if idx else (self.wrt or "law"))
+        if self.kind == "vjp" and len(labels) > max_entries:
+            pick = np.random.default_rng(0).choice(len(labels), max_entries, replace=False)
+            labels = [labels[j] for j in pick]
+        return labels[:max_entries]
+
+
+def trace_claim(op: Op, claim: str, dims: dict) -> TracedClaim:
+    dims = op.resolve_dims(dims)
+    if claim.startswith("vjp[") and claim.endswith("]"):
+        wrt = claim[4:-1]
+        if wrt not in op.inputs:
+            raise SpecError(op.name, f"has no differentiable input {wrt!r}; it has {list(op.inputs)}")
+        values = primal_values(op, dims)
+        y = trace_forward(op, values, dims)
+        dy = leaf_array(y.shape, "dy", "dy")
+        cots = trace_vjp(op, values, dy, dims)
+        cot = cots[list(op.inputs).index(wrt)]
+        t = leaf_array(values[wrt].shape, f"t_{wrt}", "tangent", owner=wrt)
+        return TracedClaim(op, claim, dims, "vjp", wrt=wrt, inputs=values[wrt], cot=cot, y=y, dy=dy, t=t)
+    law = op.get_law(claim)
+    values = primal_values(op, dims, law.params)
+    y = trace_forward(op, values, dims)
+    if law.needs_dy:
+        values["dy"] = leaf_array(y.shape, "dy", "dy")
+    out = _call(op, law.fn, f"law {law.name}", values)
+    if isinstance(out, tuple):
+        if len(out) != 2:
+            raise SpecError(op.name, f"law {law.name} returned a tuple of {len(out)}; return an array "
+                                     f"that must be 0, or a pair (lhs, rhs) that must be equal")
+        lhs, rhs = (_as_array(v, f"law {law.name}", op) for v in out)
+    else:
+        lhs = _as_array(out, f"law {law.name}", op)
+        rhs = np.zeros(lhs.shape, dtype=object)
+    try:
+        lhs, rhs = np.broadcast_arrays(lhs, rhs)
+    except ValueError:
+        raise SpecError(op.name, f"law {law.name}: its two sides have shapes {lhs.shape} and "
+                                 f"{rhs.shape}") from None
+    lhs, rhs = np.array(lhs, dtype=object), np.array(rhs, dtype=object)
+    probe = leaf_array(lhs.shape, "s", "probe")
+    return TracedClaim(op, claim, dims, "law", lhs=lhs, rhs=rhs, probe=probe, overrides=dict(law.params))
+
+
+def validate(op: Op, dims: dict | None = None) -> None:
+    """Trace the forward, the backward and every law once; raises SpecError on any problem."""
+    for d in ([dims] if dims else op.dims[:1]):
+        for claim in [f"vjp[{next(iter(op.inputs))}]"] + [l.name for l in op.laws]:
+            trace_claim(op, claim, d)

@@ -1,0 +1,543 @@
+"""The fields a traced claim is evaluated in.
+
+``RingField``   exact: polynomials over Q (python-flint) in the leaves and in *atoms*. Each distinct
+                transcendental subterm becomes one atom (exp(x_i) -> e_i), keyed by the canonical
+                polynomial of its argument, and each non-constant denominator a reciprocal atom
+                (1/Z -> w). If the residual is the zero polynomial in independent atoms it is zero for
+                the true values too: that is a proof. A non-zero polynomial is *not* a disproof, because
+                atoms may be related (w*Z = 1, r^2 = arg, sin^2 + cos^2 = 1); ``reduce_relations``
+                eliminates the atoms through their defining relations, which is again sound.
+``ModPField``   the same atoms, at random points of GF(p): the cheap identity test that scales, and a
+                count of the atoms (to size the flint ring, whose cost grows with its variable count).
+``DegreeField`` a degree bound of the residual, for the Schwartz-Zippel bound of the ModP test.
+``MpField``     mpmath at a chosen precision: witnesses for `failed`, and the numeric last resort.
+``SympyField``  SymPy expressions with the real functions, for display.
+"""
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import flint
+
+P61 = 2**61 - 1   # a Mersenne prime: a false pass of one ModP trial has probability <= degree / P61
+
+
+class AtomPoolExhausted(Exception):
+    pass
+
+
+def _fmpq(q: Fraction):
+    return flint.fmpq(q.numerator, q.denominator)
+
+
+def _frac(q) -> Fraction:
+    q = flint.fmpq(q)
+    return Fraction(int(q.p), int(q.q))
+
+
+def _sqrt_rational(q: Fraction):
+    """The exact rational square root of q, or None."""
+    if q < 0:
+        return None
+    n, rn = flint.fmpz(q.numerator).sqrtrem()
+    d, rd = flint.fmpz(q.denominator).sqrtrem()
+    return Fraction(int(n), int(d)) if rn == 0 and rd == 0 else None
+
+
+class RingField:
+    """Polynomials over Q in leaves and atoms. ``split_exp`` writes exp(a + 2b) as E(a) E(b)^2, which
+    exposes exp's additivity to the relation step (and costs variables, so the fast path keeps it off)."""
+
+    ODD = ("erf", "tanh", "sin")
+
+    def __init__(self, leaves, n_atoms: int, *, split_exp: bool = False, lin_min_terms: int | None = None):
+        self.leaves = list(leaves)
+        self.lin_min_terms = lin_min_terms
+        self.n_atoms = n_atoms
+        self.ctx = flint.fmpq_mpoly_ctx.get(("v", len(self.leaves) + n_atoms), "degrevlex")
+        self.gens = self.ctx.gens()
+        self.leaf_index = {leaf: i for i, leaf in enumerate(self.leaves)}
+        self.split_exp = split_exp
+        self.atoms: dict[tuple, int] = {}            # key -> variable index
+        self.defs: list[tuple[int, str, object]] = []  # (variable, kind, argument) in creation order
+        self.recip_of: dict[int, object] = {}         # reciprocal atom -> the polynomial it inverts
+        self.const_sqrt: dict[int, Fraction] = {}     # atom sqrt(c), c a rational -> c
+        self.zero, self.one = self.ctx.constant(0), self.ctx.constant(1)
+        # variables known to be >= 0 at every point: sqrt(u v) = sqrt(u) sqrt(v) may split over them
+        self.nonneg = {i for i, leaf in enumerate(self.leaves) if leaf.positive}
+
+    # -------------------------------------------------------------- atoms
+    def _atom(self, kind: str, arg, key_arg=None):
+        if key_arg is None and kind != "lin" and self.const_sqrt:
+            arg = self._normalise_arg(arg)
+        key = (kind, str(arg) if key_arg is None else key_arg)
+        var = self.atoms.get(key)
+        if var is None:
+            var = len(self.leaves) + len(self.defs)
+            if var >= len(self.gens):
+                raise AtomPoolExhausted(f"more than {self.n_atoms} atoms")
+            self.atoms[key] = var
+            self.defs.append((var, kind, arg))
+            if kind == "inv":
+                self.recip_of[var] = arg
+            if kind == "sqrt" and arg.is_constant():
+                self.const_sqrt[var] = _frac(arg.leading_coefficient())
+            if kind in ("exp", "sqrt", "pi", "cpow") or (kind == "inv" and self._nonneg_var(arg)):
+                self.nonneg.add(var)
+        return self.gens[var]
+
+    def _nonneg_var(self, poly) -> bool:
+        if len(poly) != 1 or poly.total_degree() != 1:
+            return False
+        exps, c = next(iter(poly.terms()))
+        return c > 0 and exps.index(1) in self.nonneg
+
+    def share(self, v):
+        """A shared intermediate that is a long linear form (a row mean, a softmax denominator)
+        becomes an atom l with the linear relation l = v, instead of being expanded at every use:
+        LayerNorm's residual at n = 32 shrinks from ~500k terms to a few thousand."""
+        if self.lin_min_terms and len(v) >= self.lin_min_terms and v.total_degree() == 1:
+            return self._atom("lin", v)
+        return v
+
+    def linear_relations(self) -> list:
+        return [self.gens[var] - arg for var, kind, arg in self.defs if kind == "lin"]
+
+    def reduce_linear(self, poly):
+        """poly modulo the linear relations of the shared intermediates (sound: a zero remainder
+        means poly is in the ideal they generate, so it vanishes at the true values)."""
+        for g in self.linear_relations():
+            if poly.is_zero():
+                break
+            _, poly = divmod(poly, g)
+        return poly
+
+    def atom_kinds(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for _, kind, _ in self.defs:
+            out[kind] = out.get(kind, 0) + 1
+        return out
+
+    # -------------------------------------------------------------- field operations
+    def const(self, q):
+        return self.ctx.constant(_fmpq(Fraction(q)))
+
+    def leaf(self, leaf):
+        return self.gens[self.leaf_index[leaf]]
+
+    def add(self, a, b):
+        return a + b
+
+    def mul(self, a, b):
+        return a * b
+
+    def neg(self, a):
+        return -a
+
+    def pow(self, a, k: int):
+        return a ** k if k >= 0 else self.inv(a) ** (-k)
+
+    def _inv_var(self, var: int):
+        if var in self.recip_of:           # 1 / (1/Z) = Z
+            return self.recip_of[var]
+        c = self.const_sqrt.get(var)
+        if c is not None:                  # 1 / sqrt(c) = sqrt(c) / c
+            return self.gens[var] * self.ctx.constant(_fmpq(1 / c))
+        return self._atom("inv", self.gens[var])
+
+    def _normalise_arg(self, a):
+        """Reduce sqrt(c)^2 -> c for constants c inside an atom's argument, so exp(-x^2 (1/sqrt 2)^2)
+        and exp(-x^2/2) are one atom."""
+        degs = a.degrees()
+        for var, c in self.const_sqrt.items():
+            if degs[var] >= 2:
+                a = sum((coef * self.const(c ** (k // 2)) * self.gens[var] ** (k % 2)
+                         for k, coef in self._by_power(a, var).items()), self.zero)
+        return a
+
+    def _inv_monomial(self, exps):
+        out = self.one
+        for var, e in enumerate(exps):
+            if e:
+                out = out * self._inv_var(var) ** e
+        return out
+
+    def inv(self, a):
+        if a.is_zero():
+            raise ZeroDivisionError("division by a polynomial that is identically zero")
+        if a.is_constant():
+            return self.ctx.constant(1 / a.leading_coefficient())
+        if len(a) == 1:
+            exps, c = next(iter(a.terms()))
+            return self._inv_monomial(exps) * self.ctx.constant(1 / flint.fmpq(c))
+        content = a.term_content()
+        factor = self.one
+        if not content.is_one():
+            a, rem = divmod(a, content)
+            assert rem.is_zero()
+            factor = self._inv_monomial(content.monoms()[0])
+        lc = a.leading_coefficient()
+        return factor * self._atom("inv", a / lc) * self.ctx.constant(1 / flint.fmpq(lc))
+
+    def _normalise_sign(self, kind, a):
+        """erf, tanh, sin are odd and cos is even: key the atom on the argument with a positive
+        leading coefficient, so f(-a) and f(a) share one atom."""
+        if a.leading_coefficient() < 0:
+            return -a, (-1 if kind in self.ODD else 1)
+        return a, 1
+
+    def exp(self, a):
+        if a.is_zero():
+            return self.one
+        if not self.split_exp:
+            return self._atom("exp", a)
+        out = self.one
+        for exps, c in a.terms():
+            c = _frac(c)
+            mono = self.ctx.from_dict({exps: 1})
+            if c.denominator == 1 and not mono.is_one():
+                e = self._atom("exp", mono)
+                out = out * (e ** c.numerator if c > 0 else self.inv(e) ** (-c.numerator))
+            else:
+                out = out * self._atom("exp", self.ctx.from_dict({exps: _fmpq(c)}))
+        return out
+
+    def log(self, a):
+        return self._atom("log", a)
+
+    def _sqrt_const(self, q: Fraction):
+        """sqrt(p/q) = s/q * prod sqrt(prime): one atom per prime, so sqrt(2 pi) = sqrt(2) sqrt(pi)."""
+        if q < 0:
+            return None
+        out = self.const(Fraction(1, q.denominator))
+        for prime, e in flint.fmpz(q.numerator * q.denominator).factor():
+            out = out * self.const(Fraction(int(prime)) ** (e // 2))
+            if e % 2:
+                out = out * self._atom("sqrt", self.const(Fraction(int(prime))))
+        return out
+
+    def sqrt(self, a):
+        if a.is_zero():
+            return self.zero
+        if a.is_constant():
+            root = self._sqrt_const(_frac(a.leading_coefficient()))
+            if root is not None:
+                return root
+        elif len(a) == 1:                     # c * prod v^e: split off what is known to be >= 0
+            exps, c = next(iter(a.terms()))
+            if c > 0:
+                out, inner = self._sqrt_const(_frac(c)), {}
+                for var, e in enumerate(exps):
+                    if e and var in self.nonneg:
+                        out = out * self.gens[var] ** (e // 2)
+                        if e % 2:
+                            out = out * self._atom("sqrt", self.gens[var])
+                    elif e:
+                        inner[var] = e
+                if inner:
+                    mono = [0] * len(exps)
+                    for var, e in inner.items():
+                        mono[var] = e
+                    out = out * self._atom("sqrt", self.ctx.from_dict({tuple(mono): 1}))
+                return out
+        return self._atom("sqrt", a)
+
+    def _odd_even(self, kind, a):
+        if a.is_zero():
+            return self.one if kind == "cos" else self.zero
+        a, sign = self._normalise_sign(kind, a)
+        v = self._atom(kind, a)
+        return v if sign > 0 else -v
+
+    def erf(self, a):
+        return self._odd_even("erf", a)
+
+    def tanh(self, a):
+        return self._odd_even("tanh", a)
+
+    def sin(self, a):
+        return self._odd_even("sin", a)
+
+    def cos(self, a):
+        return self._odd_even("cos", a)
+
+    def pi(self):
+        return self._atom("pi", None, key_arg="pi")
+
+    def cpow(self, base: Fraction, k: Fraction):
+        return self._atom("cpow", (base, k), key_arg=f"{base}^{k}")
+
+    # -------------------------------------------------------------- relations
+    def relations(self):
+        """Defining relations of the atoms, latest atom first: ("recip", var, b) for var*b = 1 and
+        ("root", var, q, rhs) for var^q = rhs."""
+        cos_of = {str(arg): var for var, kind, arg in self.defs if kind == "cos"}
+        out = []
+        for var, kind, arg in reversed(self.defs):
+            if kind == "inv":
+                out.append(("recip", var, arg))
+            elif kind == "sqrt":
+                out.append(("root", var, 2, arg))
+            elif kind == "sin" and str(arg) in cos_of:
+                c = self.gens[cos_of[str(arg)]]
+                out.append(("root", var, 2, self.one - c * c))
+            elif kind == "cpow":
+                base, k = arg
+                out.append(("root", var, k.denominator, self.const(base ** k.numerator)))
+        return out
+
+    def _by_power(self, poly, var):
+        """poly = sum_k coeff_k * v^k, as {k: coeff_k} with coeff_k free of v."""
+        groups: dict[int, dict] = {}
+        for exps, c in poly.terms():
+            k = int(exps[var])
+            rest = list(exps)
+            rest[var] = 0
+            groups.setdefault(k, {})[tuple(rest)] = c
+        return {k: self.ctx.from_dict(d) for k, d in groups.items()}
+
+    def reduce_relations(self, poly) -> list:
+        """Polynomials, free of related atoms, whose joint vanishing implies poly = 0 at the true atom
+        values. An empty list is a proof that poly vanishes."""
+        poly = self.reduce_linear(poly)
+        polys = [poly] if not poly.is_zero() else []
+        for rel in self.relations():
+            var = rel[1]
+            nxt = []
+            for p in polys:
+                if p.degrees()[var] == 0:
+                    nxt.append(p)
+                    continue
+                parts = self._by_power(p, var)
+                if rel[0] == "recip":                 # multiply through by b^D, substitute v = 1/b
+                    b, top = rel[2], max(parts)
+                    nxt.append(sum((c * b ** (top - k) for k, c in parts.items()), self.zero))
+                else:                                 # v^(qk+j) = rhs^k v^j; each j-part must vanish
+                    q, rhs = rel[2], rel[3]
+                    split: dict[int, object] = {}
+                    for k, c in parts.items():
+                        split[k % q] = split.get(k % q, self.zero) + c * rhs ** (k // q)
+                    nxt.extend(split.values())
+            polys = [p for p in (self.reduce_linear(p) for p in nxt) if not p.is_zero()]
+            if not polys:
+                break
+        return polys
+
+
+class ModPField:
+    """GF(P61) with the same atom semantics as ``RingField`` (atoms keyed by the value of their
+    argument): evaluating a claim at a random point is a Schwartz-Zippel identity test."""
+
+    def __init__(self, rng: random.Random, p: int = P61):
+        self.p, self.rng = p, rng
+        self.values: dict = {}
+        self.atoms: dict = {}
+        self.inverses: set = set()
+
+    def _atom(self, key):
+        v = self.atoms.get(key)
+        if v is None:
+            v = self.atoms[key] = self.rng.randrange(1, self.p)
+        return v
+
+    def const(self, q):
+        q = Fraction(q)
+        return q.numerator * pow(q.denominator, -1, self.p) % self.p
+
+    def leaf(self, leaf):
+        v = self.values.get(leaf)
+        if v is None:
+            v = self.values[leaf] = self.rng.randrange(1, self.p)
+        return v
+
+    def add(self, a, b):
+        return (a + b) % self.p
+
+    def mul(self, a, b):
+        return a * b % self.p
+
+    def neg(self, a):
+        return -a % self.p
+
+    def inv(self, a):
+        if a == 0:
+            raise ZeroDivisionError("hit a pole: resample")
+        self.inverses.add(a)
+        return pow(a, -1, self.p)
+
+    def pow(self, a, k):
+        return pow(a, k, self.p) if k >= 0 else pow(self.inv(a), -k, self.p)
+
+    def _odd_even(self, kind, a, odd):
+        if a == 0:
+            return 1 if kind == "cos" else 0
+        if a > self.p // 2:
+            v = self._atom((kind, self.p - a))
+            return (self.p - v) % self.p if odd else v
+        return self._atom((kind, a))
+
+    def exp(self, a):
+        return 1 if a == 0 else self._atom(("exp", a))
+
+    def log(self, a):
+        return self._atom(("log", a))
+
+    def sqrt(self, a):
+        return self._atom(("sqrt", a))
+
+    def erf(self, a):
+        return self._odd_even("erf", a, True)
+
+    def tanh(self, a):
+        return self._odd_even("tanh", a, True)
+
+    def sin(self, a):
+        return self._odd_even("sin", a, True)
+
+    def cos(self, a):
+        return self._odd_even("cos", a, False)
+
+    def pi(self):
+        return self._atom(("pi",))
+
+    def cpow(self, base, k):
+        return self._atom(("cpow", base, k))
+
+
+class DegreeField:
+    """Upper bounds (numerator degree, denominator degree) of a rational function in leaves and
+    atoms; atoms count as degree-1 variables."""
+
+    def const(self, q):
+        return (0, 0)
+
+    def leaf(self, leaf):
+        return (1, 0)
+
+    def add(self, a, b):
+        return (max(a[0] + b[1], b[0] + a[1]), a[1] + b[1])
+
+    def mul(self, a, b):
+        return (a[0] + b[0], a[1] + b[1])
+
+    def neg(self, a):
+        return a
+
+    def inv(self, a):
+        return (a[1], a[0])
+
+    def pow(self, a, k):
+        return (k * a[0], k * a[1]) if k >= 0 else (-k * a[1], -k * a[0])
+
+    def _atom(self, a=None, *_):
+        return (1, 0)
+
+    exp = log = sqrt = erf = tanh = sin = cos = cpow = _atom
+
+    def pi(self):
+        return (1, 0)
+
+
+class MpField:
+    """mpmath numbers in a private context at ``dps`` digits; leaves take the values given."""
+
+    def __init__(self, dps: int, values: dict):
+        import mpmath
+        self.ctx = mpmath.MPContext()
+        self.ctx.dps = dps
+        self.values = values
+
+    def const(self, q):
+        q = Fraction(q)
+        return self.ctx.mpf(q.numerator) / q.denominator
+
+    def leaf(self, leaf):
+        return self.const(self.values[leaf])
+
+    def add(self, a, b):
+        return a + b
+
+    def mul(self, a, b):
+        return a * b
+
+    def neg(self, a):
+        return -a
+
+    def inv(self, a):
+        if a == 0:
+            raise ZeroDivisionError("division by zero at the sampled point")
+        return 1 / a
+
+    def pow(self, a, k):
+        return a ** k
+
+    def exp(self, a):
+        return self.ctx.exp(a)
+
+    def log(self, a):
+        return self.ctx.log(a)
+
+    def sqrt(self, a):
+        return self.ctx.sqrt(a)
+
+    def erf(self, a):
+        return self.ctx.erf(a)
+
+    def tanh(self, a):
+        return self.ctx.tanh(a)
+
+    def sin(self, a):
+        return self.ctx.sin(a)
+
+    def cos(self, a):
+        return self.ctx.cos(a)
+
+    def pi(self):
+        return +self.ctx.pi
+
+    def cpow(self, base, k):
+        return self.const(base) ** self.const(k)
+
+
+class SympyField:
+    """SymPy expressions with the real functions (leaves become real symbols)."""
+
+    def __init__(self):
+        import sympy
+        self.sp = sympy
+        self.symbols: dict = {}
+
+    def const(self, q):
+        q = Fraction(q)
+        return self.sp.Rational(q.numerator, q.denominator)
+
+    def leaf(self, leaf):
+        s = self.symbols.get(leaf)
+        if s is None:
+            s = self.symbols[leaf] = self.sp.Symbol(leaf.name, real=True, positive=leaf.positive or None)
+        return s
+
+    def add(self, a, b):
+        return a + b
+
+    def mul(self, a, b):
+        return a * b
+
+    def neg(self, a):
+        return -a
+
+    def inv(self, a):
+        return 1 / a
+
+    def pow(self, a, k):
+        return a ** k
+
+    def pi(self):
+        return self.sp.pi
+
+    def cpow(self, base, k):
+        return self.const(base) ** self.const(k)
+
+    def __getattr__(self, kind):       # exp, log, sqrt, erf, tanh, sin, cos
+        return getattr(self.sp, kind)

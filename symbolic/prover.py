@@ -1,0 +1,104 @@
+"""The proof ladder for one claim, under a wall-clock budget, ending in a certificate.
+
+    ring (flint atoms) -- 0 --> proved
+      | nonzero                         | timed out / error
+      v                                 v
+    witness (mpmath 50/100) -> failed   modp (Schwartz-Zippel) -> checked-probabilistic ...
+      | numerically zero
+      v
+    ring + relations -> proved;  sympy diff + simplify -> proved;  else checked (mpmath 100 digits)
+
+Every strategy runs in its own forked child and is killed at its share of the budget; a claim that no
+strategy decides is `inconclusive`, never `proved`.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from specs.budget import run_with_budget
+from specs.certificate import Certificate, sources_sha256, versions
+from specs.registry import Op
+from symbolic import strategies, tolerances as tol
+from symbolic.claims import trace_claim
+from symbolic.trace import dag_size
+
+CHECKER_SHA256 = sources_sha256(Path(__file__).parent.glob("*.py"))
+
+
+def assumptions_of(op: Op, overrides: dict) -> list[str]:
+    out = ["inputs are real; the spec's denominators are nonzero at the input"]
+    for name, p in op.params.items():
+        if name in overrides:
+            out.append(f"{name} = {overrides[name]} (the law is stated there)")
+        elif p.symbolic:
+            out.append(f"{name} is a symbol" + (f", {name} > 0" if p.positive else "")
+                       + " (the claim holds for every such value)")
+        else:
+            out.append(f"{name} = {p.default!r}")
+    if op.nondiff:
+        out.append(f"{', '.join(op.nondiff)} not differentiated (symbols, held fixed)")
+    return out + list(op.assumptions)
+
+
+def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_CLAIM_BUDGET_S,
+                seed: int = 0) -> Certificate:
+    start = time.perf_counter()
+    traced = trace_claim(op, claim, dims)
+    deadline = time.monotonic() + budget
+    log: list[dict] = []
+
+    def attempt(name: str, fn, share: float | None = None):
+        left = deadline - time.monotonic()
+        out = run_with_budget(fn, left * (share if share is not None else tol.SHARE.get(name, 1.0)))
+        entry = {"strategy": name, "seconds": round(out.seconds, 4)}
+        if out.status == "ok":
+            entry.update(out.value)
+        else:
+            entry["status"] = out.status
+            if out.error:
+                entry["error"] = out.error.splitlines()[0][:300]
+        log.append(entry)
+        return entry
+
+    def certificate(verdict: str, method: str, evidence: dict) -> Certificate:
+        evidence = {**evidence, "strategies": log, "dag_nodes": dag_size(traced.roots())}
+        return Certificate(op=op.base_name, claim=claim, tier="symbolic", verdict=verdict, method=method,
+                           dims=traced.dims, assumptions=assumptions_of(op, traced.overrides),
+                           evidence=evidence, seconds=time.perf_counter() - start,
+                           spec_sha256=op.spec_sha256, checker_sha256=CHECKER_SHA256, versions=versions())
+
+    def decided(entry):
+        keep = {k: v for k, v in entry.items() if k not in ("status", "strategy", "seconds", "method")}
+        return keep
+
+    r = attempt("ring", lambda: strategies.ring(traced, seed=seed))
+    if r["status"] == "proved":
+        return certificate("proved", r["method"], decided(r))
+
+    w = attempt("witness", lambda: strategies.witness(traced, seed=seed))
+    if w["status"] == "failed":
+        return certificate("failed", w["method"], decided(w))
+
+    if r["status"] == "nonzero":         # related atoms? try the stronger normalisations
+        rr = attempt("relations", lambda: strategies.relations(traced, seed=seed))
+        if rr["status"] == "proved":
+            return certificate("proved", rr["method"], decided(rr))
+        if dag_size(traced.roots()) <= tol.SYMPY_MAX_NODES:
+            s = attempt("sympy", lambda: strategies.sympy_simplify(traced))
+            if s["status"] == "proved":
+                return certificate("proved", s["method"], decided(s))
+    else:                                # the exact ring did not finish: the randomised exact test
+        m = attempt("modp", lambda: strategies.modp(traced, seed=seed))
+        if m["status"] == "proved-probabilistic":
+            return certificate("checked-probabilistic", m["method"], decided(m))
+
+    if w["status"] == "zero":
+        return certificate("checked", f"mpmath-{tol.HIGH_DPS}", decided(w))
+    if w["status"] in ("timeout", "error", "unknown"):   # one more look with what is left
+        w2 = attempt("witness-final", lambda: strategies.witness(traced, seed=seed + 1), share=1.0)
+        if w2["status"] == "failed":
+            return certificate("failed", w2["method"], decided(w2))
+        if w2["status"] == "zero":
+            return certificate("checked", f"mpmath-{tol.HIGH_DPS}", decided(w2))
+    return certificate("inconclusive", "none", {"reason": "no strategy decided within the budget"})

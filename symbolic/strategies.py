@@ -1,0 +1,228 @@
+"""The strategies of the proof ladder. Each takes a traced claim and returns a plain dict (it runs in
+a forked child, see ``specs.budget``): ``{"status": "proved" | "nonzero" | "zero" | "failed" |
+"unknown", ...evidence}``. Only ``proved`` from an exact normalisation makes a claim `proved`.
+"""
+from __future__ import annotations
+
+import math
+import random
+from fractions import Fraction
+
+from symbolic import tolerances as tol
+from symbolic.claims import TracedClaim
+from symbolic.fields import AtomPoolExhausted, DegreeField, ModPField, MpField, P61, RingField
+from symbolic.trace import Leaf
+
+
+# ---------------------------------------------------------------------------- exact ring
+def _atom_count(claim: TracedClaim, seed: int) -> int:
+    F = ModPField(random.Random(seed))
+    claim.residual(F)
+    return len(F.atoms) + len(F.inverses)
+
+
+def _ring_residual(claim: TracedClaim, split_exp: bool, seed: int):
+    leaves = claim.leaves()
+    count = _atom_count(claim, seed)
+    pool = count + count // 4 + 16          # variables cost time in flint: size the ring tightly
+    while True:
+        try:
+            F = RingField(leaves, pool, split_exp=split_exp, lin_min_terms=tol.LIN_ATOM_MIN_TERMS)
+            R, lhs, rhs = claim.residual(F, shared=True)
+            return F, R, lhs, rhs
+        except AtomPoolExhausted:
+            pool *= 2
+
+
+def _evidence(F, R, lhs, rhs, claim) -> dict:
+    ev = {"atoms": F.atom_kinds(), "variables": len(F.leaves) + len(F.defs),
+          "lhs_terms": len(lhs), "rhs_terms": len(rhs), "residual_terms": len(R)}
+    if lhs.is_zero() and rhs.is_zero() and claim.kind == "vjp":
+        ev["vacuous"] = "backward and J^T dy are both identically 0"
+    return ev
+
+
+def ring(claim: TracedClaim, *, seed: int = 0) -> dict:
+    """The fast path: the residual as a polynomial in independent atoms (python-flint), then modulo
+    the linear relations of shared intermediates (a row mean kept as an atom)."""
+    F, R, lhs, rhs = _ring_residual(claim, False, seed)
+    ev = _evidence(F, R, lhs, rhs, claim)
+    if R.is_zero():
+        return {"status": "proved", "method": "flint-atoms", **ev}
+    if F.linear_relations():
+        ev["linear_intermediates"] = len(F.linear_relations())
+        if F.reduce_linear(R).is_zero():
+            return {"status": "proved", "method": "flint-atoms", **ev}
+    return {"status": "nonzero", **ev}
+
+
+def relations(claim: TracedClaim, *, seed: int = 0) -> dict:
+    """Atoms are not independent: eliminate them through their defining relations (w Z = 1,
+    r^2 = arg, sin^2 + cos^2 = 1, linear intermediates). Then again with exp(a + b) = E(a) E(b)."""
+    tried = []
+    for split in (False, True):
+        F, R, lhs, rhs = _ring_residual(claim, split, seed)
+        left = F.reduce_relations(R)
+        tried.append(sum(len(p) for p in left))
+        if not left:
+            return {"status": "proved", "method": "flint-atoms+relations" + ("+exp-split" if split else ""),
+                    **_evidence(F, R, lhs, rhs, claim), "relations": len(F.relations())}
+    return {"status": "nonzero", "reduced_terms": tried}
+
+
+# ---------------------------------------------------------------------------- numeric witness
+def random_point(leaves: list[Leaf], rng: random.Random) -> dict[Leaf, Fraction]:
+    """Exact rational values (so 50 and 100 digits evaluate the *same* point): signed and never
+    constant; positive parameters drawn away from 0 so a witness is not an artefact of eps -> 0."""
+    point = {}
+    for leaf in leaves:
+        if leaf.positive:
+            point[leaf] = Fraction(rng.randint(tol.WITNESS_POS_LO, tol.WITNESS_POS_HI), tol.WITNESS_DEN)
+        else:
+            v = 0
+            while v == 0:
+                v = rng.randint(-tol.WITNESS_SPAN, tol.WITNESS_SPAN)
+            point[leaf] = Fraction(v, tol.WITNESS_DEN)
+    return point
+
+
+def _rel_residuals(claim: TracedClaim, point: dict, dps: int):
+    F = MpField(dps, point)
+    pairs = claim.components(F)
+    diffs = [a - b for a, b in pairs]
+    scale = max([abs(a) for a, _ in pairs] + [abs(b) for _, b in pairs] + [F.ctx.mpf(1)])
+    return diffs, scale, pairs
+
+
+def _digits(err, scale, dps) -> float:
+    if err == 0:
+        return float(dps)
+    return max(0.0, min(float(dps), -math.log10(float(err / scale))))
+
+
+def witness(claim: TracedClaim, *, seed: int = 0, points: int = tol.WITNESS_POINTS) -> dict:
+    """Evaluate every component of the claim at random points, at LOW and HIGH digits. `failed` needs
+    a residual far above rounding at LOW digits that persists at HIGH digits; `zero` means agreement
+    to near HIGH digits at every point (numeric evidence only)."""
+    rng = random.Random(seed)
+    leaves = claim.leaves()
+    labels = claim.component_labels()
+    worst_digits = float(tol.HIGH_DPS)
+    tries = 0
+    done = 0
+    while done < points:
+        tries += 1
+        if tries > 10 * points:
+            return {"status": "unknown", "reason": "every sampled point hit a pole"}
+        point = random_point(leaves, rng)
+        try:
+            lo, scale_lo, _ = _rel_residuals(claim, point, tol.LOW_DPS)
+            hi, scale_hi, pairs = _rel_residuals(claim, point, tol.HIGH_DPS)
+        except ZeroDivisionError:
+            continue
+        done += 1
+        j = max(range(len(hi)), key=lambda k: abs(hi[k]))
+        rel_lo = abs(lo[j]) / scale_lo
+        rel_hi = abs(hi[j]) / scale_hi
+        if rel_lo > tol.FAIL_REL and abs(hi[j] - lo[j]) <= tol.PERSIST_REL * abs(hi[j]):
+            a, b = pairs[j]
+            return {"status": "failed", "method": "mpmath-witness", "witness": {
+                "component": labels[j],
+                "backward" if claim.kind == "vjp" else "lhs": _s(a),
+                "J^T dy" if claim.kind == "vjp" else "rhs": _s(b),
+                "residual": _s(hi[j]), "relative": _s(rel_hi, 6),
+                "digits": [tol.LOW_DPS, tol.HIGH_DPS],
+                "point": {leaf.name: str(v) for leaf, v in list(point.items())[:tol.WITNESS_MAX_LEAVES]},
+                "point_truncated": len(point) > tol.WITNESS_MAX_LEAVES,
+                "seed": seed,
+            }}
+        worst_digits = min(worst_digits, _digits(abs(hi[j]), scale_hi, tol.HIGH_DPS))
+    if worst_digits >= tol.ZERO_DIGITS:
+        return {"status": "zero", "digits": round(worst_digits, 1), "points": points,
+                "dps": tol.HIGH_DPS, "seed": seed}
+    return {"status": "unknown", "digits": round(worst_digits, 1),
+            "reason": "the residual is neither clearly 0 nor a persistent nonzero"}
+
+
+def _s(x, digits=30) -> str:
+    import mpmath
+    return mpmath.nstr(x, digits)
+
+
+# ---------------------------------------------------------------------------- randomised exact
+def modp(claim: TracedClaim, *, seed: int = 0, trials: int = tol.MODP_TRIALS) -> dict:
+    """Schwartz-Zippel over GF(2^61 - 1): residual at random points, atoms independent."""
+    rng = random.Random(seed)
+    num_deg, _ = claim.residual(DegreeField())[0]
+    done = 0
+    for _ in range(10 * trials):
+        try:
+            R = claim.residual(ModPField(rng))[0]
+        except ZeroDivisionError:
+            continue
+        if R != 0:
+            return {"status": "nonzero", "trials": done + 1}
+        done += 1
+        if done == trials:
+            bound = (num_deg / P61) ** trials
+            return {"status": "proved-probabilistic", "method": "modp-schwartz-zippel",
+                    "prime": "2^61-1", "trials": trials, "degree_bound": num_deg,
+                    "false_pass_probability": f"{bound:.3g}"}
+    return {"status": "unknown", "reason": "every sampled point hit a pole"}
+
+
+# ---------------------------------------------------------------------------- SymPy, independently
+def sympy_simplify(claim: TracedClaim) -> dict:
+    """An independent derivation: run the spec on the SymPy backend, differentiate the forward with
+    ``sympy.diff`` and normalise each component with ``cancel``, then ``simplify``."""
+    import numpy as np
+    import sympy
+
+    from specs.backends import SYMPY
+    from symbolic.fields import SympyField
+
+    op = claim.op
+    S = SympyField()
+
+    def sym_array(leaves):
+        return np.vectorize(lambda n: S.leaf(n.value), otypes=[object])(leaves)
+
+    values = {}
+    from symbolic.claims import primal_values
+    traced = primal_values(op, claim.dims, claim.overrides)
+    for name, v in traced.items():
+        if isinstance(v, np.ndarray):
+            values[name] = sym_array(v)
+        elif hasattr(v, "op"):
+            values[name] = S.leaf(v.value) if v.op == "leaf" else sympy.Rational(v.value.numerator, v.value.denominator)
+        else:
+            values[name] = v
+    y = np.asarray(op.bind(op.forward, SYMPY, values), dtype=object)
+    if claim.kind == "vjp":
+        dy = sym_array(claim.dy)
+        cot = np.asarray(op.bind(op.vjp, SYMPY, {**values, "dy": dy})[list(op.inputs).index(claim.wrt)],
+                         dtype=object)
+        xs = values[claim.wrt]
+        residuals = []
+        for idx in np.ndindex(*xs.shape):
+            jt = sum((dy[k] * sympy.diff(y[k], xs[idx]) for k in np.ndindex(*y.shape)), sympy.S.Zero)
+            residuals.append(cot[idx] - jt)
+    else:
+        law = op.get_law(claim.claim)
+        if law.needs_dy:
+            values["dy"] = sym_array(leaf_like(claim, y.shape))
+        out = op.bind(law.fn, SYMPY, values)
+        lhs, rhs = (out if isinstance(out, tuple) else (out, 0))
+        residuals = list(np.ravel(np.asarray(lhs, dtype=object) - np.asarray(rhs, dtype=object)))
+    used = "cancel"
+    for r in residuals:
+        if sympy.cancel(r) != 0:
+            used = "simplify"
+            if sympy.simplify(r) != 0:
+                return {"status": "nonzero"}
+    return {"status": "proved", "method": f"sympy-{used}", "components": len(residuals)}
+
+
+def leaf_like(claim, shape):
+    from symbolic.trace import leaf_array
+    return leaf_array(shape, "dy", "dy")

@@ -1,0 +1,36 @@
+"""Every number the symbolic checker decides with, and where it comes from."""
+
+# Witness search (mpmath). A `failed` verdict needs a residual that is far above rounding at LOW_DPS
+# digits and persists when the same exact point is evaluated at HIGH_DPS digits.
+LOW_DPS = 50
+HIGH_DPS = 100
+# Relative residual above which LOW_DPS arithmetic cannot explain it: rounding at 50 digits leaves
+# ~1e-48 relative error after a few hundred operations; 1e-25 leaves 23 orders of margin either way
+# (a bug one part in 1e7 is 18 orders above it).
+FAIL_REL = 1e-25
+# The residual at HIGH_DPS must agree with LOW_DPS to this relative accuracy: a genuine nonzero.
+PERSIST_REL = 1e-10
+# Digits of agreement at HIGH_DPS that count as "numerically zero" (rounding leaves ~95).
+ZERO_DIGITS = 80
+WITNESS_POINTS = 2
+# Sample inputs: integers in [-SPAN, SPAN] over DEN, never 0 (values in [-2, 2], exact rationals);
+# positive parameters (eps) in [LO, HI] / DEN = [0.05, 1].
+WITNESS_DEN = 1000
+WITNESS_SPAN = 2000
+WITNESS_POS_LO, WITNESS_POS_HI = 50, 1000
+WITNESS_MAX_LEAVES = 200
+
+# Randomised exact test over GF(2^61 - 1): independent trials, each a false pass with probability
+# <= degree / p (Schwartz-Zippel).
+MODP_TRIALS = 3
+
+# A shared intermediate that is a linear form with at least this many terms becomes an atom (with
+# its linear relation) instead of being expanded at every use. Below ~16 terms expansion is cheaper.
+LIN_ATOM_MIN_TERMS = 16
+
+# Share of the remaining claim budget each strategy may spend (the last one gets what is left).
+SHARE = {"ring": 0.5, "witness": 0.5, "relations": 0.5, "sympy": 0.6, "modp": 0.7}
+# SymPy's own derivation is only attempted on small claims (in traced nodes): beyond this it cannot
+# finish within any sensible budget (DESIGN: plain simplify took 16 s at softmax n=16).
+SYMPY_MAX_NODES = 4000
+DEFAULT_CLAIM_BUDGET_S = 60.0
