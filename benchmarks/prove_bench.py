@@ -1,0 +1,104 @@
+"""Benchmark of the symbolic tier (issue: specs and exact proofs).
+
+1. `vjpcert prove` of every built-in op at default dims, cold (a fresh process), wall time.
+2. For softmax, RMSNorm and LayerNorm: the largest n proved exactly within 1 s per claim, walking a
+   ladder of n; and, in the same run, the peer this project replaces -- SymPy's own route (Jacobian by
+   ``sympy.diff`` then ``simplify`` of backward - J^T dy) -- at the small n it can reach, as a ratio.
+
+Writes reports/benchmarks/prove.json and prove.md. Run: python benchmarks/prove_bench.py
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from specs import builtin_ops  # noqa: E402
+from specs.budget import run_with_budget  # noqa: E402
+from specs.certificate import atomic_write  # noqa: E402
+from symbolic import strategies  # noqa: E402
+from symbolic.claims import trace_claim  # noqa: E402
+from symbolic.prover import prove_claim  # noqa: E402
+
+LADDER = {"softmax": [16, 32, 64, 128, 192, 256], "rmsnorm": [8, 16, 32, 64, 128, 256],
+          "layernorm": [8, 16, 32, 64, 128, 256]}
+PEER_N = [2, 3, 4, 6, 8]
+PEER_BUDGET_S = 20.0
+
+
+def cold_prove_all() -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        t = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "vjpcert.cli", "prove", "--quiet", "--jobs", "2",
+                               "--reports", tmp], capture_output=True, text=True, cwd=ROOT)
+        wall = time.perf_counter() - t
+        if proc.returncode != 0:
+            raise SystemExit(f"vjpcert prove exited {proc.returncode}:\n{proc.stderr[-2000:]}")
+        return wall
+
+
+def largest_n(op, claim: str) -> tuple[int, list]:
+    best, rows = 0, []
+    for n in LADDER[op.name]:
+        cert = prove_claim(op, claim, {"rows": 1, "n": n}, budget=30)
+        rows.append({"n": n, "verdict": cert.verdict, "seconds": cert.seconds})
+        if cert.verdict == "proved" and cert.seconds <= 1.0:
+            best = n
+        else:
+            break
+    return best, rows
+
+
+def peer_vs_ours(op, claim: str) -> list:
+    rows = []
+    for n in PEER_N:
+        traced = trace_claim(op, claim, {"rows": 1, "n": n})
+        peer = run_with_budget(lambda: strategies.sympy_simplify(traced), PEER_BUDGET_S)
+        ours = prove_claim(op, claim, {"rows": 1, "n": n})
+        rows.append({"n": n, "sympy_seconds": round(peer.seconds, 3) if peer.status == "ok" else None,
+                     "sympy_status": peer.status if peer.status != "ok" else peer.value["status"],
+                     "ours_seconds": ours.seconds, "ours_verdict": ours.verdict,
+                     "ratio": round(peer.seconds / max(ours.seconds, 1e-4), 1) if peer.status == "ok" else None})
+        if peer.status != "ok":
+            break
+    return rows
+
+
+def main():
+    ops = builtin_ops()
+    result = {"cold_prove_all_seconds": round(cold_prove_all(), 2), "largest_n_within_1s": {},
+              "peer_sympy": {}}
+    for name in LADDER:
+        op = ops[name]
+        for claim in op.claims():
+            best, rows = largest_n(op, claim)
+            result["largest_n_within_1s"][f"{name} {claim}"] = {"n": best, "ladder": rows}
+        result["peer_sympy"][f"{name} vjp[x]"] = peer_vs_ours(op, "vjp[x]")
+    out = ROOT / "reports" / "benchmarks"
+    atomic_write(out / "prove.json", json.dumps(result, indent=2) + "\n")
+    lines = ["# Symbolic tier benchmark", "", "Command: `python benchmarks/prove_bench.py` (2 cores).", "",
+             f"- `vjpcert prove` (all built-in ops, default dims, `--jobs 2`, cold process): "
+             f"**{result['cold_prove_all_seconds']} s** (target <= 30 s)", "",
+             "| claim | largest n proved in <= 1 s | ladder (n: seconds) |", "|---|---|---|"]
+    for key, v in result["largest_n_within_1s"].items():
+        ladder = ", ".join(f"{r['n']}: {r['seconds']:.2f}" for r in v["ladder"])
+        lines.append(f"| {key} | **{v['n']}** | {ladder} |")
+    lines += ["", "Peer in the same run: SymPy's own route (`diff`, then `cancel`/`simplify`), "
+              f"budget {PEER_BUDGET_S:.0f} s per claim.", "",
+              "| claim | n | sympy s | ours s | ratio |", "|---|---|---|---|---|"]
+    for key, rows in result["peer_sympy"].items():
+        for r in rows:
+            lines.append(f"| {key} | {r['n']} | {r['sympy_seconds'] if r['sympy_seconds'] is not None else r['sympy_status']} "
+                         f"| {r['ours_seconds']:.3f} | {r['ratio'] if r['ratio'] is not None else '-'} |")
+    atomic_write(out / "prove.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

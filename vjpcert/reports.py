@@ -1,0 +1,133 @@
+"""Reports: the JSON certificates are the source of truth; Markdown per op and an index are rendered
+from them. Every file is written atomically."""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from specs.certificate import TRUST, Certificate, atomic_write
+from specs.registry import Op
+
+TIERS = ("symbolic", "numeric", "kernel")
+# worst first: a tier's summary shows the worst verdict among its claims
+SEVERITY = ["failed", "inconclusive", "checked", "checked-probabilistic", "kernel-match",
+            "proved-compositional", "proved", "proved-general"]
+
+
+class ReportError(Exception):
+    pass
+
+
+def write_certificate(cert: Certificate, root: Path) -> Path:
+    path = Path(root) / cert.relpath()
+    atomic_write(path, cert.to_json())
+    return path
+
+
+def load_certificates(root: Path, *, strict: bool = True) -> list[Certificate]:
+    """Every certificate under root/certificates. A malformed file raises ReportError naming it."""
+    root = Path(root)
+    out = []
+    for path in sorted((root / "certificates").rglob("*.json")):
+        try:
+            out.append(Certificate.from_dict(json.loads(path.read_text(encoding="utf-8"))))
+        except (json.JSONDecodeError, TypeError, ValueError, UnicodeDecodeError) as exc:
+            if strict:
+                raise ReportError(f"{path}: not a valid certificate ({type(exc).__name__}: {exc})") from None
+    return out
+
+
+def _dims(d: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(d.items())) or "-"
+
+
+def _summary(certs: list[Certificate]) -> str:
+    if not certs:
+        return "-"
+    counts = defaultdict(int)
+    for c in certs:
+        counts[c.verdict] += 1
+    worst = min(counts, key=SEVERITY.index)
+    if len(counts) == 1:
+        return f"{worst} ({counts[worst]})"
+    return f"**{worst}** {counts[worst]}/{len(certs)}"
+
+
+def _evidence_brief(c: Certificate) -> str:
+    ev = c.evidence
+    if c.verdict == "failed":
+        w = ev["witness"]
+        return f"witness at {w.get('component', '?')}: residual {w.get('residual', '?')}"
+    if "digits" in ev and "error" not in ev:
+        return f"{ev['digits']} digits"
+    if "false_pass_probability" in ev:
+        return f"P(false pass) <= {ev['false_pass_probability']}"
+    if "residual_terms" in ev:
+        return f"{ev.get('variables', '?')} vars, {ev.get('lhs_terms', '?')} terms"
+    if "error" in ev:
+        return ev["error"][:80]
+    return ev.get("reason", "")
+
+
+def render_op(name: str, certs: list[Certificate], op: Op | None) -> str:
+    lines = [f"# {name}", ""]
+    if op is not None:
+        lines += ["```text", op.doc.strip(), "```", ""]
+        if op.module is not None and getattr(op.module, "__file__", None):
+            lines += [f"Spec file: `specs/{Path(op.module.__file__).name}`" if op.module.__name__.startswith("specs.")
+                      else f"Spec file: `{Path(op.module.__file__).name}`", ""]
+    by_tier = defaultdict(list)
+    for c in certs:
+        by_tier[c.tier].append(c)
+    for tier in TIERS:
+        rows = sorted(by_tier.get(tier, []), key=lambda c: (c.claim, sorted(c.dims.items())))
+        if not rows:
+            continue
+        lines += [f"## {tier.capitalize()} tier", "",
+                  "| claim | dims | verdict | trust | method | evidence | seconds |",
+                  "|---|---|---|---|---|---|---|"]
+        for c in rows:
+            lines.append(f"| `{c.claim}` | {_dims(c.dims)} | **{c.verdict}** | {TRUST[c.verdict]} | "
+                         f"{c.method} | {_evidence_brief(c)} | {c.seconds:.3g} |")
+        lines.append("")
+    assumptions = sorted({a for c in certs for a in c.assumptions})
+    if assumptions:
+        lines += ["## Assumptions", ""] + [f"- {a}" for a in assumptions] + [""]
+    failed = [c for c in certs if c.verdict == "failed"]
+    if failed:
+        lines += ["## Witnesses", ""]
+        for c in failed:
+            lines += [f"### `{c.claim}` ({c.tier}, {_dims(c.dims)})", "", "```json",
+                      json.dumps(c.evidence["witness"], indent=2)[:4000], "```", ""]
+    return "\n".join(lines)
+
+
+def render_index(certs: list[Certificate], command: str) -> str:
+    by_op = defaultdict(list)
+    for c in certs:
+        by_op[c.op].append(c)
+    lines = ["# vjpcert reports", "",
+             f"Made by `{command}`. The JSON certificates under `certificates/` are the source of truth;",
+             "this page and the per-op pages are rendered from them. `vjpcert verify` checks that every",
+             "certificate still matches the spec and checker code that issued it.", "",
+             "| op | " + " | ".join(TIERS) + " |", "|---|" + "---|" * len(TIERS)]
+    for name in sorted(by_op):
+        cells = [_summary([c for c in by_op[name] if c.tier == t]) for t in TIERS]
+        lines.append(f"| [{name}]({name}.md) | " + " | ".join(cells) + " |")
+    lines += ["", "## Verdicts", "", "| verdict | what it means |", "|---|---|"]
+    from specs.certificate import VERDICTS
+    lines += [f"| {v} | {m} |" for v, m in VERDICTS.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(root: Path, ops: dict[str, Op], command: str = "vjpcert") -> None:
+    """Re-render every per-op page and the index from the certificates on disk."""
+    root = Path(root)
+    certs = load_certificates(root, strict=False)
+    by_op = defaultdict(list)
+    for c in certs:
+        by_op[c.op].append(c)
+    for name, group in by_op.items():
+        atomic_write(root / f"{name}.md", render_op(name, group, ops.get(name)))
+    atomic_write(root / "README.md", render_index(certs, command))

@@ -1,0 +1,99 @@
+"""Running claims: one task per (tier, op, claim, dims), in this process, in a pool of forked
+processes (``--jobs``), or on any ``concurrent.futures``-style executor (a Dask client). Each
+certificate is written the moment it arrives, so an interrupted run loses only the claims in flight.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import time
+import traceback
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from specs.certificate import Certificate, sources_sha256, versions
+from vjpcert.ops import OpRef
+
+
+@dataclass(frozen=True)
+class Task:
+    tier: str                        # "symbolic" | "numeric" | "kernel"
+    op: OpRef
+    claim: str
+    dims: tuple                      # sorted (name, size) pairs: hashable and picklable
+    options: tuple = field(default=())
+
+    @property
+    def dims_dict(self) -> dict:
+        return dict(self.dims)
+
+    def label(self) -> str:
+        d = ",".join(f"{k}={v}" for k, v in self.dims)
+        return f"{self.op} {self.claim} [{d}]"
+
+
+def make_task(tier: str, ref: OpRef, claim: str, dims: dict, **options) -> Task:
+    return Task(tier, ref, claim, tuple(sorted(dims.items())), tuple(sorted(options.items())))
+
+
+def execute(task: Task) -> Certificate:
+    """Run one task (in whatever process it lands). A crash of the checker itself becomes an
+    `inconclusive` certificate that carries the error: never a pass, never a lost run."""
+    start = time.perf_counter()
+    op = None
+    try:
+        op = task.op.resolve()
+        opts = dict(task.options)
+        if task.tier == "symbolic":
+            from symbolic.prover import prove_claim
+            return prove_claim(op, task.claim, task.dims_dict, **opts)
+        raise ValueError(f"unknown tier {task.tier!r}")
+    except Exception as exc:
+        return Certificate(op=task.op.name, claim=task.claim, tier=task.tier, verdict="inconclusive",
+                           method="error", dims=task.dims_dict, assumptions=[],
+                           evidence={"error": f"{type(exc).__name__}: {exc}",
+                                     "traceback": traceback.format_exc(limit=6)},
+                           seconds=time.perf_counter() - start,
+                           spec_sha256=op.spec_sha256 if op is not None else "",
+                           checker_sha256=sources_sha256([]), versions=versions())
+
+
+def run_tasks(tasks: Iterable[Task], *, jobs: int = 1, executor: Executor | None = None,
+              on_result: Callable[[Task, Certificate], None] = lambda t, c: None) -> list[Certificate]:
+    tasks = list(tasks)
+    out: list[Certificate] = []
+    if executor is None and jobs <= 1:
+        for task in tasks:
+            cert = execute(task)
+            on_result(task, cert)
+            out.append(cert)
+        return out
+    own = executor is None
+    if own:
+        ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() \
+            else multiprocessing.get_context()
+        executor = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+    futures = {}
+    try:
+        futures = {executor.submit(execute, t): t for t in tasks}
+        for fut in as_completed(futures):
+            cert = fut.result()
+            on_result(futures[fut], cert)
+            out.append(cert)
+    except BaseException:
+        for fut in futures:
+            fut.cancel()
+        raise
+    finally:
+        if own:
+            executor.shutdown(wait=False, cancel_futures=True)
+    return out
+
+
+def exit_code(certs: list[Certificate], proof_tier_only: bool = False) -> int:
+    """0 every claim passed (proved, for `prove`), 1 any failed, 3 anything left undecided."""
+    if any(c.verdict == "failed" for c in certs):
+        return 1
+    if proof_tier_only:
+        return 0 if all(c.verdict.startswith("proved") for c in certs) else 3
+    return 0 if all(c.passed for c in certs) else 3
