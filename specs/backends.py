@@ -6,13 +6,16 @@ constants ``B.c(p, q)`` (never a Python float literal: a rounded 0.7978845608 ca
 mpmath it silently caps the precision). Arrays are numpy arrays: ``dtype=object`` holding SymPy
 expressions or mpmath numbers, or float64 / float32.
 
-The prover's own backend (exact atoms over polynomial rings) lives in ``symbolic.trace``.
+The tracing backend (expression DAGs for the prover, and spec hygiene) lives in ``specs.trace``.
 """
 from __future__ import annotations
 
+import contextlib
 from fractions import Fraction
 
 import numpy as np
+
+from specs.registry import SpecError
 
 
 def exact(p, q=1) -> Fraction:
@@ -87,17 +90,46 @@ class MpmathBackend(ObjectBackend):
         self.tanh = _elementwise(ctx.tanh)
         self.sin = _elementwise(ctx.sin)
         self.cos = _elementwise(ctx.cos)
-        self.pi = +ctx.pi
+
+    @contextlib.contextmanager
+    def strict(self):
+        """While a spec runs: converting one of this context's numbers to a Python float (float(),
+        math.*, np.float64) raises, instead of silently capping the precision at 16 digits."""
+        def refuse(v):
+            raise SpecError(None, "float() / math.* / np.float64 was applied to an mpmath value: the "
+                                  "result would have 16 digits; use B.exp, B.sqrt, ...")
+        saved = [(cls, cls.__dict__.get("__float__")) for cls in (self.ctx.mpf, self.ctx.mpc)]
+        for cls, _ in saved:
+            cls.__float__ = refuse
+        try:
+            yield self
+        finally:
+            for cls, old in saved:
+                if old is None:
+                    del cls.__float__
+                else:
+                    cls.__float__ = old
+
+    @property
+    def pi(self):
+        """At the context's *current* precision (mpmath.diff raises it while it differentiates)."""
+        return +self.ctx.pi
 
     def c(self, p, q=1):
         f = exact(p, q)
         return self.ctx.mpf(f.numerator) / f.denominator
 
     def convert(self, a):
-        """Exact conversion of an array of ints / Fractions / floats into this context."""
-        conv = _elementwise(lambda v: self.ctx.mpf(v.numerator) / v.denominator
-                            if isinstance(v, Fraction) else self.ctx.mpf(v))
-        return conv(np.asarray(a, dtype=object))
+        """Exact conversion of ints / Fractions / floats (binary64 values are exact in mpf)."""
+        def one(v):
+            if isinstance(v, Fraction):
+                return self.ctx.mpf(v.numerator) / v.denominator
+            return self.ctx.mpf(float(v)) if isinstance(v, np.floating) else self.ctx.mpf(v)
+        out = np.empty(np.shape(a), dtype=object)
+        flat = np.asarray(a, dtype=object)
+        for idx in np.ndindex(*out.shape):
+            out[idx] = one(flat[idx])
+        return out
 
 
 class FloatBackend:

@@ -102,7 +102,8 @@ class Op:
                  nondiff: Mapping[str, tuple] | None, params: Mapping[str, Param] | None,
                  dims: list[Dims], large_dims: list[Dims] | None, check_dims: Dims | None,
                  assumptions: tuple[str, ...], constraints: Callable[[Dims], str | None] | None,
-                 tags: tuple[str, ...] = ()):
+                 tags: tuple[str, ...] = (), kinks: Callable | None = None,
+                 sample: Mapping[str, Callable] | None = None):
         self.name = name
         self.forward = fn
         self.inputs = dict(inputs)
@@ -115,6 +116,8 @@ class Op:
         self.assumptions = tuple(assumptions)
         self.constraints = constraints
         self.tags = tuple(tags)
+        self.kinks = kinks              # kinks(B, **inputs) -> distance of each entry to a kink
+        self.sample = dict(sample or {})  # name -> sampler(rng, shape): inputs that need a law of their own
         self.vjp: Callable | None = None
         self.laws: list[Law] = []
         self.mutants: list[Mutant] = []
@@ -283,16 +286,20 @@ REGISTRY: dict[str, Op] = {}
 
 
 def op(*, inputs: Mapping[str, tuple], output: tuple, dims: list[Dims], nondiff=None, params=None,
-       large_dims=None, check_dims=None, assumptions=(), constraints=None, name=None, tags=()):
+       large_dims=None, check_dims=None, assumptions=(), constraints=None, name=None, tags=(),
+       kinks=None, sample=None):
     """Declare an op. ``dims`` is the ladder of shapes at which proofs run by default (smallest first;
-    prefer non-square sizes, a transposed gradient can hide at m = d)."""
+    prefer non-square sizes, a transposed gradient can hide at m = d); ``check_dims`` is where the
+    numeric tier works. ``kinks(B, **inputs)`` returns each entry's distance to a point where the op
+    is not differentiable (samplers stay away); ``sample`` gives custom samplers for some inputs."""
     if not dims:
         raise SpecError(name, "an op needs at least one entry in dims")
 
     def register(fn):
         o = Op(fn, name=name or fn.__name__, inputs=inputs, output=output, nondiff=nondiff,
                params=params, dims=dims, large_dims=large_dims, check_dims=check_dims,
-               assumptions=tuple(assumptions), constraints=constraints, tags=tags)
+               assumptions=tuple(assumptions), constraints=constraints, tags=tags, kinks=kinks,
+               sample=sample)
         old = REGISTRY.get(o.name)
         if old is not None and getattr(old.module, "__name__", "").startswith("specs.") \
                 and getattr(old.module, "__file__", None) != getattr(o.module, "__file__", None):

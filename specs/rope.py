@@ -65,7 +65,8 @@ def _even(dims):
 ROPE = dict(inputs={"x": ("rows", "d")}, nondiff={"pos": ("rows",)}, output=("rows", "d"),
             params={"base": Param(10000, symbolic=False, doc="frequency base")},
             dims=[{"rows": 1, "d": 2}, {"rows": 2, "d": 6}], large_dims=[{"rows": 2, "d": 64}],
-            check_dims={"rows": 3, "d": 8}, constraints=_even)
+            check_dims={"rows": 3, "d": 8}, constraints=_even,
+            sample={"pos": lambda rng, shape: rng.integers(0, 4096, shape).astype(float)})
 
 
 @op(**ROPE)

@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from symbolic.trace import Leaf, Node
+from specs.trace import Leaf, Node
 
 
 class Evaluator:

@@ -21,7 +21,7 @@ from specs.certificate import Certificate, sources_sha256, versions
 from specs.registry import Op
 from symbolic import strategies, tolerances as tol
 from symbolic.claims import trace_claim
-from symbolic.trace import dag_size
+from specs.trace import dag_size
 
 CHECKER_SHA256 = sources_sha256(Path(__file__).parent.glob("*.py"))
 

@@ -11,7 +11,7 @@ from fractions import Fraction
 from symbolic import tolerances as tol
 from symbolic.claims import TracedClaim
 from symbolic.fields import AtomPoolExhausted, DegreeField, ModPField, MpField, P61, RingField
-from symbolic.trace import Leaf
+from specs.trace import Leaf
 
 
 # ---------------------------------------------------------------------------- exact ring
@@ -188,7 +188,7 @@ def sympy_simplify(claim: TracedClaim) -> dict:
         return np.vectorize(lambda n: S.leaf(n.value), otypes=[object])(leaves)
 
     values = {}
-    from symbolic.claims import primal_values
+    from specs.validate import primal_values
     traced = primal_values(op, claim.dims, claim.overrides)
     for name, v in traced.items():
         if isinstance(v, np.ndarray):
@@ -224,5 +224,5 @@ def sympy_simplify(claim: TracedClaim) -> dict:
 
 
 def leaf_like(claim, shape):
-    from symbolic.trace import leaf_array
+    from specs.trace import leaf_array
     return leaf_array(shape, "dy", "dy")

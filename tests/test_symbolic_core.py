@@ -9,7 +9,7 @@ import sympy
 
 from symbolic.evaluate import Evaluator, Tangent
 from symbolic.fields import ModPField, RingField, SympyField
-from symbolic.trace import TRACE, Leaf, Node, leaf_array, leaves_of
+from specs.trace import TRACE, Leaf, Node, leaf_array, leaves_of
 
 X = Node("leaf", (), Leaf("x", "input"))
 

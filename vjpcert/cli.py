@@ -33,6 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prove", help="prove backward = J^T dy and every law exactly (symbolic tier)")
     _common(p, "budget per claim in seconds (default 60)")
+    p = sub.add_parser("check", help="check backward against derivatives of the forward in mpmath "
+                                     "(numeric tier), with digits of agreement")
+    _common(p, "unused by check (kept for symmetry)")
+    p.add_argument("--shape", dest="dims_alias", help="alias of --dims")
+    p.add_argument("--dps", type=int, default=50, help="mpmath digits (default 50, at least 20)")
+    p.add_argument("--method", default="mpmath-diff",
+                   choices=["mpmath-diff", "complex-step", "richardson", "central"])
+    p.add_argument("--point", help="JSON file {input: nested list}: check at this point only")
+    p.add_argument("--no-plots", action="store_true", help="skip the finite-difference plots")
     return parser
 
 
@@ -41,12 +50,39 @@ def _fail_bad_input(msg: str) -> int:
     return EXIT_BAD_INPUT
 
 
+def _load_point(path: str, op) -> dict:
+    import json
+
+    import numpy as np
+
+    from specs.reference import infer_dims
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise SpecError(None, f"--point: file not found: {path}") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(None, f"--point: {path} is not JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise SpecError(None, f"--point: {path} must hold an object {{input name: nested list}}")
+    point = {k: np.asarray(v, dtype=np.float64) for k, v in raw.items()}
+    for k, v in point.items():
+        if not np.all(np.isfinite(v)):
+            raise SpecError(op.name, f"--point: {k!r} contains NaN or Inf")
+    return infer_dims(op, point), {k: v.tolist() for k, v in point.items()}
+
+
 def _plan(args, tier: str):
     """Select ops, expand dims and claims, and validate every spec before anything is written."""
-    from symbolic.claims import validate
+    from specs.validate import validate
     from vjpcert.ops import dims_ladder, parse_dims, select_ops
     from vjpcert.runner import make_task
 
+    if getattr(args, "dims_alias", None):
+        args.dims = args.dims_alias
+    if tier == "numeric":
+        from numeric.tolerances import MIN_DPS
+        if args.dps < MIN_DPS:
+            raise SpecError(None, f"--dps {args.dps} is below {MIN_DPS}: too few digits to check anything")
     if args.jobs < 1:
         raise SpecError(None, "--jobs must be >= 1")
     if args.timeout is not None and args.timeout <= 0:
@@ -59,16 +95,36 @@ def _plan(args, tier: str):
         if unknown:
             raise SpecError(None, f"--dims names {sorted(unknown)}, which no selected op has "
                                   f"(they have {sorted(known)})")
+    point = None
+    if getattr(args, "point", None):
+        if len(selected) != 1:
+            raise SpecError(None, "--point needs exactly one op")
+        fixed, point = _load_point(args.point, selected[0][1])
     tasks, ops = [], {}
     for ref, op in selected:
         ops[op.name] = op
-        for dims in dims_ladder(op, overrides, args.large):
+        if point is not None:
+            ladder = [fixed]
+        elif tier == "numeric" and not overrides and not args.large:
+            from numeric.check import numeric_dims
+            ladder = numeric_dims(op)
+        else:
+            ladder = dims_ladder(op, overrides, args.large)
+        for dims in ladder:
             validate(op, dims)
             opts = {"seed": args.seed}
-            if args.timeout is not None:
+            if tier == "symbolic" and args.timeout is not None:
                 opts["budget"] = args.timeout
+            if tier == "numeric":
+                opts.update(dps=args.dps, method=args.method)
+                if point is not None:
+                    opts["point"] = tuple(sorted((k, _freeze(v)) for k, v in point.items()))
             tasks += [make_task(tier, ref, claim, dims, **opts) for claim in op.claims()]
     return tasks, ops
+
+
+def _freeze(v):
+    return tuple(_freeze(x) for x in v) if isinstance(v, list) else v
 
 
 def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
@@ -98,6 +154,11 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
                                        f"({cert.method}, {cert.seconds:.2f}s)")
         try:
             run_tasks(tasks, jobs=args.jobs, on_result=on_result)
+            if getattr(args, "no_plots", True) is False:
+                from numeric.plots import write_fd_plot
+                for op in ops.values():
+                    progress.update(bar, description=f"{command}: plot {op.name}")
+                    write_fd_plot(op, root, seed=args.seed)
         except KeyboardInterrupt:
             write_reports(root, ops, command)
             console.print(f"interrupted: {len(done)} of {len(tasks)} certificates written to {root}/")
@@ -120,11 +181,16 @@ def cmd_prove(args) -> int:
     return _run(args, tasks, ops, "vjpcert prove", proof_only=True)
 
 
+def cmd_check(args) -> int:
+    tasks, ops = _plan(args, "numeric")
+    return _run(args, tasks, ops, "vjpcert check", proof_only=False)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return {"prove": cmd_prove}[args.command](args)
+        return {"prove": cmd_prove, "check": cmd_check}[args.command](args)
     except SpecError as exc:
         return _fail_bad_input(str(exc))
 

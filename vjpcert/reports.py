@@ -70,7 +70,7 @@ def _evidence_brief(c: Certificate) -> str:
     return ev.get("reason", "")
 
 
-def render_op(name: str, certs: list[Certificate], op: Op | None) -> str:
+def render_op(name: str, certs: list[Certificate], op: Op | None, plots: list[str] = ()) -> str:
     lines = [f"# {name}", ""]
     if op is not None:
         lines += ["```text", op.doc.strip(), "```", ""]
@@ -91,6 +91,12 @@ def render_op(name: str, certs: list[Certificate], op: Op | None) -> str:
             lines.append(f"| `{c.claim}` | {_dims(c.dims)} | **{c.verdict}** | {TRUST[c.verdict]} | "
                          f"{c.method} | {_evidence_brief(c)} | {c.seconds:.3g} |")
         lines.append("")
+    for plot in plots:
+        lines += ["## Finite differences vs step", "",
+                  "Relative error of <v, J u> by central differences over the step h, in float64 and in "
+                  "mpmath; dashed lines are the mutants' own errors. A mutant under the float64 floor is "
+                  "invisible to any float64 finite-difference check.", "",
+                  f"![finite-difference error against step for {name}]({plot})", ""]
     assumptions = sorted({a for c in certs for a in c.assumptions})
     if assumptions:
         lines += ["## Assumptions", ""] + [f"- {a}" for a in assumptions] + [""]
@@ -129,5 +135,6 @@ def write_reports(root: Path, ops: dict[str, Op], command: str = "vjpcert") -> N
     for c in certs:
         by_op[c.op].append(c)
     for name, group in by_op.items():
-        atomic_write(root / f"{name}.md", render_op(name, group, ops.get(name)))
+        plots = [f"plots/{name}-fd.png"] if (root / "plots" / f"{name}-fd.png").exists() else []
+        atomic_write(root / f"{name}.md", render_op(name, group, ops.get(name), plots))
     atomic_write(root / "README.md", render_index(certs, command))

@@ -47,6 +47,11 @@ def execute(task: Task) -> Certificate:
         if task.tier == "symbolic":
             from symbolic.prover import prove_claim
             return prove_claim(op, task.claim, task.dims_dict, **opts)
+        if task.tier == "numeric":
+            from numeric.check import check_claim
+            if "point" in opts:
+                opts["point"] = dict(opts["point"])
+            return check_claim(op, task.claim, task.dims_dict, **opts)
         raise ValueError(f"unknown tier {task.tier!r}")
     except Exception as exc:
         return Certificate(op=task.op.name, claim=task.claim, tier=task.tier, verdict="inconclusive",

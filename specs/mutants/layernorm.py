@@ -3,7 +3,7 @@ from specs.layernorm import layernorm, normalise
 
 
 def _back(B, x, gamma, beta, eps, dy, *, rstd_eps_outside=False, mean_term=True, projection=True,
-          dgamma_xhat=True, dbeta=True):
+          dgamma_xhat=True, dbeta=True, mean_rounding=0):
     xh, rstd = normalise(B, x, eps)
     if rstd_eps_outside:
         xc = x - x.mean(-1, keepdims=True)
@@ -12,7 +12,7 @@ def _back(B, x, gamma, beta, eps, dy, *, rstd_eps_outside=False, mean_term=True,
     g = dy * gamma
     inner = g
     if mean_term:
-        inner = inner - g.mean(-1, keepdims=True)
+        inner = inner - g.mean(-1, keepdims=True) * (1 + mean_rounding)
     if projection:
         inner = inner - xh * (g * xh).mean(-1, keepdims=True)
     dgamma = (dy * (xh if dgamma_xhat else x)).sum(0)
@@ -42,3 +42,9 @@ def _(B, x, gamma, beta, eps, dy):
 @layernorm.mutant("missing_dbeta", kills=["vjp[beta]"])
 def _(B, x, gamma, beta, eps, dy):
     return _back(B, x, gamma, beta, eps, dy, dbeta=False)
+
+
+@layernorm.mutant("fp32_accumulated_mean", kills=["vjp[x]", "dx_sums_to_zero"])
+def _(B, x, gamma, beta, eps, dy):
+    """mean(g) accumulated in float32, modelled as one relative rounding of 2^-23: one part in 10^7."""
+    return _back(B, x, gamma, beta, eps, dy, mean_rounding=B.c(1, 2**23))

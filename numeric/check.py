@@ -1,0 +1,259 @@
+"""The numeric tier: an op's backward against derivatives of its forward, in mpmath at ``dps`` digits.
+
+Tiny shapes compare the full Jacobian (columns J e_j from the forward, rows J^T e_i from the
+backward); larger ones random signed directions, <v, J u> against <J^T v, u>. Laws are evaluated
+directly. Each claim reports its digits of agreement; a shortfall is `failed` only when it persists at
+twice the digits (a wrong backward does not improve with precision; rounding does).
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from numeric import tolerances as tol
+from numeric.derivatives import METHODS, derivative
+from numeric.sampling import cotangent, kink_distance, sample_point
+from specs.backends import MpmathBackend
+from specs.certificate import Certificate, sources_sha256, versions
+from specs.registry import Op, SpecError
+from specs.validate import validate
+
+CHECKER_SHA256 = sources_sha256(Path(__file__).parent.glob("*.py"))
+
+
+class Contamination(SpecError):
+    pass
+
+
+def _mp_values(op: Op, B: MpmathBackend, point: dict, overrides: dict | None = None) -> dict:
+    values = {k: B.convert(v) for k, v in point.items()}
+    for name, p in op.params.items():
+        v = (overrides or {}).get(name, p.default)
+        values[name] = B.c(v) if p.symbolic else v
+    return values
+
+
+def _check_clean(op: Op, arr, what: str, ctx) -> np.ndarray:
+    """Every entry must be an mpmath number of this context: a Python float means the spec left
+    mpmath (a float literal or a math.* call) and silently capped the precision at 16 digits."""
+    arr = np.asarray(arr, dtype=object)
+    for v in arr.ravel():
+        if isinstance(v, (float, np.floating)) or not isinstance(v, (ctx.mpf, ctx.mpc, int)):
+            raise Contamination(op.name, f"{what} produced a {type(v).__name__} ({v!r}) under mpmath: "
+                                         f"a Python float or math.* call leaked into the spec")
+    return arr
+
+
+def _digits(err, scale, dps) -> float:
+    if err == 0:
+        return float(dps)
+    if scale == 0:
+        return 0.0
+    return max(0.0, min(float(dps), -math.log10(float(err / scale))))
+
+
+def required_digits(method: str, dps: int) -> float:
+    return tol.METHOD_FRACTION[method] * dps - tol.MARGIN_DIGITS
+
+
+# ------------------------------------------------------------------------------ one point, one precision
+def _compare_vjp(op: Op, wrt: str, point: dict, dy: np.ndarray, dirs, dps: int, method: str, full: bool):
+    """(digits, details) for backward_wrt against derivatives of the forward at this point."""
+    B = MpmathBackend(dps)
+    ctx = B.ctx
+    values = _mp_values(op, B, point)
+    x = values[wrt]
+
+    def f(xx):
+        with B.strict():
+            return _check_clean(op, op.bind(op.forward, B, {**values, wrt: xx}), "the forward", ctx)
+
+    def back(v):
+        with B.strict():
+            cots = op.bind(op.vjp, B, {**values, "dy": v})
+        return _check_clean(op, cots[list(op.inputs).index(wrt)], "the backward", ctx)
+
+    y = f(x)
+    step = fd_scale(point[wrt])
+    if full:
+        n, m = x.size, y.size
+        J = np.empty((m, n), dtype=object)
+        for j in range(n):
+            e = np.zeros(x.shape, dtype=object)
+            e.flat[j] = 1
+            col = derivative(lambda h: f(x + h * e), ctx, method, dps, step)
+            J[:, j] = np.asarray(col, dtype=object).ravel()
+        Bm = np.empty((m, n), dtype=object)
+        for i in range(m):
+            e = np.full(y.shape, ctx.mpf(0), dtype=object)   # mpf zeros: int 0 / n would be a float
+            e.flat[i] = ctx.mpf(1)
+            Bm[i, :] = back(e).ravel()
+        diff = np.vectorize(lambda a, b: abs(a - b), otypes=[object])(J, Bm)
+        k = int(np.argmax(np.vectorize(float)(diff)))
+        scale = max(max(abs(v) for v in J.ravel()), max(abs(v) for v in Bm.ravel()))
+        digits = _digits(diff.flat[k], scale, dps)
+        i, j = divmod(k, n)
+        return digits, {"mode": "full-jacobian", "worst": f"d y{np.unravel_index(i, y.shape)} / d {wrt}"
+                        f"{np.unravel_index(j, x.shape)}", "from_forward": _s(J.flat[k]),
+                        "from_backward": _s(Bm.flat[k]), "vjp_max": _s(max(abs(v) for v in Bm.ravel()))}
+    v_mp = B.convert(dy)
+    cot = back(v_mp)
+    worst, info = float(dps), {}
+    for k, u in enumerate(dirs):
+        u_mp = B.convert(u)
+        a = derivative(lambda h: sum((v_mp * f(x + h * u_mp)).ravel()), ctx, method, dps, step)
+        terms = (cot * u_mp).ravel()
+        b = sum(terms)
+        scale = max(abs(a), abs(b), sum(abs(t) for t in terms))
+        d = _digits(abs(a - b), scale, dps)
+        if d <= worst:
+            worst, info = d, {"mode": "directions", "direction": k, "<v, J u>": _s(a), "<J^T v, u>": _s(b)}
+    info["vjp_max"] = _s(max(abs(c) for c in cot.ravel()))
+    return worst, info
+
+
+def fd_scale(x: np.ndarray) -> float:
+    """The smallest spread of a row of x (a near-constant row sets the step), within [1e-12, 1]."""
+    x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+    spread = np.ptp(x.reshape(-1, x.shape[-1]), axis=-1) if x.shape[-1] > 1 else np.abs(x).ravel()
+    return float(np.clip(spread.min(), 1e-12, 1.0))
+
+
+def _compare_law(op: Op, law_name: str, point: dict, dy: np.ndarray, dps: int):
+    law = op.get_law(law_name)
+    B = MpmathBackend(dps)
+    values = _mp_values(op, B, point, law.params)
+    if law.needs_dy:
+        values["dy"] = B.convert(dy)
+    with B.strict():
+        out = op.bind(law.fn, B, values)
+    lhs, rhs = out if isinstance(out, tuple) else (out, 0)
+    lhs = _check_clean(op, np.asarray(lhs, dtype=object), f"law {law_name}", B.ctx)
+    rhs = _check_clean(op, np.broadcast_to(np.asarray(rhs, dtype=object), lhs.shape), f"law {law_name}", B.ctx)
+    res = [abs(a - b) for a, b in zip(lhs.ravel(), rhs.ravel())]
+    k = int(np.argmax([float(r) for r in res])) if res else 0
+    scale = max([abs(a) for a in lhs.ravel()] + [abs(b) for b in rhs.ravel()] + [B.ctx.mpf(1)])
+    return _digits(res[k] if res else 0, scale, dps), {"component": k, "lhs": _s(lhs.ravel()[k]),
+                                                      "rhs": _s(rhs.ravel()[k])}
+
+
+def _s(x) -> str:
+    import mpmath
+    return mpmath.nstr(x, 20)
+
+
+# ------------------------------------------------------------------------------ a claim
+def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, method: str = "mpmath-diff",
+                seed: int = 0, cases=tol.CASES, point: dict | None = None) -> Certificate:
+    """Check one claim at every input case; `checked`, `failed` (with witness) or `inconclusive`."""
+    start = time.perf_counter()
+    if dps < tol.MIN_DPS:
+        raise SpecError(op.name, f"--dps {dps} is below {tol.MIN_DPS}: too few digits to check anything")
+    if method not in METHODS:
+        raise SpecError(op.name, f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    dims = op.resolve_dims(dims)
+    validate(op, dims)
+    is_vjp = claim.startswith("vjp[")
+    wrt = claim[4:-1] if is_vjp else None
+    if is_vjp and wrt not in op.inputs:
+        raise SpecError(op.name, f"has no differentiable input {wrt!r}")
+    if not is_vjp:
+        op.get_law(claim)
+    need = required_digits(method, dps) if is_vjp else dps - tol.LAW_MARGIN_DIGITS
+
+    def certificate(verdict, evidence):
+        return Certificate(op=op.base_name, claim=claim, tier="numeric", verdict=verdict,
+                           method=f"{method}@{dps}" if is_vjp else f"mpmath-eval@{dps}", dims=dims,
+                           assumptions=[f"{n} = {p.default}" for n, p in op.params.items()]
+                           + [f"evaluated at sampled points ({', '.join(cases) if point is None else 'given point'})"],
+                           evidence=evidence, seconds=time.perf_counter() - start,
+                           spec_sha256=op.spec_sha256, checker_sha256=CHECKER_SHA256, versions=versions())
+
+    points = {}
+    if point is not None:
+        for k, v in point.items():
+            if not np.all(np.isfinite(np.asarray(v, dtype=np.float64))):
+                raise SpecError(op.name, f"the given point has NaN or Inf in {k!r}")
+        points["given"] = {k: np.asarray(v, dtype=np.float64) for k, v in point.items()}
+        if kink_distance(op, points["given"]) < tol.KINK_MIN_DISTANCE:
+            return certificate("inconclusive", {"reason": "the given point is at a declared kink, where "
+                                                          "the op has no derivative", "dps": dps})
+    else:
+        for case in cases:
+            points[case] = sample_point(op, dims, case, seed)
+
+    y_shape = op.shape(op.output, dims)
+    in_size = points[next(iter(points))][wrt].size if is_vjp else 0
+    full = is_vjp and in_size <= tol.FULL_JACOBIAN_MAX and int(np.prod(y_shape)) <= tol.FULL_JACOBIAN_MAX
+    per_case, warnings = {}, []
+    for case, pt in points.items():
+        dy = cotangent(y_shape, seed, op.name, case)
+        if is_vjp:
+            dirs = [cotangent(pt[wrt].shape, seed, op.name, case, "u", k) for k in range(tol.DIRECTIONS)]
+            digits, info = _compare_vjp(op, wrt, pt, dy, dirs, dps, method, full)
+            if float(info["vjp_max"]) <= tol.TINY_VJP * max(1.0, float(np.abs(dy).max())):
+                warnings.append(f"{case}: the VJP is ~0 at this point; the check proves little there")
+        else:
+            digits, info = _compare_law(op, claim, pt, dy, dps)
+        per_case[case] = {"digits": round(digits, 1), **info}
+
+    worst_case = min(per_case, key=lambda c: per_case[c]["digits"])
+    worst = per_case[worst_case]["digits"]
+    evidence = {"dps": dps, "method": method if is_vjp else "direct evaluation", "seed": seed,
+                "mode": per_case[worst_case].get("mode", "law"), "digits": worst,
+                "required_digits": round(need, 1), "cases": per_case,
+                "max_rel_error": f"{10 ** -worst:.3g}"}
+    if is_vjp and not full:
+        evidence["directions"] = tol.DIRECTIONS
+    if warnings:
+        evidence["warnings"] = warnings
+    if worst >= need:
+        return certificate("checked", evidence)
+    # Confirm at more digits: a wrong backward stays wrong, rounding and truncation do not. For a VJP,
+    # mpmath.diff must agree at the higher precision too, so no limit of one method is called a bug.
+    dps2 = tol.CONFIRM_FACTOR * dps
+    pt = points[worst_case]
+    dy = cotangent(y_shape, seed, op.name, worst_case)
+    if is_vjp:
+        dirs = [cotangent(pt[wrt].shape, seed, op.name, worst_case, "u", k) for k in range(tol.DIRECTIONS)]
+        digits2, info2 = _compare_vjp(op, wrt, pt, dy, dirs, dps2, method, full)
+        persists = digits2 <= worst + tol.PERSIST_GAIN
+        if persists and method != "mpmath-diff":
+            alt, _ = _compare_vjp(op, wrt, pt, dy, dirs, dps2, "mpmath-diff", full)
+            evidence["confirm_independent"] = {"method": "mpmath-diff", "dps": dps2, "digits": round(alt, 1)}
+            persists = alt < required_digits("mpmath-diff", dps)
+    else:
+        digits2, info2 = _compare_law(op, claim, pt, dy, dps2)
+        persists = digits2 <= worst + tol.PERSIST_GAIN
+    evidence["confirm"] = {"dps": dps2, "digits": round(digits2, 1)}
+    if persists:
+        evidence["witness"] = {"case": worst_case, **info2, "digits": round(digits2, 1),
+                               "point": {k: np.asarray(v).tolist() for k, v in pt.items()},
+                               "dy": np.asarray(dy).tolist(), "seed": seed}
+        if is_vjp and info2.get("mode") == "directions":
+            evidence["witness"]["u"] = np.asarray(dirs[info2["direction"]]).tolist()
+        return certificate("failed", evidence)
+    evidence["reason"] = (f"{worst} digits at {dps}, {digits2:.1f} at {dps2}: limited by the method, "
+                          f"not the backward")
+    return certificate("inconclusive", evidence)
+
+
+def numeric_dims(op: Op) -> list[dict]:
+    """Where the numeric tier checks by default: the op's check dims (odd sizes), and long rows
+    (LONG_ROW entries, crossing 1024) where the op has a row dim and allows it."""
+    base = op.resolve_dims(op.check_dims)
+    first = next(iter(op.inputs.values()))
+    row = first[-1] if first and isinstance(first[-1], str) and first[-1].isidentifier() else None
+    out = [base]
+    if row is not None:
+        for size in (tol.LONG_ROW, tol.LONG_ROW + 1):
+            try:
+                long = op.resolve_dims({**base, row: size, **({"rows": 1} if "rows" in base else {})})
+                out.append(long)
+                break
+            except SpecError:
+                continue
+    return out

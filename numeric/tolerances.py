@@ -1,0 +1,29 @@
+"""Every number the numeric checker decides with, and where it comes from."""
+
+DEFAULT_DPS = 50
+MIN_DPS = 20           # below this a 40-digit claim cannot even be stated; refuse rather than mislead
+# Digits each derivative method delivers, as a fraction of the working digits. Measured here on
+# attention m=d=4 at 50 digits (DESIGN): central difference 34, Richardson 40, mpmath.diff 51,
+# complex step 50.5; we require these fractions minus MARGIN, so noise never fails a correct backward.
+METHOD_FRACTION = {"central": 0.62, "richardson": 0.78, "mpmath-diff": 0.95, "complex-step": 0.95}
+MARGIN_DIGITS = 6
+LAW_MARGIN_DIGITS = 10  # laws are evaluated directly (no derivative): only rounding eats digits
+# A shortfall is a failure only if it persists when the same point is redone at CONFIRM x digits:
+# rounding and truncation shrink with precision, a wrong backward does not (it may gain <= 1 digit).
+CONFIRM_FACTOR = 2
+PERSIST_GAIN = 1.0
+
+FULL_JACOBIAN_MAX = 16      # input and output entries at most this: compare the full Jacobian
+DIRECTIONS = 3              # otherwise: this many random (u, v) pairs, <J u, v> against <u, J^T v>
+WITNESS_COMPONENTS_MAX = 64
+
+# Input cases. Random signed normals; large magnitudes (softmax logits ~ +-30: exp ranges over 1e26);
+# near-constant rows (softmax near-ties, norms with a variance ~ 1e-12, far below eps).
+LARGE_SCALE = 30.0
+NEAR_CONSTANT_SPREAD = 1e-6
+CASES = ("random", "large_magnitude", "near_constant")
+
+KINK_MIN_DISTANCE = 1e-3    # sampled points stay this far from a declared kink
+# A VJP below this fraction of |dy| * |inputs| proves little about the backward: say so.
+TINY_VJP = 1e-10
+LONG_ROW = 1025             # crosses 1024: the row length of the "long rows" dims

@@ -1,0 +1,117 @@
+"""Spec hygiene, checked by tracing: every checker validates an op this way before it runs, so a
+bad spec (wrong output shape, wrong number or shape of cotangents, a Python float, ``math.*``,
+``np.exp`` on backend values, a data-dependent branch) is one clear error, never a silent pass.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from specs.registry import Op, SpecError
+from specs.trace import TRACE, Leaf, Node, leaf_array
+
+_UFUNC_HINT = " (a numpy function such as np.exp was applied to traced values: use B.exp, B.sqrt, ...)"
+
+
+def _as_array(value, what: str, op: Op) -> np.ndarray:
+    if isinstance(value, Node):
+        return np.array(value, dtype=object)
+    if not isinstance(value, np.ndarray):
+        raise SpecError(op.name, f"{what} returned a {type(value).__name__}, not an array")
+    return value.astype(object)
+
+
+def _call(op: Op, fn, role: str, values: dict):
+    try:
+        return op.bind(fn, TRACE, values)
+    except SpecError as exc:
+        raise SpecError(op.name, f"{role}: {exc.problem}") from None
+    except Exception as exc:
+        msg = f"{role} raised {type(exc).__name__}: {exc}"
+        if "ufunc" in str(exc) or "callable" in str(exc):
+            msg += _UFUNC_HINT
+        raise SpecError(op.name, msg) from None
+
+
+def primal_values(op: Op, dims: dict, param_overrides=None) -> dict:
+    """Leaves for every input, non-differentiable input and symbolic parameter."""
+    values = {}
+    for name, shape in op.inputs.items():
+        values[name] = leaf_array(op.shape(shape, dims), name, "input")
+    for name, shape in op.nondiff.items():
+        values[name] = leaf_array(op.shape(shape, dims), name, "nondiff")
+    for name, p in op.params.items():
+        if p.symbolic:
+            values[name] = Node("leaf", (), Leaf(name, "param", name, (), p.positive))
+        else:
+            values[name] = p.default
+    for name, v in (param_overrides or {}).items():
+        if name not in op.params:
+            raise SpecError(op.name, f"law overrides unknown param {name!r}")
+        values[name] = Node.lift(Fraction(v)) if op.params[name].symbolic else v
+    return values
+
+
+def trace_forward(op: Op, values: dict, dims: dict) -> np.ndarray:
+    y = _as_array(_call(op, op.forward, "forward", values), "the forward", op)
+    want = op.shape(op.output, dims)
+    if y.shape != want:
+        raise SpecError(op.name, f"the forward returned shape {y.shape}, but the op declares output "
+                                 f"{op.output} = {want} at dims {dims}")
+    return y
+
+
+def trace_vjp(op: Op, values: dict, dy: np.ndarray, dims: dict) -> list[np.ndarray]:
+    if op.vjp is None:
+        raise SpecError(op.name, "has no backward: register one with @<op>.defvjp")
+    cots = _call(op, op.vjp, "backward", {**values, "dy": dy})
+    names = list(op.inputs)
+    if not isinstance(cots, (tuple, list)):
+        raise SpecError(op.name, f"the backward returned a {type(cots).__name__}; it must return a tuple "
+                                 f"of {len(names)} cotangent(s), one per differentiable input {names}")
+    if len(cots) != len(names):
+        raise SpecError(op.name, f"the backward returned {len(cots)} cotangent(s), expected {len(names)} "
+                                 f"(one per differentiable input {names})")
+    out = []
+    for name, cot in zip(names, cots):
+        cot = _as_array(cot, f"the backward's cotangent for {name}", op)
+        if cot.shape != values[name].shape:
+            raise SpecError(op.name, f"the backward's cotangent for {name} has shape {cot.shape}, but "
+                                     f"{name} has shape {values[name].shape}")
+        out.append(cot)
+    return out
+
+
+
+def trace_law(op: Op, law_name: str, values: dict, y: np.ndarray):
+    """(lhs, rhs) object arrays of a law, broadcast to one shape."""
+    law = op.get_law(law_name)
+    if law.needs_dy:
+        values = {**values, "dy": leaf_array(y.shape, "dy", "dy")}
+    out = _call(op, law.fn, f"law {law.name}", values)
+    if isinstance(out, tuple):
+        if len(out) != 2:
+            raise SpecError(op.name, f"law {law.name} returned a tuple of {len(out)}; return an array "
+                                     f"that must be 0, or a pair (lhs, rhs) that must be equal")
+        lhs, rhs = (_as_array(v, f"law {law.name}", op) for v in out)
+    else:
+        lhs = _as_array(out, f"law {law.name}", op)
+        rhs = np.zeros(lhs.shape, dtype=object)
+    try:
+        lhs, rhs = np.broadcast_arrays(lhs, rhs)
+    except ValueError:
+        raise SpecError(op.name, f"law {law.name}: its two sides have shapes {lhs.shape} and "
+                                 f"{rhs.shape}") from None
+    return np.array(lhs, dtype=object), np.array(rhs, dtype=object)
+
+
+def validate(op: Op, dims: dict | None = None) -> None:
+    """Trace the forward, the backward and every law once; raises SpecError on any problem."""
+    for d in ([dims] if dims else op.dims[:1]):
+        d = op.resolve_dims(d)
+        values = primal_values(op, d)
+        y = trace_forward(op, values, d)
+        trace_vjp(op, values, leaf_array(y.shape, "dy", "dy"), d)
+        for law in op.laws:
+            trace_law(op, law.name, primal_values(op, d, law.params), y)

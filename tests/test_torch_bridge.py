@@ -1,0 +1,23 @@
+"""The spec as a torch.autograd.Function: gradcheck passes the spec's backward and fails a gross bug."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch not installed (pip install 'vjpcert[torch]')")
+
+from conftest import OPS  # noqa: E402
+from numeric.sampling import sample_point  # noqa: E402
+from numeric.torch_bridge import gradcheck  # noqa: E402
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_gradcheck_passes_every_builtin_backward(name):
+    op = OPS[name]
+    assert gradcheck(op, sample_point(op, op.check_dims, "random", 0))
+
+
+def test_gradcheck_fails_a_sign_flip_but_not_one_part_in_ten_million():
+    op = OPS["softmax"]
+    pt = sample_point(op, op.check_dims, "random", 0)
+    flip = op.with_mutant(next(m for m in op.mutants if m.name == "sign_flip"))
+    tiny = op.with_mutant(next(m for m in op.mutants if m.name == "fp32_accumulated_dot"))
+    assert not gradcheck(flip, pt)
+    assert gradcheck(tiny, pt), "gradcheck's default tolerances cannot see a 1e-7 error"
