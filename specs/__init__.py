@@ -7,7 +7,8 @@ import importlib
 
 from specs.registry import REGISTRY, Law, Mutant, Op, Param, SpecError, load_file, op
 
-BUILTIN_MODULES = ("softmax", "rope", "rmsnorm", "layernorm", "gelu", "linear", "scaled_dot")
+BUILTIN_MODULES = ("softmax", "rope", "rmsnorm", "layernorm", "gelu", "linear", "scaled_dot",
+                   "attention")
 
 
 def builtin_ops() -> dict[str, Op]:

@@ -302,27 +302,63 @@ class RingField:
             k += 1
         return parts
 
+    def _reduce_by(self, poly, relations):
+        for g in relations:
+            if poly.is_zero():
+                break
+            _, poly = divmod(poly, g)
+        return poly
+
     def reduce_relations(self, poly) -> list:
         """Polynomials, free of related atoms, whose joint vanishing implies poly = 0 at the true atom
-        values. An empty list is a proof that poly vanishes."""
-        polys = [poly] if not poly.is_zero() else []
-        for rel in self.relations():
+        values. An empty list is a proof that poly vanishes (every step keeps poly in the ideal of
+        true relations, so the proof is sound whatever the order of the steps).
+
+        First the cheap normal form: split by the root relations (v^q = rhs), then divide by the
+        reciprocal relations w*b - 1 and the linear ones (row-disjoint, so dividing one after the other
+        gives a normal form without expanding any product). If that leaves something, eliminate the
+        reciprocals by clearing denominators instead, which is complete but multiplies terms."""
+        if poly.is_zero():
+            return []
+        rels = self.relations()
+        roots = [r for r in rels if r[0] == "root"]
+        divisors = [self.gens[r[1]] * r[2] - 1 for r in rels if r[0] == "recip"] + self.linear_relations()
+        polys = self._split_roots([poly], roots)
+        polys = [p for p in (self._reduce_by(p, divisors) for p in polys) if not p.is_zero()]
+        if not polys:
+            return []
+        return self._eliminate(poly, rels)
+
+    def _split_roots(self, polys, roots):
+        for rel in roots:
+            var, q, rhs = rel[1], rel[2], rel[3]
+            nxt = []
+            for p in polys:
+                if p.degrees()[var] == 0:
+                    nxt.append(p)
+                    continue
+                split: dict[int, object] = {}
+                for k, c in self._by_power(p, var).items():     # v^(qk+j) = rhs^k v^j
+                    split[k % q] = split.get(k % q, self.zero) + c * rhs ** (k // q)
+                nxt.extend(split.values())
+            polys = [p for p in nxt if not p.is_zero()]
+        return polys
+
+    def _eliminate(self, poly, rels) -> list:
+        polys = [poly]
+        for rel in rels:
             var = rel[1]
             nxt = []
             for p in polys:
                 if p.degrees()[var] == 0:
                     nxt.append(p)
                     continue
-                parts = self._by_power(p, var)
                 if rel[0] == "recip":                 # multiply through by b^D, substitute v = 1/b
+                    parts = self._by_power(p, var)
                     b, top = rel[2], max(parts)
                     nxt.append(sum((c * b ** (top - k) for k, c in parts.items()), self.zero))
-                else:                                 # v^(qk+j) = rhs^k v^j; each j-part must vanish
-                    q, rhs = rel[2], rel[3]
-                    split: dict[int, object] = {}
-                    for k, c in parts.items():
-                        split[k % q] = split.get(k % q, self.zero) + c * rhs ** (k // q)
-                    nxt.extend(split.values())
+                else:
+                    nxt.extend(self._split_roots([p], [rel]))
             polys = [p for p in nxt if not p.is_zero()]
             if not polys:
                 break

@@ -1,0 +1,50 @@
+"""Wrong attention backwards: missing scale, transposes, softmax factor, causal mask."""
+import numpy as np
+
+from specs.attention import attention, attention_causal, causal_mask, masked_softmax, scale
+
+
+def _back(B, Q, K, V, dy, mask, *, dk_scale=True, dv_transposed=False, s_factor=True, back_mask=None):
+    c = scale(B, Q.shape[-1])
+    P = masked_softmax(B, c * (Q @ K.T), mask if back_mask is None else back_mask)
+    dP = dy @ V.T
+    dS = P * (dP - (P * dP).sum(-1, keepdims=True)) if s_factor else dP - (P * dP).sum(-1, keepdims=True)
+    dV = (P @ dy) if dv_transposed else P.T @ dy
+    return c * (dS @ K), (c if dk_scale else 1) * (dS.T @ Q), dV
+
+
+def _full(Q, K):
+    return np.ones((Q.shape[0], K.shape[0]), dtype=bool)
+
+
+@attention.mutant("dK_missing_scale", kills=["vjp[K]"])
+def _(B, Q, K, V, dy):
+    return _back(B, Q, K, V, dy, _full(Q, K), dk_scale=False)
+
+
+@attention.mutant("transposed_dV", kills=["vjp[V]", "dV_rows_follow_P"])
+def _(B, Q, K, V, dy):
+    """P dO instead of P^T dO: same shape when Q and K have the same length."""
+    return _back(B, Q, K, V, dy, _full(Q, K), dv_transposed=True)
+
+
+@attention.mutant("softmax_jacobian_missing_P", kills=["vjp[Q]", "vjp[K]"])
+def _(B, Q, K, V, dy):
+    return _back(B, Q, K, V, dy, _full(Q, K), s_factor=False)
+
+
+@attention_causal.mutant("mask_in_forward_only", kills=["vjp[Q]", "vjp[K]", "vjp[V]",
+                                                        "fully_masked_row_is_zero"])
+def _(B, Q, K, V, offset, dy):
+    """The backward recomputes P without the causal mask."""
+    return _back(B, Q, K, V, dy, causal_mask(Q.shape[0], offset), back_mask=_full(Q, K))
+
+
+@attention_causal.mutant("mask_not_excluded", replaces="forward",
+                         kills=["vjp[Q]", "vjp[K]", "vjp[V]", "first_row_sees_only_itself",
+                                "fully_masked_row_is_zero"])
+def _(B, Q, K, V, offset):
+    """Masked logits set to exp(-8) instead of excluded: they still take probability mass."""
+    m = causal_mask(Q.shape[0], offset)
+    e = np.where(m, B.exp(scale(B, Q.shape[-1]) * (Q @ K.T)), B.exp(B.c(-8)))
+    return (e / e.sum(-1, keepdims=True)) @ V
