@@ -23,7 +23,12 @@ LARGE_SCALE = 30.0
 NEAR_CONSTANT_SPREAD = 1e-6
 CASES = ("random", "large_magnitude", "near_constant")
 
+# A derivative below 10^(ZERO_GRADIENT_DIGITS - dps) of its natural size |y|/|x| is numerically 0
+# (an exactly zero gradient such as a key bias's): agreement is then measured against |y|/|x|.
+ZERO_GRADIENT_DIGITS = 10
+
 KINK_MIN_DISTANCE = 1e-3    # sampled points stay this far from a declared kink
 # A VJP below this fraction of |dy| * |inputs| proves little about the backward: say so.
 TINY_VJP = 1e-10
 LONG_ROW = 1025             # crosses 1024: the row length of the "long rows" dims
+LONG_ROW_MAX_ENTRIES = 8 * LONG_ROW   # skip the long-row dims where they would make every input long

@@ -8,7 +8,7 @@ import importlib
 from specs.registry import REGISTRY, Law, Mutant, Op, Param, SpecError, load_file, op
 
 BUILTIN_MODULES = ("softmax", "rope", "rmsnorm", "layernorm", "gelu", "linear", "scaled_dot",
-                   "attention")
+                   "attention", "attention_tape", "mhsa", "mlp", "vit")
 
 
 def builtin_ops() -> dict[str, Op]:

@@ -83,10 +83,16 @@ class Certificate:
 
     @property
     def key(self) -> tuple:
-        return (self.op, self.tier, self.claim, dims_slug(self.dims))
+        return (self.op, self.variant, self.claim, dims_slug(self.dims))
+
+    @property
+    def variant(self) -> str:
+        """The tier, refined by how a symbolic claim was decided as a whole (monolithic or by
+        composition), so both certificates of one claim can stand side by side."""
+        return f"{self.tier}-compositional" if self.method == "compositional" else self.tier
 
     def relpath(self) -> Path:
-        return Path("certificates") / self.op / f"{self.tier}__{claim_slug(self.claim)}__{dims_slug(self.dims)}.json"
+        return Path("certificates") / self.op / f"{self.variant}__{claim_slug(self.claim)}__{dims_slug(self.dims)}.json"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True, default=str) + "\n"

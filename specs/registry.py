@@ -41,7 +41,11 @@ class Param:
 # A law (or a mutant) may ask for these by name, besides the op's inputs and params: ``forward`` and
 # ``backward`` are the op's own functions with B and the current params bound, so a law about the
 # backward is checked against whichever backward is under test (a mutant's, too).
-LAW_EXTRAS = ("dy", "forward", "backward")
+# ``nodes`` gives a composite op its sub-ops (declared with ``op(nodes=...)``): ``nodes.attn(Q, K, V)``
+# runs a node's forward and ``nodes.attn.vjp(Q, K, V, dy)`` its backward. Because a composite reaches
+# its nodes only through this namespace, the prover can swap every node for an opaque map and check
+# the wiring alone (``symbolic.composition``).
+LAW_EXTRAS = ("dy", "forward", "backward", "nodes")
 
 
 @dataclass(frozen=True)
@@ -69,9 +73,12 @@ _DIM_TERM = re.compile(r"^\s*([A-Za-z_]\w*|\d+)\s*$")
 
 
 def dim_size(entry, dims: Dims, op: str) -> int:
-    """Size of one shape entry: an int, a dim name, or a product such as ``"h*dh"``."""
+    """Size of one shape entry: an int, a dim name, a product such as ``"h*dh"``, or a function of
+    the dims (a tape's length)."""
     if isinstance(entry, int):
         return entry
+    if callable(entry):
+        return int(entry(dims))
     size = 1
     for term in str(entry).split("*"):
         m = _DIM_TERM.match(term)
@@ -90,7 +97,7 @@ def dim_size(entry, dims: Dims, op: str) -> int:
 def dim_names(shape) -> set[str]:
     names = set()
     for entry in shape:
-        if not isinstance(entry, int):
+        if not isinstance(entry, int) and not callable(entry):
             names |= {t.strip() for t in str(entry).split("*") if not t.strip().isdigit()}
     return names
 
@@ -118,13 +125,16 @@ class Op:
         self.tags = tuple(tags)
         self.kinks = kinks              # kinks(B, **inputs) -> distance of each entry to a kink
         self.sample = dict(sample or {})  # name -> sampler(rng, shape): inputs that need a law of their own
+        self.nodes: dict[str, "Op"] = {}
+        self.proofs: tuple[str, ...] = ("monolithic",)
         self.vjp: Callable | None = None
         self.laws: list[Law] = []
         self.mutants: list[Mutant] = []
+        self.general: dict[str, Callable] = {}   # claim -> builder of its symbolic-dimension form
         self.module = inspect.getmodule(fn)
         self.doc = inspect.getdoc(fn) or (inspect.getdoc(self.module) if self.module else "") or ""
         self.base_name = self.name      # a mutant twin keeps the name of the op it mutates
-        self._check_signature(fn, "forward", extra=())
+        self._check_signature(fn, "forward", extra=("nodes",))
 
     # ---------------------------------------------------------------- declarations
     @property
@@ -143,7 +153,7 @@ class Op:
 
     def defvjp(self, fn):
         """Register the hand-written backward: returns one cotangent per differentiable input."""
-        self._check_signature(fn, "backward", extra=("dy",))
+        self._check_signature(fn, "backward", extra=("dy", "nodes"))
         if "dy" not in inspect.signature(fn).parameters:
             raise SpecError(self.name, "the backward must take the output cotangent 'dy'")
         self.vjp = fn
@@ -161,6 +171,16 @@ class Op:
                                  "dy" in inspect.signature(f).parameters))
             return f
         return register(fn) if fn is not None else register
+
+    def general_form(self, claim: str):
+        """Register how ``claim`` is stated with symbolic dimensions (IndexedBase / Sum), for a proof
+        that holds for every size (``symbolic.general``)."""
+        def register(f):
+            if claim not in self.claims():
+                raise SpecError(self.name, f"general form for unknown claim {claim!r}")
+            self.general[claim] = f
+            return f
+        return register
 
     def mutant(self, name: str, *, kills, replaces: str = "vjp", doc: str | None = None):
         """Register a deliberately wrong backward (or forward) and the claims it must make fail."""
@@ -183,6 +203,15 @@ class Op:
             if l.name == name:
                 return l
         raise SpecError(self.name, f"has no claim {name!r}; it has {self.claims()}")
+
+    def with_nodes(self, nodes: Mapping[str, object], suffix: str) -> "Op":
+        """A copy whose node namespace maps to other implementations (opaque maps, recorders)."""
+        twin = object.__new__(Op)
+        twin.__dict__.update(self.__dict__)
+        twin.name = f"{self.name}~{suffix}"
+        twin.nodes = dict(nodes)
+        twin.mutants = []
+        return twin
 
     def with_mutant(self, mutant: Mutant) -> "Op":
         """A copy of this op whose backward (or forward) is the mutant; it is not registered."""
@@ -227,13 +256,14 @@ class Op:
         """Call a spec function with the values its parameters name (see LAW_EXTRAS)."""
         names = list(inspect.signature(fn).parameters)[1:]
         extras = {"forward": lambda: self.bound(self.forward, B, values),
-                  "backward": lambda: self.bound(self.vjp, B, values)}
+                  "backward": lambda: self.bound(self.vjp, B, values),
+                  "nodes": lambda: NodeSet(self.nodes, B)}
         return fn(B, **{n: extras[n]() if n in extras else values[n] for n in names})
 
     def bound(self, fn: Callable, B, values: Mapping[str, object]) -> Callable:
-        """``fn`` with B bound, taking the op's arguments positionally (inputs, non-differentiable
-        inputs, params, then dy) or by name; anything not given keeps its value in ``values``."""
-        order = [*self.arg_names, "dy"]
+        """``fn`` with B bound, taking the op's arrays positionally (inputs, non-differentiable inputs,
+        then dy) and anything by name; what is not given keeps its value in ``values``."""
+        order = [*self.inputs, *self.nondiff, "dy"]
 
         def call(*args, **kwargs):
             vals = dict(values)
@@ -282,16 +312,52 @@ class Op:
         return f"<op {self.name}: inputs {list(self.inputs)} -> {self.output}>"
 
 
+class BoundNode:
+    """A node of a composite with the backend bound: call it for the forward, ``.vjp`` for the
+    backward; arrays go positionally in the node op's order (inputs, non-differentiable inputs, dy),
+    params by name (else their defaults)."""
+
+    def __init__(self, impl, B):
+        self.impl, self.B = impl, B
+
+    def _values(self, args, kwargs, with_dy: bool) -> dict:
+        impl, B = self.impl, self.B
+        order = [*impl.inputs, *impl.nondiff] + (["dy"] if with_dy else [])
+        vals = {k: (B.c(p.default) if p.symbolic else p.default) for k, p in impl.params.items()}
+        vals.update(zip(order, args))
+        vals.update(kwargs)
+        return vals
+
+    def __call__(self, *args, **kwargs):
+        return self.impl.bind(self.impl.forward, self.B, self._values(args, kwargs, False))
+
+    def vjp(self, *args, **kwargs):
+        return self.impl.bind(self.impl.vjp, self.B, self._values(args, kwargs, True))
+
+
+class NodeSet:
+    def __init__(self, nodes: Mapping[str, object], B):
+        self._nodes, self._B = nodes, B
+
+    def __getattr__(self, name):
+        try:
+            return BoundNode(self._nodes[name], self._B)
+        except KeyError:
+            raise SpecError(None, f"no node {name!r}; declared nodes: {sorted(self._nodes)}") from None
+
+
 REGISTRY: dict[str, Op] = {}
 
 
 def op(*, inputs: Mapping[str, tuple], output: tuple, dims: list[Dims], nondiff=None, params=None,
        large_dims=None, check_dims=None, assumptions=(), constraints=None, name=None, tags=(),
-       kinks=None, sample=None):
+       kinks=None, sample=None, nodes=None, proofs=("monolithic",)):
     """Declare an op. ``dims`` is the ladder of shapes at which proofs run by default (smallest first;
     prefer non-square sizes, a transposed gradient can hide at m = d); ``check_dims`` is where the
     numeric tier works. ``kinks(B, **inputs)`` returns each entry's distance to a point where the op
-    is not differentiable (samplers stay away); ``sample`` gives custom samplers for some inputs."""
+    is not differentiable (samplers stay away); ``sample`` gives custom samplers for some inputs.
+    ``nodes`` names the sub-ops of a composite; ``proofs`` says how its VJP claims are proved:
+    "monolithic" (the whole op at once) and/or "compositional" (nodes, then the wiring)."""
     if not dims:
         raise SpecError(name, "an op needs at least one entry in dims")
 
@@ -300,6 +366,10 @@ def op(*, inputs: Mapping[str, tuple], output: tuple, dims: list[Dims], nondiff=
                params=params, dims=dims, large_dims=large_dims, check_dims=check_dims,
                assumptions=tuple(assumptions), constraints=constraints, tags=tags, kinks=kinks,
                sample=sample)
+        o.nodes = dict(nodes or {})
+        o.proofs = tuple(proofs)
+        if "compositional" in o.proofs and not o.nodes:
+            raise SpecError(o.name, "a compositional proof needs nodes=...")
         old = REGISTRY.get(o.name)
         if old is not None and getattr(old.module, "__name__", "").startswith("specs.") \
                 and getattr(old.module, "__file__", None) != getattr(o.module, "__file__", None):

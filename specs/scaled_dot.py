@@ -24,6 +24,6 @@ def scaled_dot_vjp(B, q, k, c, dy):
 @scaled_dot.law
 def euler_homogeneity(B, q, k, c, dy, forward, backward):
     """s is linear in q, so <q, dq> = s * ds per row (and likewise for k)."""
-    dq, dk = backward(q, k, c, dy)
-    s = forward(q, k, c)
+    dq, dk = backward(q, k, dy)
+    s = forward(q, k)
     return (q * dq).sum(-1), s * dy

@@ -15,6 +15,7 @@
 """
 from __future__ import annotations
 
+import functools
 import random
 from fractions import Fraction
 
@@ -25,6 +26,16 @@ P61 = 2**61 - 1   # a Mersenne prime: a false pass of one ModP trial has probabi
 
 class AtomPoolExhausted(Exception):
     pass
+
+
+@functools.lru_cache(maxsize=4096)
+def opaque_instance(key: tuple, k: int, n: int):
+    """Rational coefficients (a_j, b_jl) of output k of a concrete stand-in for the opaque F_key."""
+    import zlib
+    rng = random.Random(zlib.crc32(repr((key, k)).encode()))
+    a = [Fraction(rng.randint(-99, 99), 64) for _ in range(n)]
+    b = [[Fraction(rng.randint(-99, 99), 256) for _ in range(n)] for _ in range(n)]
+    return a, b
 
 
 def _fmpq(q: Fraction):
@@ -268,6 +279,12 @@ class RingField:
     def cpow(self, base: Fraction, k: Fraction):
         return self._atom("cpow", (base, k), key_arg=f"{base}^{k}")
 
+    def opaque(self, spec, args):
+        """F(x)_k and dF_k/dx_j(x): atoms per point x, independent of each other."""
+        return self._atom("opaque", None, key_arg=(spec.key, spec.k, spec.j, tuple(str(x) for x in args)))
+
+    opaque_jac = opaque
+
     # -------------------------------------------------------------- relations
     def relations(self):
         """Defining relations of the atoms, latest atom first: ("recip", var, b) for var*b = 1 and
@@ -446,6 +463,11 @@ class ModPField:
     def cpow(self, base, k):
         return self._atom(("cpow", base, k))
 
+    def opaque(self, spec, args):
+        return self._atom(("opaque", spec.key, spec.k, spec.j, tuple(args)))
+
+    opaque_jac = opaque
+
 
 class DegreeField:
     """Upper bounds (numerator degree, denominator degree) of a rational function in leaves and
@@ -475,7 +497,7 @@ class DegreeField:
     def _atom(self, a=None, *_):
         return (1, 0)
 
-    exp = log = sqrt = erf = tanh = sin = cos = cpow = _atom
+    exp = log = sqrt = erf = tanh = sin = cos = cpow = opaque = opaque_jac = _atom
 
     def pi(self):
         return (1, 0)
@@ -541,6 +563,28 @@ class MpField:
     def cpow(self, base, k):
         return self.const(base) ** self.const(k)
 
+    def opaque(self, spec, args):
+        """A concrete F: F_k(x) = sum_j a_kj x_j + sum_jl b_kjl x_j x_l with coefficients fixed by
+        F's key; its Jacobian entries are exact, so a witness found here is a real counterexample."""
+        a, b = self._instance(spec)
+        x = args
+        n = spec.n
+        if spec.j is None:
+            return self.ctx.fsum(a[j] * x[j] + self.ctx.fsum(b[j][l] * x[l] for l in range(n)) * x[j]
+                                 for j in range(n))
+        j = spec.j
+        return a[j] + self.ctx.fsum((b[j][l] + b[l][j]) * x[l] for l in range(n))
+
+    def _instance(self, spec):
+        key = (spec.key, spec.k, spec.n)
+        cache = self.__dict__.setdefault("_opaque", {})
+        if key not in cache:
+            a, b = opaque_instance(*key)
+            cache[key] = ([self.const(v) for v in a], [[self.const(v) for v in row] for row in b])
+        return cache[key]
+
+    opaque_jac = opaque
+
 
 class SympyField:
     """SymPy expressions with the real functions (leaves become real symbols)."""
@@ -580,6 +624,16 @@ class SympyField:
 
     def cpow(self, base, k):
         return self.const(base) ** self.const(k)
+
+    def opaque(self, spec, args):
+        a, b = opaque_instance(spec.key, spec.k, spec.n)
+        if spec.j is None:
+            return sum((self.const(a[j]) * args[j] + sum(self.const(b[j][l]) * args[j] * args[l]
+                        for l in range(spec.n)) for j in range(spec.n)), self.sp.S.Zero)
+        j = spec.j
+        return self.const(a[j]) + sum((self.const(b[j][l] + b[l][j]) * args[l] for l in range(spec.n)), self.sp.S.Zero)
+
+    opaque_jac = opaque
 
     def __getattr__(self, kind):       # exp, log, sqrt, erf, tanh, sin, cos
         return getattr(self.sp, kind)

@@ -95,9 +95,13 @@ def _rel_residuals(claim: TracedClaim, point: dict, dps: int):
 
 
 def _digits(err, scale, dps) -> float:
+    """Digits of agreement, from mpmath numbers (a float would underflow below 1e-308)."""
+    import mpmath
     if err == 0:
         return float(dps)
-    return max(0.0, min(float(dps), -math.log10(float(err / scale))))
+    if scale == 0:
+        return 0.0
+    return max(0.0, min(float(dps), float(-mpmath.log10(err / scale))))
 
 
 def witness(claim: TracedClaim, *, seed: int = 0, points: int = tol.WITNESS_POINTS) -> dict:

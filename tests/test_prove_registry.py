@@ -6,7 +6,7 @@ from conftest import OPS, op_claims, op_mutants
 from symbolic.prover import prove_claim
 
 
-@pytest.mark.parametrize("name,claim", op_claims())
+@pytest.mark.parametrize("name,claim", op_claims("monolithic"))
 def test_every_claim_is_proved_at_every_default_dims(name, claim):
     op = OPS[name]
     for dims in op.dims:
@@ -16,7 +16,7 @@ def test_every_claim_is_proved_at_every_default_dims(name, claim):
         assert "vacuous" not in cert.evidence, "a proof that both sides are 0 proves nothing"
 
 
-@pytest.mark.parametrize("name,mutant", op_mutants())
+@pytest.mark.parametrize("name,mutant", op_mutants("monolithic"))
 def test_mutant_fails_exactly_the_claims_it_names(name, mutant):
     op = OPS[name]
     m = next(m for m in op.mutants if m.name == mutant)

@@ -49,9 +49,9 @@ def _summary(certs: list[Certificate]) -> str:
     for c in certs:
         counts[c.verdict] += 1
     worst = min(counts, key=SEVERITY.index)
-    if len(counts) == 1:
-        return f"{worst} ({counts[worst]})"
-    return f"**{worst}** {counts[worst]}/{len(certs)}"
+    if worst in ("failed", "inconclusive"):
+        return f"**{worst}** {counts[worst]}/{len(certs)}"
+    return ", ".join(f"{v} ({counts[v]})" for v in sorted(counts, key=SEVERITY.index, reverse=True))
 
 
 def _evidence_brief(c: Certificate) -> str:

@@ -45,6 +45,9 @@ def execute(task: Task) -> Certificate:
         op = task.op.resolve()
         opts = dict(task.options)
         if task.tier == "symbolic":
+            if opts.pop("method", "monolithic") == "compositional":
+                from symbolic.composition import prove_compositional
+                return prove_compositional(op, task.claim, task.dims_dict, **opts)
             from symbolic.prover import prove_claim
             return prove_claim(op, task.claim, task.dims_dict, **opts)
         if task.tier == "numeric":
@@ -55,7 +58,7 @@ def execute(task: Task) -> Certificate:
         raise ValueError(f"unknown tier {task.tier!r}")
     except Exception as exc:
         return Certificate(op=task.op.name, claim=task.claim, tier=task.tier, verdict="inconclusive",
-                           method="error", dims=task.dims_dict, assumptions=[],
+                           method=dict(task.options).get("method", "error"), dims=task.dims_dict, assumptions=[],
                            evidence={"error": f"{type(exc).__name__}: {exc}",
                                      "traceback": traceback.format_exc(limit=6)},
                            seconds=time.perf_counter() - start,
