@@ -89,7 +89,7 @@ class Certificate:
     def variant(self) -> str:
         """The tier, refined by how a symbolic claim was decided as a whole (monolithic or by
         composition), so both certificates of one claim can stand side by side."""
-        return f"{self.tier}-compositional" if self.method == "compositional" else self.tier
+        return f"{self.tier}-{self.method}" if self.method in ("compositional", "general") else self.tier
 
     def relpath(self) -> Path:
         return Path("certificates") / self.op / f"{self.variant}__{claim_slug(self.claim)}__{dims_slug(self.dims)}.json"
