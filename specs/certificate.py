@@ -49,7 +49,12 @@ def dims_slug(dims: dict) -> str:
 
 
 def claim_slug(claim: str) -> str:
-    return claim.replace("[", "-").replace("]", "").replace("/", "-")
+    return claim.replace("[", "-").replace("]", "").replace("/", "-").replace(":", "-")
+
+
+def cert_relpath(op: str, variant: str, claim: str, dims: dict) -> Path:
+    """Where the certificate of (op, variant, claim, dims) lives under a report directory."""
+    return Path("certificates") / op / f"{variant}__{claim_slug(claim)}__{dims_slug(dims)}.json"
 
 
 @dataclass
@@ -68,6 +73,8 @@ class Certificate:
     versions: dict
     schema: int = SCHEMA_VERSION
     trust: str = field(default="")
+    options: dict = field(default_factory=dict)   # what the run was asked for: seed, dps, budget, ...
+    digest: str = ""                              # sha256 of the record itself: hand edits show
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -92,10 +99,14 @@ class Certificate:
         return f"{self.tier}-{self.method}" if self.method in ("compositional", "general") else self.tier
 
     def relpath(self) -> Path:
-        return Path("certificates") / self.op / f"{self.variant}__{claim_slug(self.claim)}__{dims_slug(self.dims)}.json"
+        return cert_relpath(self.op, self.variant, self.claim, self.dims)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True, default=str) + "\n"
+        record = json.loads(json.dumps(asdict(self), default=str))
+        record.pop("digest")
+        record["digest"] = record_digest(record)
+        self.digest = record["digest"]
+        return json.dumps(record, indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def from_dict(cls, d: dict) -> "Certificate":
@@ -107,6 +118,44 @@ class Certificate:
         ev = ", ".join(f"{k}={v}" for k, v in self.evidence.items() if k != "witness")
         return (f"**{self.op}** · `{self.claim}` at {self.dims}: **{self.verdict}** ({self.trust}) "
                 f"by *{self.method}* in {self.seconds:.3g} s" + (f"<br>{ev}" if ev else ""))
+
+
+def record_digest(record: dict) -> str:
+    """The digest a certificate carries: sha256 of its canonical JSON without the digest itself."""
+    body = {k: v for k, v in record.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+CERTIFICATE_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://vjpcert.invalid/schema/certificate-v1.json",
+    "title": "vjpcert certificate",
+    "description": "One record per (op, claim, tier/method, dims). JSON is the source of truth.",
+    "type": "object",
+    "required": ["op", "claim", "tier", "verdict", "method", "dims", "assumptions", "evidence", "seconds",
+                 "spec_sha256", "checker_sha256", "versions", "schema", "trust", "options", "digest"],
+    "additionalProperties": False,
+    "properties": {
+        "op": {"type": "string", "minLength": 1},
+        "claim": {"type": "string", "minLength": 1},
+        "tier": {"enum": ["symbolic", "numeric", "kernel"]},
+        "verdict": {"enum": list(VERDICTS)},
+        "method": {"type": "string"},
+        "dims": {"type": "object"},
+        "assumptions": {"type": "array", "items": {"type": "string"}},
+        "evidence": {"type": "object"},
+        "seconds": {"type": "number", "minimum": 0},
+        "spec_sha256": {"type": "string"},
+        "checker_sha256": {"type": "string"},
+        "versions": {"type": "object", "additionalProperties": {"type": "string"}},
+        "schema": {"const": SCHEMA_VERSION},
+        "trust": {"enum": sorted(set(TRUST.values()))},
+        "options": {"type": "object"},
+        "digest": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+    },
+    "allOf": [{"if": {"properties": {"verdict": {"const": "failed"}}},
+               "then": {"properties": {"evidence": {"required": ["witness"]}}}}],
+}
 
 
 def versions() -> dict:

@@ -71,9 +71,10 @@ def relations(claim: TracedClaim, *, seed: int = 0) -> dict:
 
 
 # ---------------------------------------------------------------------------- numeric witness
-def random_point(leaves: list[Leaf], rng: random.Random) -> dict[Leaf, Fraction]:
-    """Exact rational values (so 50 and 100 digits evaluate the *same* point): signed and never
-    constant; positive parameters drawn away from 0 so a witness is not an artefact of eps -> 0."""
+def random_point(leaves: list[Leaf], rng: random.Random, scale=1) -> dict[Leaf, Fraction]:
+    """Exact rational values (so 50 and 100 digits evaluate the *same* point): signed, never constant,
+    within [-2, 2] * scale; positive parameters drawn away from 0 so a witness is not an artefact of
+    eps -> 0."""
     point = {}
     for leaf in leaves:
         if leaf.positive:
@@ -82,7 +83,7 @@ def random_point(leaves: list[Leaf], rng: random.Random) -> dict[Leaf, Fraction]
             v = 0
             while v == 0:
                 v = rng.randint(-tol.WITNESS_SPAN, tol.WITNESS_SPAN)
-            point[leaf] = Fraction(v, tol.WITNESS_DEN)
+            point[leaf] = Fraction(v, tol.WITNESS_DEN) * scale
     return point
 
 
@@ -118,7 +119,7 @@ def witness(claim: TracedClaim, *, seed: int = 0, points: int = tol.WITNESS_POIN
         tries += 1
         if tries > 10 * points:
             return {"status": "unknown", "reason": "every sampled point hit a pole"}
-        point = random_point(leaves, rng)
+        point = random_point(leaves, rng, tol.WITNESS_SCALES[done % len(tol.WITNESS_SCALES)])
         try:
             lo, scale_lo, _ = _rel_residuals(claim, point, tol.LOW_DPS)
             hi, scale_hi, pairs = _rel_residuals(claim, point, tol.HIGH_DPS)

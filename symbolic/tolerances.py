@@ -1,4 +1,5 @@
 """Every number the symbolic checker decides with, and where it comes from."""
+from fractions import Fraction
 
 # Witness search (mpmath). A `failed` verdict needs a residual that is far above rounding at LOW_DPS
 # digits and persists when the same exact point is evaluated at HIGH_DPS digits.
@@ -12,7 +13,10 @@ FAIL_REL = 1e-25
 PERSIST_REL = 1e-10
 # Digits of agreement at HIGH_DPS that count as "numerically zero" (rounding leaves ~95).
 ZERO_DIGITS = 80
-WITNESS_POINTS = 2
+WITNESS_POINTS = 3
+# Point k is drawn at scale WITNESS_SCALES[k % len]: [-2, 2], then [-20, 20], then [-0.2, 0.2]. A backward
+# wrong only on a rarely sampled region (x < -3, say) looks right on [-2, 2]; the wider draw finds it.
+WITNESS_SCALES = (1, 10, Fraction(1, 10))
 # Sample inputs: integers in [-SPAN, SPAN] over DEN, never 0 (values in [-2, 2], exact rationals);
 # positive parameters (eps) in [LO, HI] / DEN = [0.05, 1].
 WITNESS_DEN = 1000

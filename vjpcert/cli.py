@@ -1,9 +1,16 @@
 """The ``vjpcert`` command.
 
+    vjpcert all     [OP|FILE ...]   every tier for every op (the README's main job)
+    vjpcert prove   [OP|FILE ...]   the symbolic tier: exact proofs
+    vjpcert check   [OP|FILE ...]   the numeric tier: mpmath checks with digits
+    vjpcert kernels [OP ...]        the kernel tier: CUDA kernels against the specs
+    vjpcert verify  [REPORTS]       are the committed certificates still current?
+    vjpcert mutate  [OP ...]        the mutation suite: which checker kills which wrong backward
+
 Exit codes: 0 every claim passed (for ``prove``: every claim proved); 1 a claim failed (a wrong
-backward: the certificate holds a witness); 2 usage error or bad input (nothing is written);
-3 nothing failed but something was left undecided (inconclusive, or only checked where a proof
-was asked for); 130 interrupted (finished certificates are kept).
+backward: the certificate holds a witness) or, for ``verify``, a certificate is stale, edited,
+malformed or missing; 2 usage error or bad input (nothing is written); 3 nothing failed but
+something was left undecided; 130 interrupted (finished certificates are kept, reruns resume).
 """
 from __future__ import annotations
 
@@ -16,41 +23,73 @@ from specs.registry import SpecError
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNDECIDED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
-def _common(p: argparse.ArgumentParser, timeout_help: str):
+# ------------------------------------------------------------------------------ arguments
+def _targets(p):
     p.add_argument("targets", nargs="*", metavar="OP|FILE",
                    help="built-in op names or paths of spec files (default: every built-in op)")
+
+
+def _run_options(p, *, budget=True):
     p.add_argument("--dims", help="override dims, e.g. n=128,rows=1 (applied to ops that have them)")
     p.add_argument("--large", action="store_true", help="use each op's large dims ladder")
-    p.add_argument("--timeout", type=float, default=None, help=timeout_help)
+    if budget:
+        p.add_argument("--timeout", type=float, default=None, help="budget per claim in seconds (default 60)")
     p.add_argument("--jobs", type=int, default=1, help="parallel worker processes (default 1)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run on a Dask cluster (e.g. tcp://10.0.0.5:8786) instead of local processes")
     p.add_argument("--seed", type=int, default=0, help="seed for every random point (replayable)")
     p.add_argument("--reports", default="reports", help="report directory (default: reports)")
+    p.add_argument("--force", action="store_true", help="rerun claims whose certificates are current")
     p.add_argument("--quiet", action="store_true", help="no per-claim lines")
+
+
+def _numeric_options(p):
+    p.add_argument("--dps", type=int, default=50, help="mpmath digits (default 50, at least 20)")
+    p.add_argument("--method", default="mpmath-diff",
+                   choices=["mpmath-diff", "complex-step", "richardson", "central"])
+    p.add_argument("--no-plots", action="store_true", help="skip the finite-difference plots")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vjpcert", description="Certificates for backward passes.")
     sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("all", help="every tier for every op: proofs, numeric checks, kernel checks")
+    _targets(p)
+    _run_options(p)
+    _numeric_options(p)
+    p.add_argument("--general", action="store_true", help="also prove the general (every-size) forms")
     p = sub.add_parser("prove", help="prove backward = J^T dy and every law exactly (symbolic tier)")
-    _common(p, "budget per claim in seconds (default 60)")
+    _targets(p)
+    _run_options(p)
+    p.add_argument("--general", action="store_true", help="also prove the general (every-size) forms")
     p = sub.add_parser("check", help="check backward against derivatives of the forward in mpmath "
                                      "(numeric tier), with digits of agreement")
-    _common(p, "unused by check (kept for symmetry)")
+    _targets(p)
+    _run_options(p, budget=False)
+    _numeric_options(p)
     p.add_argument("--shape", dest="dims_alias", help="alias of --dims")
-    p.add_argument("--dps", type=int, default=50, help="mpmath digits (default 50, at least 20)")
-    p.add_argument("--method", default="mpmath-diff",
-                   choices=["mpmath-diff", "complex-step", "richardson", "central"])
     p.add_argument("--point", help="JSON file {input: nested list}: check at this point only")
-    p.add_argument("--no-plots", action="store_true", help="skip the finite-difference plots")
+    p.add_argument("--impl", metavar="MODULE:FUNCTION",
+                   help="check your own backward (a callable or torch.autograd.Function) against the spec")
+    p = sub.add_parser("kernels", help="check the CUDA kernels against the specs (simulator or GPU)")
+    _targets(p)
+    _run_options(p, budget=False)
+    p = sub.add_parser("verify", help="fail, naming each, on stale, edited, malformed or missing certificates")
+    p.add_argument("reports", nargs="?", default="reports")
+    p.add_argument("--spec", action="append", default=[], metavar="FILE",
+                   help="a user spec file whose ops the reports hold (repeatable)")
+    p.add_argument("--no-missing", action="store_true", help="do not require the certificates of `vjpcert all`")
+    p = sub.add_parser("mutate", help="run every tier on every mutant and write the kill matrix")
+    _targets(p)
+    p.add_argument("--reports", default="reports")
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true")
     return parser
 
 
-def _fail_bad_input(msg: str) -> int:
-    print(f"vjpcert: error: {msg}", file=sys.stderr)
-    return EXIT_BAD_INPUT
-
-
-def _load_point(path: str, op) -> dict:
+# ------------------------------------------------------------------------------ planning
+def _load_point(path: str, op) -> tuple[dict, dict]:
     import json
 
     import numpy as np
@@ -71,22 +110,30 @@ def _load_point(path: str, op) -> dict:
     return infer_dims(op, point), {k: v.tolist() for k, v in point.items()}
 
 
-def _plan(args, tier: str):
-    """Select ops, expand dims and claims, and validate every spec before anything is written."""
-    from specs.validate import validate
-    from vjpcert.ops import dims_ladder, parse_dims, select_ops
-    from vjpcert.runner import make_task
+def _freeze(v):
+    return tuple(_freeze(x) for x in v) if isinstance(v, list) else v
+
+
+def _plan(args, tiers: tuple[str, ...]):
+    """Select ops, expand dims and claims per tier, and validate every spec before anything is
+    written. Returns (tasks, ops by name)."""
+    from vjpcert.ops import parse_dims, select_ops
+    from vjpcert.plan import kernel_available, tier_tasks
 
     if getattr(args, "dims_alias", None):
         args.dims = args.dims_alias
-    if tier == "numeric":
+    if "numeric" in tiers:
         from numeric.tolerances import MIN_DPS
         if args.dps < MIN_DPS:
             raise SpecError(None, f"--dps {args.dps} is below {MIN_DPS}: too few digits to check anything")
     if args.jobs < 1:
         raise SpecError(None, "--jobs must be >= 1")
-    if args.timeout is not None and args.timeout <= 0:
+    if getattr(args, "timeout", None) is not None and args.timeout <= 0:
         raise SpecError(None, "--timeout must be > 0")
+    if "kernel" in tiers and not kernel_available():
+        if tiers == ("kernel",):
+            raise SpecError(None, "the kernel tier needs numba-cuda: pip install -e '.[cuda]'")
+        tiers = tuple(t for t in tiers if t != "kernel")
     selected = select_ops(args.targets)
     overrides = parse_dims(args.dims)
     if overrides:
@@ -95,110 +142,183 @@ def _plan(args, tier: str):
         if unknown:
             raise SpecError(None, f"--dims names {sorted(unknown)}, which no selected op has "
                                   f"(they have {sorted(known)})")
-    point = None
+    point = fixed = None
     if getattr(args, "point", None):
         if len(selected) != 1:
             raise SpecError(None, "--point needs exactly one op")
-        fixed, point = _load_point(args.point, selected[0][1])
+        fixed, raw = _load_point(args.point, selected[0][1])
+        point = tuple(sorted((k, _freeze(v)) for k, v in raw.items()))
     tasks, ops = [], {}
     for ref, op in selected:
         ops[op.name] = op
-        if point is not None:
-            ladder = [fixed]
-        elif tier == "numeric" and not overrides and not args.large:
-            from numeric.check import numeric_dims
-            ladder = numeric_dims(op)
-        else:
-            ladder = dims_ladder(op, overrides, args.large)
-        for dims in ladder:
-            validate(op, dims)
-            opts = {"seed": args.seed}
-            if tier == "symbolic" and args.timeout is not None:
-                opts["budget"] = args.timeout
-            if tier == "numeric":
-                opts.update(dps=args.dps, method=args.method)
-                if point is not None:
-                    opts["point"] = tuple(sorted((k, _freeze(v)) for k, v in point.items()))
-            for claim in op.claims():
-                if tier != "symbolic" or "monolithic" in op.proofs or not claim.startswith("vjp["):
-                    tasks.append(make_task(tier, ref, claim, dims, **opts))
-                if tier == "symbolic" and "compositional" in op.proofs and claim.startswith("vjp["):
-                    tasks.append(make_task(tier, ref, claim, dims, method="compositional", **opts))
+        for tier in tiers:
+            tasks += tier_tasks(tier, ref, op, overrides=overrides, large=args.large, seed=args.seed,
+                                budget=getattr(args, "timeout", None), dps=getattr(args, "dps", 50),
+                                method=getattr(args, "method", "mpmath-diff"), point=point, fixed_dims=fixed,
+                                general=getattr(args, "general", False))
     return tasks, ops
 
 
-def _freeze(v):
-    return tuple(_freeze(x) for x in v) if isinstance(v, list) else v
+def _executor(args):
+    """A Dask cluster's executor for --scheduler (any concurrent.futures executor works)."""
+    if not getattr(args, "scheduler", None):
+        return None, None
+    try:
+        from distributed import Client
+    except ImportError:
+        raise SpecError(None, "--scheduler needs Dask: pip install -e '.[dask]'") from None
+    try:
+        client = Client(args.scheduler, timeout="10s")
+    except (OSError, TimeoutError) as exc:
+        raise SpecError(None, f"cannot reach the scheduler at {args.scheduler}: {exc}") from None
+    return client.get_executor(pure=False), client
 
 
+# ------------------------------------------------------------------------------ running
 def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
+    from specs.certificate import Certificate
+    from vjpcert.plan import read_record, split_current
     from vjpcert.reports import TIERS, _summary, write_certificate, write_reports
     from vjpcert.runner import exit_code, run_tasks
 
     root = Path(args.reports)
+    if root.exists() and not root.is_dir():
+        raise SpecError(None, f"--reports {root} exists and is not a directory")
     console = Console(stderr=True)
+    todo, current = (tasks, []) if args.force else split_current(tasks, ops, root)
+    executor, client = _executor(args)
     done = []
     colour = {"failed": "red", "inconclusive": "yellow", "checked": "cyan"}
+    if current and not args.quiet:
+        console.print(f"{len(current)} of {len(tasks)} certificates are current: skipped (--force reruns them)")
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as progress:
+            bar = progress.add_task(command, total=len(todo))
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
-        bar = progress.add_task(command, total=len(tasks))
-
-        def on_result(task, cert):
-            write_certificate(cert, root)
-            done.append(cert)
-            progress.advance(bar)
-            if not args.quiet:
-                c = colour.get(cert.verdict, "green")
-                progress.console.print(f"[{c}]{cert.verdict:>22}[/{c}]  {task.label()}  "
-                                       f"({cert.method}, {cert.seconds:.2f}s)")
-        try:
-            run_tasks(tasks, jobs=args.jobs, on_result=on_result)
-            if getattr(args, "no_plots", True) is False:
-                from numeric.plots import write_fd_plot
-                for op in ops.values():
-                    progress.update(bar, description=f"{command}: plot {op.name}")
-                    try:
-                        write_fd_plot(op, root, seed=args.seed)
-                    except Exception as exc:   # a picture must never cost the certificates
-                        console.print(f"[yellow]warning[/yellow]: no plot for {op.name}: "
-                                      f"{type(exc).__name__}: {exc}")
-        except KeyboardInterrupt:
-            write_reports(root, ops, command)
-            console.print(f"interrupted: {len(done)} of {len(tasks)} certificates written to {root}/")
-            return EXIT_INTERRUPTED
+            def on_result(task, cert):
+                write_certificate(cert, root)
+                done.append(cert)
+                progress.update(bar, advance=1, description=f"{command}: {task.label()}")
+                if not args.quiet:
+                    c = colour.get(cert.verdict, "green")
+                    progress.console.print(f"[{c}]{cert.verdict:>22}[/{c}]  {task.tier:8} {task.label()}  "
+                                           f"({cert.method}, {cert.seconds:.2f}s)")
+            try:
+                run_tasks(todo, jobs=args.jobs, executor=executor, on_result=on_result)
+                if any(t.tier == "numeric" for t in tasks) and not getattr(args, "no_plots", True):
+                    from numeric.plots import write_fd_plot
+                    for op in ops.values():
+                        progress.update(bar, description=f"{command}: plot {op.name}")
+                        try:
+                            write_fd_plot(op, root, seed=args.seed)
+                        except Exception as exc:   # a picture must never cost the certificates
+                            console.print(f"[yellow]warning[/yellow]: no plot for {op.name}: "
+                                          f"{type(exc).__name__}: {exc}")
+            except KeyboardInterrupt:
+                write_reports(root, ops, command)
+                console.print(f"interrupted: {len(done)} of {len(todo)} certificates written to {root}/; "
+                              f"run the same command again to resume")
+                return EXIT_INTERRUPTED
+    finally:
+        if client is not None:
+            client.close()
+    if not tasks:
+        console.print("nothing to do: no claims for the selected ops and tiers")
+        return EXIT_OK
     write_reports(root, ops, command)
-    table = Table(title=f"{command}: {len(done)} claims")
+    # the verdicts of this plan: the fresh results, and the current certificates that were skipped
+    final = done + [Certificate.from_dict(read_record(root / _rel(t, ops))) for t in current]
+    table = Table(title=f"{command}: {len(final)} claims ({len(done)} run, {len(final) - len(done)} current)")
     table.add_column("op")
-    tiers = [t for t in TIERS if any(c.tier == t for c in done)]
+    tiers = [t for t in TIERS if any(c.tier == t for c in final)]
     for t in tiers:
         table.add_column(t)
-    for name in sorted({c.op for c in done}):
-        table.add_row(name, *[_summary([c for c in done if c.op == name and c.tier == t]) for t in tiers])
+    for name in sorted({c.op for c in final}):
+        table.add_row(name, *[_summary([c for c in final if c.op == name and c.tier == t]).replace("**", "")
+                              for t in tiers])
     console.print(table)
-    console.print(f"reports: {root}/README.md")
-    return exit_code(done, proof_tier_only=proof_only)
+    console.print(f"reports: {root}/README.md and {root}/index.html")
+    return exit_code(final, proof_tier_only=proof_only)
+
+
+def _rel(task, ops):
+    from vjpcert.plan import task_relpath
+    return task_relpath(task, ops[task.op.name].base_name)
+
+
+# ------------------------------------------------------------------------------ commands
+def cmd_all(args) -> int:
+    tasks, ops = _plan(args, ("symbolic", "numeric", "kernel"))
+    return _run(args, tasks, ops, "vjpcert all", proof_only=False)
 
 
 def cmd_prove(args) -> int:
-    tasks, ops = _plan(args, "symbolic")
+    tasks, ops = _plan(args, ("symbolic",))
     return _run(args, tasks, ops, "vjpcert prove", proof_only=True)
 
 
 def cmd_check(args) -> int:
-    tasks, ops = _plan(args, "numeric")
+    if args.impl:
+        from vjpcert.impl import check_impl_command
+        return check_impl_command(args)
+    tasks, ops = _plan(args, ("numeric",))
     return _run(args, tasks, ops, "vjpcert check", proof_only=False)
+
+
+def cmd_kernels(args) -> int:
+    tasks, ops = _plan(args, ("kernel",))
+    return _run(args, tasks, ops, "vjpcert kernels", proof_only=False)
+
+
+def cmd_verify(args) -> int:
+    from specs import builtin_ops
+    from specs.registry import load_file
+    from vjpcert.plan import task_relpath
+    from vjpcert.verify import NotAReportDir, verify
+
+    ops = dict(builtin_ops())
+    for f in args.spec:
+        ops.update({o.name: o for o in load_file(f)})
+    expected = None
+    if not args.no_missing:
+        plan_args = build_parser().parse_args(["all", "--reports", args.reports])
+        tasks, _ = _plan(plan_args, ("symbolic", "numeric", "kernel"))
+        expected = [task_relpath(t, ops[t.op.name].base_name) for t in tasks]
+    try:
+        problems = verify(Path(args.reports), ops, expected)
+    except NotAReportDir as exc:
+        return _fail_bad_input(str(exc))
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"vjpcert verify: {len(problems)} problem(s) in {args.reports}/", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"vjpcert verify: every certificate in {args.reports}/ is current")
+    return EXIT_OK
+
+
+def cmd_mutate(args) -> int:
+    from vjpcert.mutate import run_mutate
+    return run_mutate(args)
+
+
+def _fail_bad_input(msg: str) -> int:
+    print(f"vjpcert: error: {msg}", file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    commands = {"all": cmd_all, "prove": cmd_prove, "check": cmd_check, "kernels": cmd_kernels,
+                "verify": cmd_verify, "mutate": cmd_mutate}
     try:
-        return {"prove": cmd_prove, "check": cmd_check}[args.command](args)
+        return commands[args.command](args)
     except SpecError as exc:
         return _fail_bad_input(str(exc))
 

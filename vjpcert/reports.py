@@ -6,7 +6,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from specs.certificate import TRUST, Certificate, atomic_write
+from specs.certificate import CERTIFICATE_SCHEMA, SCHEMA_VERSION, TRUST, Certificate, atomic_write
 from specs.registry import Op
 
 TIERS = ("symbolic", "numeric", "kernel")
@@ -91,6 +91,12 @@ def render_op(name: str, certs: list[Certificate], op: Op | None, plots: list[st
             lines.append(f"| `{c.claim}` | {_dims(c.dims)} | **{c.verdict}** | {TRUST[c.verdict]} | "
                          f"{c.method} | {_evidence_brief(c)} | {c.seconds:.3g} |")
         lines.append("")
+    general = [c for c in certs if c.method == "general" and c.evidence.get("formula")]
+    if general:
+        lines += ["## General formulas (every size)", ""]
+        for c in general:
+            lines += [f"- `{c.claim}` ({c.verdict}, dims {', '.join(f'{k}: {v}' for k, v in c.dims.items())}):",
+                      "", "  ```text", f"  {c.evidence['formula']}", "  ```", ""]
     for plot in plots:
         lines += ["## Finite differences vs step", "",
                   "Relative error of <v, J u> by central differences over the step h, in float64 and in "
@@ -114,8 +120,9 @@ def render_index(certs: list[Certificate], command: str) -> str:
     for c in certs:
         by_op[c.op].append(c)
     lines = ["# vjpcert reports", "",
-             f"Made by `{command}`. The JSON certificates under `certificates/` are the source of truth;",
-             "this page and the per-op pages are rendered from them. `vjpcert verify` checks that every",
+             f"Made by `{command}`. The JSON certificates under `certificates/` are the source of truth",
+             f"(schema: `schema/certificate-v{SCHEMA_VERSION}.schema.json`); this page, the per-op pages and",
+             "`index.html` (self-contained) are rendered from them. `vjpcert verify` checks that every",
              "certificate still matches the spec and checker code that issued it.", "",
              "| op | " + " | ".join(TIERS) + " |", "|---|" + "---|" * len(TIERS)]
     for name in sorted(by_op):
@@ -127,8 +134,9 @@ def render_index(certs: list[Certificate], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_reports(root: Path, ops: dict[str, Op], command: str = "vjpcert") -> None:
-    """Re-render every per-op page and the index from the certificates on disk."""
+def write_reports(root: Path, ops: dict[str, Op], command: str = "vjpcert", html: bool = True) -> None:
+    """Re-render every per-op page, the index, the JSON Schema and the HTML report from the
+    certificates on disk."""
     root = Path(root)
     certs = load_certificates(root, strict=False)
     by_op = defaultdict(list)
@@ -138,3 +146,8 @@ def write_reports(root: Path, ops: dict[str, Op], command: str = "vjpcert") -> N
         plots = [f"plots/{name}-fd.png"] if (root / "plots" / f"{name}-fd.png").exists() else []
         atomic_write(root / f"{name}.md", render_op(name, group, ops.get(name), plots))
     atomic_write(root / "README.md", render_index(certs, command))
+    atomic_write(root / "schema" / f"certificate-v{SCHEMA_VERSION}.schema.json",
+                 json.dumps(CERTIFICATE_SCHEMA, indent=2) + "\n")
+    if html:
+        from vjpcert.html import render_html
+        atomic_write(root / "index.html", render_html(certs, ops, root, command))

@@ -37,17 +37,28 @@ def make_task(tier: str, ref: OpRef, claim: str, dims: dict, **options) -> Task:
 
 
 def execute(task: Task) -> Certificate:
-    """Run one task (in whatever process it lands). A crash of the checker itself becomes an
-    `inconclusive` certificate that carries the error: never a pass, never a lost run."""
+    """Run one task (in whatever process it lands); the certificate records the task's options."""
+    cert = _execute(task)
+    cert.options = {k: v for k, v in task.options if k != "point"}
+    return cert
+
+
+def _execute(task: Task) -> Certificate:
+    """A crash of the checker itself becomes an `inconclusive` certificate that carries the error:
+    never a pass, never a lost run."""
     start = time.perf_counter()
     op = None
     try:
         op = task.op.resolve()
         opts = dict(task.options)
         if task.tier == "symbolic":
-            if opts.pop("method", "monolithic") == "compositional":
+            method = opts.pop("method", "monolithic")
+            if method == "compositional":
                 from symbolic.composition import prove_compositional
                 return prove_compositional(op, task.claim, task.dims_dict, **opts)
+            if method == "general":
+                from symbolic.general import prove_general
+                return prove_general(op, task.claim, **opts)
             from symbolic.prover import prove_claim
             return prove_claim(op, task.claim, task.dims_dict, **opts)
         if task.tier == "numeric":
@@ -55,6 +66,9 @@ def execute(task: Task) -> Certificate:
             if "point" in opts:
                 opts["point"] = dict(opts["point"])
             return check_claim(op, task.claim, task.dims_dict, **opts)
+        if task.tier == "kernel":
+            from cuda_kernels.check import check_kernel_claim
+            return check_kernel_claim(op, task.claim, task.dims_dict, **opts)
         raise ValueError(f"unknown tier {task.tier!r}")
     except Exception as exc:
         return Certificate(op=task.op.name, claim=task.claim, tier=task.tier, verdict="inconclusive",

@@ -48,3 +48,11 @@ def _(B, Q, K, V, offset):
     m = causal_mask(Q.shape[0], offset)
     e = np.where(m, B.exp(scale(B, Q.shape[-1]) * (Q @ K.T)), B.exp(B.c(-8)))
     return (e / e.sum(-1, keepdims=True)) @ V
+
+
+@attention.mutant("dV_uses_logits_not_probabilities", kills=["vjp[V]", "dV_rows_follow_P"])
+def _(B, Q, K, V, dy):
+    """dV = S^T dO with the scaled logits S instead of the probabilities P."""
+    dQ, dK, _ = _back(B, Q, K, V, dy, _full(Q, K))
+    S = scale(B, Q.shape[-1]) * (Q @ K.T)
+    return dQ, dK, S.T @ dy

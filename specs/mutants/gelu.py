@@ -51,3 +51,22 @@ def _(B, x, dy):
     t = B.tanh(k * (x + B.c(K) * x * x * x))
     du = k * (1 + 3 * B.c(K) * x * x)
     return (dy * ((1 + t) / 2 + x * (1 - t * t) * du / 2),)
+
+
+def _negative_part(B, x):
+    """min(x, 0), branch-free: (x - |x|) / 2 with |x| = sqrt(x^2)."""
+    return (x - B.sqrt(x * x)) / 2
+
+
+@gelu_erf.mutant("wrong_for_negative_inputs", kills=["vjp[x]", "derivative_formula"])
+def _(B, x, dy):
+    """Right for x >= 0, off by min(x, 0) / 100 below: half of all sampled entries see it."""
+    return (dy * (Phi(B, x) + x * phi(B, x) + _negative_part(B, x) / 100),)
+
+
+@gelu_tanh.mutant("wrong_below_minus_three", kills=["vjp[x]", "derivative_formula"])
+def _(B, x, dy):
+    """Right except where x < -3, a region a standard-normal sampler hits 0.13% of the time."""
+    t = B.tanh(_u(B, x))
+    du = B.sqrt(2 / B.pi) * (1 + 3 * B.c(K) * x * x)
+    return (dy * ((1 + t) / 2 + x * (1 - t * t) * du / 2 + _negative_part(B, x + 3)),)

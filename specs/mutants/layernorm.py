@@ -48,3 +48,12 @@ def _(B, x, gamma, beta, eps, dy):
 def _(B, x, gamma, beta, eps, dy):
     """mean(g) accumulated in float32, modelled as one relative rounding of 2^-23: one part in 10^7."""
     return _back(B, x, gamma, beta, eps, dy, mean_rounding=B.c(1, 2**23))
+
+
+@layernorm.mutant("projection_sum_not_mean", kills=["vjp[x]", "dx_orthogonal_to_xhat"])
+def _(B, x, gamma, beta, eps, dy):
+    """sum_j g_j xh_j where mean_j g_j xh_j belongs: a missing 1/n."""
+    xh, rstd = normalise(B, x, eps)
+    g = dy * gamma
+    dx = rstd * (g - g.mean(-1, keepdims=True) - xh * (g * xh).sum(-1, keepdims=True))
+    return dx, (dy * xh).sum(0), dy.sum(0)

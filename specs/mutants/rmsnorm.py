@@ -32,3 +32,9 @@ def _(B, x, gamma, eps, dy):
 @rmsnorm.mutant("dgamma_missing_rstd", kills=["vjp[gamma]"])
 def _(B, x, gamma, eps, dy):
     return _back(B, x, gamma, eps, dy, dgamma_rstd=False)
+
+
+@rmsnorm.mutant("mean_square_as_sum_in_backward", kills=["vjp[x]", "vjp[gamma]", "dx_orthogonal_to_x"])
+def _(B, x, gamma, eps, dy):
+    """The backward recomputes rms with sum(x^2) instead of mean(x^2): a missing 1/n."""
+    return _back(B, x, gamma, eps, dy, rstd=1 / B.sqrt((x * x).sum(-1, keepdims=True) + eps))

@@ -31,3 +31,10 @@ def _(B, x, dy):
     one part in 10^7, below what float64 finite differences resolve at large logits."""
     y = softmax(B, x)
     return (y * (dy - (y * dy).sum(-1, keepdims=True) * (1 + B.c(1, 2**23))),)
+
+
+@softmax.mutant("row_sum_over_wrong_axis", kills=["vjp[x]", "cotangent_sums_to_zero"])
+def _(B, x, dy):
+    """sum_j y_j dy_j taken over the rows (axis 0) instead of the row's own entries."""
+    y = softmax(B, x)
+    return (y * (dy - (y * dy).sum(0, keepdims=True)),)

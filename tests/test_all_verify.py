@@ -1,0 +1,110 @@
+"""`vjpcert all` resumes after an interrupt and never leaves half a file; `vjpcert verify` names every
+stale, edited, malformed or missing certificate; the committed reports are current."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specs.certificate import record_digest
+from vjpcert.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+USER_OP = '''"""y = x^2 w."""
+from specs.registry import op
+
+@op(inputs={"x": ("n",), "w": ("n",)}, output=("n",), dims=[{"n": 3}])
+def square_scale(B, x, w):
+    return x * x * w
+
+@square_scale.defvjp
+def square_scale_vjp(B, x, w, dy):
+    return 2 * x * w * dy, x * x * dy
+'''
+
+
+def _records(reports: Path):
+    return [json.loads(p.read_text()) for p in (reports / "certificates").rglob("*.json")]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupted_run_keeps_whole_certificates_and_resumes(tmp_path, sig):
+    reports = tmp_path / "reports"
+    cmd = [sys.executable, "-m", "vjpcert.cli", "all", "softmax", "layernorm", "rmsnorm", "gelu_erf",
+           "--reports", str(reports), "--quiet", "--no-plots"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(list(reports.rglob("*.json"))) < 8:
+        time.sleep(0.05)
+    os.killpg(proc.pid, sig)
+    proc.wait(timeout=30)
+    assert proc.returncode != 0
+    first = _records(reports)
+    assert len(first) >= 8
+    assert all(r["digest"] == record_digest(r) for r in first), "a certificate was half written"
+    assert not list(reports.rglob(".tmp-*")), "a temporary file was left behind"
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"{len(first)} current)" in again.stderr      # the finished ones were skipped, not redone
+    assert len(_records(reports)) > len(first)
+
+
+def test_force_reruns_and_resume_skips(tmp_path, capsys):
+    args = ["prove", "softmax", "--reports", str(tmp_path / "r")]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "9 of 9 certificates are current" in capsys.readouterr().err
+    assert main(args + ["--force"]) == 0
+    assert "are current" not in capsys.readouterr().err
+
+
+def _prove_user(tmp_path):
+    spec = tmp_path / "my_ops.py"
+    spec.write_text(USER_OP)
+    reports = tmp_path / "reports"
+    assert main(["prove", str(spec), "--reports", str(reports), "--quiet"]) == 0
+    return spec, reports
+
+
+def test_verify_passes_then_names_a_stale_certificate_after_the_spec_is_edited(tmp_path, capsys):
+    spec, reports = _prove_user(tmp_path)
+    verify = ["verify", str(reports), "--spec", str(spec), "--no-missing"]
+    assert main(verify) == 0
+    spec.write_text(USER_OP.replace('"""y = x^2 w."""', '"""y = x^2 w (edited)."""'))
+    capsys.readouterr()
+    assert main(verify) == 1
+    out = capsys.readouterr().out
+    assert out.count("stale") == 2 and "spec changed (my_ops.py)" in out
+
+
+def test_verify_names_edited_malformed_truncated_and_missing(tmp_path, capsys):
+    spec, reports = _prove_user(tmp_path)
+    certs = sorted((reports / "certificates" / "square_scale").glob("*.json"))
+    rec = json.loads(certs[0].read_text())
+    rec["verdict"] = "proved" if rec["verdict"] != "proved" else "checked"
+    certs[0].write_text(json.dumps(rec))                      # hand edit, digest not updated
+    certs[1].write_text(certs[1].read_text()[:40])            # truncated
+    (reports / "certificates" / "square_scale" / "junk.json").write_text('{"op": 1}')
+    capsys.readouterr()
+    assert main(["verify", str(reports), "--spec", str(spec), "--no-missing"]) == 1
+    out = capsys.readouterr().out
+    assert "edited" in out and certs[0].name in out
+    assert out.count("malformed") == 2 and "junk.json" in out and certs[1].name in out
+
+
+def test_verify_refuses_a_directory_that_is_not_a_report(tmp_path, capsys):
+    assert main(["verify", str(tmp_path)]) == 2
+    assert "not a report directory" in capsys.readouterr().err
+
+
+def test_the_committed_reports_are_current(capsys):
+    """CI's guard: the reports in the repository match the code (run `vjpcert all` after a change)."""
+    code = main(["verify", str(ROOT / "reports")])
+    out = capsys.readouterr().out
+    assert code == 0, out[-4000:]

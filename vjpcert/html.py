@@ -1,0 +1,107 @@
+"""One self-contained HTML report (no network needed to view it): the verdict matrix, each op's
+formulas rendered from SymPy (as MathML, which browsers draw natively), the finite-difference plots
+(embedded), the kernel resource tables, and every claim with its trust level and assumptions."""
+from __future__ import annotations
+
+import base64
+import html
+from collections import defaultdict
+from pathlib import Path
+
+from specs.certificate import TRUST, VERDICTS, Certificate
+from specs.registry import Op
+
+CSS = """
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.6em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
+th{background:#f3f3f3}.v-proved,.v-proved-general,.v-proved-compositional{background:#d9f2d9}
+.v-checked-probabilistic,.v-checked,.v-kernel-match{background:#e3eefc}.v-inconclusive{background:#fff3c4}
+.v-failed{background:#f9d0d0;font-weight:bold}pre{background:#f7f7f7;padding:.6em;overflow-x:auto}
+math{font-size:1.05em}img{max-width:100%}details{margin:.3em 0}
+"""
+
+
+def _mathml(op: Op, max_ops: int = 400) -> list[tuple[str, str]]:
+    """(label, MathML) of the forward and the backward at the op's smallest dims, when they are
+    small enough to read."""
+    import sympy
+    from sympy.printing.mathml import mathml
+
+    from symbolic.api import forward, vjp
+    out = []
+    try:
+        dims = op.dims[0]
+        y = forward(op, **dims)
+        if sympy.count_ops(y) <= max_ops:
+            out.append((f"forward at {dims}", mathml(sympy.Matrix(y.tolist()) if y.rank() > 1 else y,
+                                                     printer="presentation")))
+        if op.vjp is not None:
+            for name, m in vjp(op, **dims).items():
+                if sympy.count_ops(m) <= max_ops:
+                    out.append((f"backward d{name} at {dims}", mathml(m, printer="presentation")))
+    except Exception:  # a formula that cannot be shown is not a reason to lose the report
+        return out
+    return out
+
+
+def render_html(certs: list[Certificate], ops: dict[str, Op], root: Path, command: str) -> str:
+    by_op = defaultdict(list)
+    for c in certs:
+        by_op[c.op].append(c)
+    tiers = ["symbolic", "numeric", "kernel"]
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>vjpcert report</title>"
+             f"<style>{CSS}</style></head><body><h1>vjpcert report</h1>",
+             f"<p>Made by <code>{e(command)}</code> from {len(certs)} certificates. JSON certificates under "
+             f"<code>certificates/</code> are the source of truth; <code>vjpcert verify</code> checks they are current.</p>",
+             "<h2>Verdict matrix</h2><table><tr><th>op</th>" + "".join(f"<th>{t}</th>" for t in tiers) + "</tr>"]
+    from vjpcert.reports import SEVERITY, _summary
+    for name in sorted(by_op):
+        cells = []
+        for t in tiers:
+            group = [c for c in by_op[name] if c.tier == t]
+            worst = min((c.verdict for c in group), key=SEVERITY.index) if group else ""
+            cells.append(f"<td class='v-{worst}'>{e(_summary(group)).replace('**', '')}</td>")
+        parts.append(f"<tr><td><a href='#op-{e(name)}'>{e(name)}</a></td>{''.join(cells)}</tr>")
+    parts.append("</table><h2>Verdicts and trust</h2><table><tr><th>verdict</th><th>trust</th><th>meaning</th></tr>")
+    parts += [f"<tr><td class='v-{v}'>{v}</td><td>{e(TRUST[v])}</td><td>{e(m)}</td></tr>" for v, m in VERDICTS.items()]
+    parts.append("</table>")
+    for name in sorted(by_op):
+        op = ops.get(name)
+        parts.append(f"<h2 id='op-{e(name)}'>{e(name)}</h2>")
+        if op is not None:
+            parts.append(f"<pre>{e(op.doc.strip())}</pre>")
+            for label, ml in _mathml(op):
+                parts.append(f"<details><summary>{e(label)} (SymPy)</summary>{ml}</details>")
+        general = [c for c in by_op[name] if c.method == "general" and c.evidence.get("formula")]
+        for c in general:
+            parts.append(f"<p>General form ({e(c.claim)}, {e(c.verdict)}): <code>{e(str(c.evidence['formula']))}</code></p>")
+        plot = root / "plots" / f"{name}-fd.png"
+        if plot.exists():
+            data = base64.b64encode(plot.read_bytes()).decode()
+            parts.append(f"<details><summary>finite-difference error vs step</summary>"
+                         f"<img alt='fd plot' src='data:image/png;base64,{data}'></details>")
+        resources = [c for c in by_op[name] if c.tier == "kernel" and c.evidence.get("resources")]
+        if resources:
+            parts.append("<table><tr><th>kernel</th><th>registers</th><th>spills (bytes)</th><th>shared (bytes)</th><th>.f64</th></tr>")
+            seen = set()
+            for c in resources:
+                for kname, r in c.evidence["resources"].items() if isinstance(c.evidence["resources"], dict) else []:
+                    if kname in seen or not isinstance(r, dict):
+                        continue
+                    seen.add(kname)
+                    parts.append(f"<tr><td>{e(kname)}</td><td>{r.get('registers', '')}</td><td>{r.get('spill_bytes', '')}</td>"
+                                 f"<td>{r.get('shared_bytes', '')}</td><td>{r.get('f64_instructions', '')}</td></tr>")
+            parts.append("</table>")
+        parts.append("<table><tr><th>tier</th><th>claim</th><th>dims</th><th>verdict</th><th>trust</th><th>method</th><th>assumptions</th></tr>")
+        for c in sorted(by_op[name], key=lambda c: (tiers.index(c.tier), c.claim, str(sorted(c.dims.items())))):
+            dims = ", ".join(f"{k}={v}" for k, v in sorted(c.dims.items()))
+            witness = ""
+            if c.verdict == "failed":
+                witness = f"<details><summary>witness</summary><pre>{e(str(c.evidence['witness'])[:3000])}</pre></details>"
+            parts.append(f"<tr><td>{c.tier}</td><td><code>{e(c.claim)}</code></td><td>{e(dims)}</td>"
+                         f"<td class='v-{c.verdict}'>{c.verdict}{witness}</td><td>{e(c.trust)}</td><td>{e(c.method)}</td>"
+                         f"<td>{'<br>'.join(e(a) for a in c.assumptions)}</td></tr>")
+        parts.append("</table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
