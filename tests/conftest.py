@@ -19,3 +19,5 @@ def op_mutants(proof=None):
 @pytest.fixture(scope="session")
 def ops():
     return OPS
+
+pytest_plugins = ["pytester"]

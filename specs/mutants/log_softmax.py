@@ -1,0 +1,19 @@
+"""Wrong log-softmax backwards."""
+from specs.log_softmax import log_softmax
+
+
+@log_softmax.mutant("uniform_instead_of_softmax", kills=["vjp[x]"])
+def _(B, x, dy):
+    """dy - mean(dy): the softmax weights replaced by 1/n (still sums to 0)."""
+    return (dy - dy.mean(-1, keepdims=True),)
+
+
+@log_softmax.mutant("missing_sum_of_dy", kills=["vjp[x]", "cotangent_sums_to_zero"])
+def _(B, x, dy):
+    from specs.softmax import softmax
+    return (dy - softmax(B, x) * dy,)
+
+
+@log_softmax.mutant("forward_without_log", replaces="forward", kills=["vjp[x]", "exp_rows_sum_to_one"])
+def _(B, x):
+    return x - B.exp(x).sum(-1, keepdims=True)

@@ -1,0 +1,128 @@
+"""Certify ops and implementations from your own test suite (also the ``vjpcert`` pytest fixture).
+
+    from vjpcert.testing import assert_proved, assert_checked, assert_matches_spec
+
+    def test_my_op():
+        assert_proved("my_ops.py::square_scale")            # exact proofs, or a readable failure
+        assert_checked("softmax", dps=30)                    # mpmath, digits of agreement
+
+    def test_my_kernel():
+        assert_matches_spec("softmax", my_softmax_backward, kind="backward", dtype=np.float32)
+
+Ops are given as a registered op, a built-in name, or ``"path/to/file.py::op_name"``. Failures
+raise ``CertificationError`` (an AssertionError) that shows the witness and the residual.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from specs.registry import Op, SpecError
+
+
+class CertificationError(AssertionError):
+    pass
+
+
+def resolve(op) -> Op:
+    if isinstance(op, Op):
+        return op
+    from specs import builtin_ops
+    from specs.registry import load_file
+    if isinstance(op, str) and "::" in op:
+        path, name = op.split("::", 1)
+        ops = {o.name: o for o in load_file(path)}
+        if name not in ops:
+            raise SpecError(None, f"{path} defines no op {name!r}; it defines {sorted(ops)}")
+        return ops[name]
+    ops = builtin_ops()
+    if op not in ops:
+        raise SpecError(None, f"unknown op {op!r}")
+    return ops[op]
+
+
+def _explain(certs) -> str:
+    lines = []
+    for c in certs:
+        if c.passed:
+            continue
+        lines.append(f"{c.op} {c.claim} at {c.dims}: {c.verdict} ({c.method})")
+        w = c.evidence.get("witness")
+        if w:
+            keep = {k: v for k, v in w.items() if k not in ("point", "dy", "u")}
+            lines.append("  witness: " + json.dumps(keep, default=str)[:800])
+            if "point" in w:
+                lines.append("  at: " + json.dumps(w["point"], default=str)[:400])
+        elif "reason" in c.evidence:
+            lines.append(f"  {c.evidence['reason']}")
+    return "\n".join(lines)
+
+
+def assert_proved(op, claims=None, dims: dict | None = None, budget: float = 60.0):
+    """Prove every claim (or those named) exactly; raise with the witnesses otherwise."""
+    from symbolic.prover import prove_claim
+    op = resolve(op)
+    certs = []
+    for d in ([dims] if dims else op.dims):
+        certs += [prove_claim(op, c, d, budget=budget) for c in (claims or op.claims())]
+    if not all(c.verdict.startswith("proved") for c in certs):
+        raise CertificationError("not proved:\n" + _explain([c for c in certs if not c.verdict.startswith("proved")]
+                                                              or certs))
+    return certs
+
+
+def assert_checked(op, claims=None, dims: dict | None = None, dps: int = 50):
+    """Check every claim in mpmath; raise with the witnesses otherwise."""
+    from numeric.check import check_claim
+    op = resolve(op)
+    d = op.resolve_dims(dims or op.check_dims)
+    certs = [check_claim(op, c, d, dps=dps) for c in (claims or op.claims())]
+    if not all(c.passed for c in certs):
+        raise CertificationError("not checked:\n" + _explain(certs))
+    return certs
+
+
+def assert_matches_spec(op, impl, *, kind: str = "backward", dims: dict | None = None, dtype=np.float32,
+                        seed: int = 0):
+    """An implementation of the op's forward (``impl(**inputs) -> y``) or backward
+    (``impl(**inputs, dy=...) -> cotangents``; a torch.autograd.Function works too) against the
+    spec, under the tolerance rule of ``specs.tolerance`` at ``dtype``."""
+    op = resolve(op)
+    if kind == "backward":
+        from vjpcert.impl import check_backward
+        cert = check_backward(op, impl, name=getattr(impl, "__name__", "impl"), dims=dims, dtype=dtype, seed=seed)
+        if cert.verdict != "checked":
+            w = cert.evidence["witness"]
+            raise CertificationError(
+                f"{w['cotangent']}{w['index']} of {op.name}'s backward: implementation {w['implementation']!r}, "
+                f"spec {w['spec (50 digits)']!r}; error {w['error']:.3g} > bound {w['bound']:.3g} "
+                f"({cert.evidence['rule']}; {w['case']} inputs, seed {seed})")
+        return cert
+    if kind != "forward":
+        raise ValueError("kind is 'forward' or 'backward'")
+    return _check_forward(op, impl, dims, dtype, seed)
+
+
+def _check_forward(op, impl, dims, dtype, seed):
+    from numeric.sampling import sample_point
+    from specs import tolerance
+    from specs.reference import forward
+    d = op.resolve_dims(dims or op.check_dims)
+    start = time.perf_counter()
+    for case in ("random", "large_magnitude", "near_constant"):
+        point = sample_point(op, d, case, seed)
+        truth = forward(op, np.float64, **point)
+        baseline = forward(op, dtype, **point)
+        got = np.asarray(impl(**{k: np.asarray(v, dtype=dtype) for k, v in point.items()}))
+        if got.shape != truth.shape:
+            raise CertificationError(f"{op.name} forward: implementation returned shape {got.shape}, spec {truth.shape}")
+        r = tolerance.compare(got, truth, baseline, backward=False, dtype=dtype)
+        if not r["ok"]:
+            idx = np.unravel_index(r["worst_index"], truth.shape)
+            raise CertificationError(
+                f"{op.name} forward{[int(i) for i in idx]}: implementation {float(got[idx])!r}, spec {float(truth[idx])!r}; "
+                f"error {r['error']:.3g} > bound {r['bound']:.3g} ({tolerance.rule_in_words(False, dtype)}; "
+                f"{case} inputs, seed {seed})")
+    return time.perf_counter() - start
