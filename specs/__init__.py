@@ -7,7 +7,7 @@ import importlib
 
 from specs.registry import REGISTRY, Law, Mutant, Op, Param, SpecError, load_file, op
 
-BUILTIN_MODULES = ("softmax", "rope", "rmsnorm", "layernorm", "gelu", "linear", "scaled_dot",
+BUILTIN_MODULES = ("softmax", "log_softmax", "rope", "rmsnorm", "layernorm", "gelu", "linear", "scaled_dot",
                    "attention", "attention_tape", "mhsa", "mlp", "vit")
 
 

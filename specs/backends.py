@@ -45,6 +45,10 @@ class ObjectBackend:
     def zeros(self, shape):
         return np.zeros(shape, dtype=object) * self.c(0)
 
+    def max_shift(self, x, mask=None):
+        """Exact arithmetic cannot overflow: no shift (see FloatBackend.max_shift)."""
+        return self.zeros(np.shape(x)[:-1] + (1,))
+
     def array(self, values):
         return np.array(values, dtype=object)
 
@@ -167,6 +171,16 @@ class FloatBackend:
 
     def zeros(self, shape):
         return np.zeros(shape, dtype=self.dtype)
+
+    def max_shift(self, x, mask=None):
+        """The row maximum (over the entries ``mask`` keeps), as a constant, for softmax-like specs to
+        subtract before exp: exp(x - m) / sum exp(x - m) is the same number (the softmax law
+        ``shift_invariance`` proves it) but does not overflow at large logits. Exact backends return
+        0, so the proofs and the float references run the same spec code."""
+        x = np.asarray(x)
+        masked = x if mask is None else np.where(mask, x, -np.inf)
+        m = masked.max(-1, keepdims=True) if x.shape[-1] else np.zeros(x.shape[:-1] + (1,), self.dtype)
+        return np.where(np.isfinite(m), m, 0).astype(self.dtype)
 
     def array(self, values):
         return np.asarray(values, dtype=self.dtype)

@@ -254,6 +254,10 @@ class TraceBackend:
         out.fill(ZERO)
         return out
 
+    def max_shift(self, x, mask=None):
+        """No shift in exact arithmetic (see specs.backends.FloatBackend.max_shift)."""
+        return self.zeros(np.shape(x)[:-1] + (1,))
+
     def array(self, values):
         return np.array(values, dtype=object)
 
