@@ -21,11 +21,19 @@ math{font-size:1.05em}img{max-width:100%}details{margin:.3em 0}
 """
 
 
+def _math(expr) -> str:
+    """A block of presentation MathML (SymPy prints the inside of the <math> element)."""
+    import re
+
+    from sympy.printing.mathml import mathml
+    inner = re.sub(r"<mi>\{([^<]*)\}</mi>", r"<mi>\1</mi>", mathml(expr, printer="presentation"))
+    return f'<math xmlns="http://www.w3.org/1998/Math/MathML" display="block">{inner}</math>'
+
+
 def _mathml(op: Op, max_ops: int = 400) -> list[tuple[str, str]]:
     """(label, MathML) of the forward and the backward at the op's smallest dims, when they are
     small enough to read."""
     import sympy
-    from sympy.printing.mathml import mathml
 
     from symbolic.api import forward, vjp
     out = []
@@ -33,12 +41,11 @@ def _mathml(op: Op, max_ops: int = 400) -> list[tuple[str, str]]:
         dims = op.dims[0]
         y = forward(op, **dims)
         if sympy.count_ops(y) <= max_ops:
-            out.append((f"forward at {dims}", mathml(sympy.Matrix(y.tolist()) if y.rank() > 1 else y,
-                                                     printer="presentation")))
+            out.append((f"forward at {dims}", _math(sympy.Matrix(y.tolist()) if y.rank() > 1 else y)))
         if op.vjp is not None:
             for name, m in vjp(op, **dims).items():
                 if sympy.count_ops(m) <= max_ops:
-                    out.append((f"backward d{name} at {dims}", mathml(m, printer="presentation")))
+                    out.append((f"backward d{name} at {dims}", _math(m)))
     except Exception:  # a formula that cannot be shown is not a reason to lose the report
         return out
     return out

@@ -60,10 +60,11 @@ def _gradcheck(op) -> tuple[bool, str] | None:
 
 def _jax(op):
     try:
-        import jax  # noqa: F401
+        from numeric.jax_bridge import check_grads
     except ImportError:
-        return None
-    return None   # JAX is not installed on these machines; the column says so
+        return None          # JAX not installed: the column says so
+    from numeric.sampling import sample_point
+    return (not check_grads(op, sample_point(op, op.check_dims, "random", 0))), ""
 
 
 def run_row(ref: OpRef) -> dict:
@@ -169,6 +170,11 @@ def render_png(rows: list[dict], summary: dict, path: Path) -> None:
 def run_mutate(args) -> int:
     from rich.console import Console
     console = Console(stderr=True)
+    for optional in ("numeric.torch_bridge", "numeric.jax_bridge"):   # import once, before forking,
+        try:                                                          # so no column pays for it
+            __import__(optional)
+        except ImportError:
+            pass
     refs = _rows(args.targets)
     rows = []
     if args.jobs > 1:
