@@ -66,6 +66,7 @@ class Mutant:
     replaces: str                     # "vjp" or "forward"
     kills: tuple[str, ...]
     doc: str
+    evades: tuple[str, ...] = ()      # input cases (e.g. "random") on which the mutant is right
 
 
 Dims = Mapping[str, int]
@@ -182,14 +183,15 @@ class Op:
             return f
         return register
 
-    def mutant(self, name: str, *, kills, replaces: str = "vjp", doc: str | None = None):
+    def mutant(self, name: str, *, kills, replaces: str = "vjp", doc: str | None = None, evades=()):
         """Register a deliberately wrong backward (or forward) and the claims it must make fail."""
         if replaces not in ("vjp", "forward"):
             raise SpecError(self.name, f"mutant {name!r}: replaces must be 'vjp' or 'forward'")
 
         def register(f):
             self._check_signature(f, f"mutant {name}", extra=LAW_EXTRAS)
-            self.mutants.append(Mutant(name, f, replaces, tuple(kills), doc or inspect.getdoc(f) or name))
+            self.mutants.append(Mutant(name, f, replaces, tuple(kills), doc or inspect.getdoc(f) or name,
+                                       tuple(evades)))
             return f
         return register
 
