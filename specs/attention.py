@@ -20,7 +20,7 @@ def scale(B, d):
 
 def masked_softmax(B, S, mask):
     """Row softmax over the entries where mask is True; all-masked rows give 0 (not NaN)."""
-    e = np.where(mask, B.exp(S), B.c(0))
+    e = np.where(mask, B.exp(S - B.max_shift(S, mask)), B.c(0))    # shift: 0 exactly, row max in floats
     Z = e.sum(-1, keepdims=True)
     return e / np.where(mask.any(-1, keepdims=True), Z, B.c(1))
 
@@ -80,3 +80,50 @@ def fully_masked_row_is_zero(B, Q, K, V, dy, forward, backward):
     """With offset 1, query 0 sees no key: its output row and its dQ row are exactly 0."""
     dQ, _, _ = backward(Q, K, V, dy=dy)
     return np.concatenate([forward(Q, K, V)[0], dQ[0]])
+
+
+# ------------------------------------------------------------------ general forms (every m, d)
+def general_attention(G):
+    """Attention in index form with symbolic m (sequence) and d (head width), c = 1/sqrt(d):
+    S[i, j] = c sum_k Q[i, k] K[j, k],  P[i, j] = exp(S[i, j]) / sum_j' exp(S[i, j']),
+    O[i, l] = sum_j P[i, j] V[j, l], and the backward of the docstring entry by entry."""
+    m, d = G.dim("m"), G.dim("d")
+    Q, K, V, dO = G.array("Q"), G.array("K"), G.array("V"), G.array("dy")
+    c = 1 / G.sqrt(d)
+
+    @G.let("S")
+    def S(i, j):
+        return c * G.sum(lambda k: Q[i, k] * K[j, k], d)
+
+    @G.let("P")
+    def P(i, j):
+        return G.exp(S(i, j)) / G.sum(lambda j2: G.exp(S(i, j2)), m)
+
+    def O(i, l):
+        return G.sum(lambda j: P(i, j) * V[j, l], m)
+
+    @G.let("dP")
+    def dP(i, j):
+        return G.sum(lambda l: dO[i, l] * V[j, l], d)
+
+    @G.let("dS")
+    def dS(i, j):
+        return P(i, j) * (dP(i, j) - G.sum(lambda j2: P(i, j2) * dP(i, j2), m))
+
+    def dQ(a, b):
+        return c * G.sum(lambda j: dS(a, j) * K[j, b], m)
+
+    def dK(a, b):
+        return c * G.sum(lambda i: dS(i, a) * Q[i, b], m)
+
+    def dV(a, b):
+        return G.sum(lambda i: P(i, a) * dO[i, b], m)
+    G.check_at([{"m": 1, "d": 2}, {"m": 2, "d": 3}, {"m": 3, "d": 2}])
+    return dict(m=m, d=d, c=c, S=S, P=P, O=O, dP=dP, dS=dS, dQ=dQ, dK=dK, dV=dV)
+
+
+for _wrt in ("Q", "K", "V"):
+    @attention.general_form(f"vjp[{_wrt}]")
+    def _(G, _wrt=_wrt):
+        f = general_attention(G)
+        return G.vjp(_wrt, forward=f["O"], backward=f["d" + _wrt])

@@ -57,11 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     _targets(p)
     _run_options(p)
     _numeric_options(p)
-    p.add_argument("--general", action="store_true", help="also prove the general (every-size) forms")
+    p.add_argument("--no-general", dest="general", action="store_false",
+                   help="skip the general (every-size) proofs")
     p = sub.add_parser("prove", help="prove backward = J^T dy and every law exactly (symbolic tier)")
     _targets(p)
     _run_options(p)
-    p.add_argument("--general", action="store_true", help="also prove the general (every-size) forms")
+    p.add_argument("--no-general", dest="general", action="store_false",
+                   help="skip the general (every-size) proofs")
     p = sub.add_parser("check", help="check backward against derivatives of the forward in mpmath "
                                      "(numeric tier), with digits of agreement")
     _targets(p)

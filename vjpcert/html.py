@@ -101,7 +101,7 @@ def render_html(certs: list[Certificate], ops: dict[str, Op], root: Path, comman
                                  f"<td>{r.get('shared_bytes', '')}</td><td>{r.get('f64_instructions', '')}</td></tr>")
             parts.append("</table>")
         parts.append("<table><tr><th>tier</th><th>claim</th><th>dims</th><th>verdict</th><th>trust</th><th>method</th><th>assumptions</th></tr>")
-        for c in sorted(by_op[name], key=lambda c: (tiers.index(c.tier), c.claim, str(sorted(c.dims.items())))):
+        for c in sorted(by_op[name], key=lambda c: (tiers.index(c.tier), c.claim, str(sorted((k, str(v)) for k, v in c.dims.items())))):
             dims = ", ".join(f"{k}={v}" for k, v in sorted(c.dims.items()))
             witness = ""
             if c.verdict == "failed":

@@ -79,8 +79,10 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
                 nopts["point"] = point
             tasks += [make_task(tier, ref, claim, dims, **nopts) for claim in op.claims()]
     if tier == "symbolic" and general and op.general:
+        from symbolic.general import general_dims
         gopts = {**opts, **({"budget": budget} if budget is not None else {})}
-        tasks += [make_task(tier, ref, claim, {}, method="general", **gopts) for claim in op.general]
+        tasks += [make_task(tier, ref, claim, general_dims(op, claim), method="general", **gopts)
+                  for claim in op.general]
     return tasks
 
 

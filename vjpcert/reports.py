@@ -81,7 +81,7 @@ def render_op(name: str, certs: list[Certificate], op: Op | None, plots: list[st
     for c in certs:
         by_tier[c.tier].append(c)
     for tier in TIERS:
-        rows = sorted(by_tier.get(tier, []), key=lambda c: (c.claim, sorted(c.dims.items())))
+        rows = sorted(by_tier.get(tier, []), key=lambda c: (c.claim, sorted((k, str(v)) for k, v in c.dims.items())))
         if not rows:
             continue
         lines += [f"## {tier.capitalize()} tier", "",

@@ -1,0 +1,923 @@
+"""Proofs for every size: claims stated with symbolic dimensions (``IndexedBase``, ``Sum``,
+``KroneckerDelta``), verdict ``proved-general``.
+
+A proof at n = 2..32 says nothing certain about n = 4096. Here the dimensions are symbols n >= 1 and
+the claim is proved once for all of them:
+
+    for every size and every input index (s, j):   sum_out dy[out] * d y[out] / d x[s, j]  ==  dx[s, j]
+
+The left side is *derived* (``sympy.diff`` of the indexed forward gives KroneckerDelta terms), the
+right side is the hand-written backward in index form, and the difference is reduced to 0 by the
+exact normal form of ``symbolic.general_normal`` (sums expanded by linearity, deltas evaluated under
+proven index bounds, each remaining sum and transcendental subterm an atom, then a rational-function
+zero test). Nothing else may say ``proved-general``.
+
+A layout written as pieces (RoPE's x[r, 2p + c] or x[r, p + h]) is also proved to tile its array
+for every size (indices in range, maps injective, pieces disjoint, sizes adding up).
+
+A general form is a second transcription of the op, so guards tie it to the spec that the rest of
+the project checks:
+  * cross-check: the general forward and backward (or law) are *instantiated* at several concrete
+    sizes (n = 1, 2, 3, 5 by default) and compared, entry by entry and exactly, with ``op.forward`` /
+    ``op.vjp`` / the law run on the SymPy backend; the fixed-dims prover (``prove_claim``) proves the
+    spec at the same sizes. A mismatch means the proof is about another formula, and a refutation
+    there contradicts the general proof: either way never ``proved-general``.
+  * negative controls (``specs/mutants/general.py``): wrong general backwards that must not prove.
+What is proved for every size is the general form's identity; that the general form *is* the spec
+is shown exactly at the cross-check sizes (the spec itself is array code at fixed sizes). For
+elementwise ops (GELU) the general form calls the spec's own forward and backward on one entry.
+
+Writing a general form
+----------------------
+In a spec file, after the op::
+
+    @softmax.general_form("vjp[x]")
+    def _(G):
+        n = G.dim("n")
+        x, dy = G.array("x"), G.array("dy")
+
+        def y(r, i):                       # the forward, one output entry, indices as arguments
+            return G.exp(x[r, i]) / G.sum(lambda k: G.exp(x[r, k]), n)
+
+        def dx(s, j):                      # the backward, one entry of the cotangent of x
+            return y(s, j) * (dy[s, j] - G.sum(lambda l: y(s, l) * dy[s, l], n))
+        return G.vjp("x", forward=y, backward=dx)
+
+The builder signature is ``builder(G) -> G.vjp(...) | G.law(...)``; ``G`` is a ``GeneralBuilder``:
+
+* ``G.dim(name)`` -- a spec dimension as an integer symbol >= 1; ``G.even_dim("d", "h")`` -- d = 2h;
+* ``G.param(name)`` -- a scalar parameter: a symbol (eps > 0, c real) or, for structural parameters
+  such as RoPE's base, its value;
+* ``G.array(name)`` -- an ``IndexedBase`` for an input, a non-differentiable input or ``"dy"``;
+  indices start at 0, as in the spec's numpy arrays;
+* ``G.sum(f, size)`` / ``G.mean(f, size)`` -- sum_{k=0}^{size-1} f(k) with a fresh index (named after
+  f's parameter), so a nested sum can never capture an outer index;
+* ``G.exp, G.sqrt, G.erf, G.tanh, G.sin, G.cos, G.pi, G.c(p, q)`` -- as the backend ``B`` has them;
+* ``G.vjp(wrt, forward=..., backward=...)`` -- forward(*output_index) and backward(*input_index), or
+  lists of ``G.piece(index, sizes, value)`` when a layout splits an axis (RoPE: x[2p + c]);
+* ``G.law(value, over)`` -- value(*free) must be 0 (or a pair (lhs, rhs)) for free indices ranging
+  over the dims in ``over``; ``G.backward(wrt)`` is the backward of the registered ``vjp[wrt]`` form;
+* ``@G.let("rstd")`` -- names an intermediate for the rendered formulas (the proof sees through it);
+* ``G.check_at([...])`` -- the concrete sizes (spec dim names) for the cross-check, when the default
+  ladder (1, 2, 3, 5) is too expensive.
+
+Public API: ``prove_general(op, claim, *, budget=60.0, seed=0, form=None) -> Certificate``,
+``general_claims(op) -> list[str]`` and ``general_dims(op, claim) -> dict`` (the certificate's dims,
+hence its file name, without proving anything).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import sympy as sp
+from sympy import Indexed, IndexedBase, Sum
+from sympy.core.function import AppliedUndef
+
+from specs.backends import exact
+from specs.budget import run_with_budget
+from specs.certificate import Certificate, versions
+from specs.registry import Op, SpecError
+from symbolic import tolerances as tol
+from symbolic.general_normal import NormalFormError, Normaliser, expand_sums
+# The symbolic tier's checker hash (it covers every file of symbolic/, these two included), so the
+# report planner tells a current general certificate from a stale one as for every other symbolic claim.
+from symbolic.prover import CHECKER_SHA256
+
+
+NORMALISATION = ("sums expanded by linearity (independent factors pulled out, nested sums flattened "
+                 "into one multi-index sum, independent index groups split into products); "
+                 "KroneckerDelta sums evaluated only when index bounds prove the pinned value lies in "
+                 "range, deltas with provably different sides set to 0; each remaining sum an atom "
+                 "with canonically named indices; exp/erf/tanh/sin/cos and radicals opaque atoms "
+                 "(radicals reduced by u^q = b); zero test: numerator of the rational function in "
+                 "the atoms expands to 0")
+SCOPE = ("the general form's identity is proved for every size; the general form is shown to be the "
+         "spec's formula exactly at the cross-check sizes, where the fixed-dims prover also proves the spec")
+LADDER = (1, 2, 3, 5)          # default cross-check sizes: 1 catches off-by-one ranges, 5 is not square
+BATCH_LADDER = (1, 2)          # dims that only repeat rows (no coupling across them)
+BATCH_DIMS = ("rows", "batch")
+CROSS_CHECK_POINTS = 4         # how many concrete sizes the cross-check instantiates by default
+WITNESS_MAX_ENTRIES = 48       # entries of the cotangent evaluated when looking for a witness
+JACOBIAN_SHOWN_CHARS = 1500    # the derived Jacobian entry is shown when it is this short
+SHARE = {"normalise": 0.5, "cross-check": 0.8, "witness": 0.7}
+FIXED_DIMS_BUDGET_S = 10.0     # per size; measured here: 0.01-0.07 s each at the cross-check sizes
+
+
+def general_claims(op: Op) -> list[str]:
+    """The claims of ``op`` that have a general (symbolic-dimension) form, in the op's claim order."""
+    return [c for c in op.claims() if c in op.general]
+
+
+def general_dims(op: Op, claim: str, form: Callable | None = None) -> dict:
+    """The ``dims`` a general certificate of ``claim`` carries (spec dim -> its symbol, e.g.
+    {"n": "n", "rows": "rows"}, RoPE {"d": "2h", ...}): where its file goes (``Certificate.relpath``).
+    Cheap: runs the builder, derives nothing."""
+    return build_statement(op, claim, form or op.general[claim], display=True).dims
+
+
+# ============================================================================ the builder (G)
+@dataclass
+class Piece:
+    """Part of an array: entries at ``index(*p)`` for p ranging over ``sizes`` equal ``value(*p)``."""
+    index: Callable
+    sizes: tuple
+    value: Callable
+
+
+@dataclass
+class Materialised:
+    syms: tuple          # the piece's index symbols
+    sizes: tuple
+    idx: tuple           # index expressions into the full array
+    value: sp.Expr
+
+
+@dataclass
+class GeneralVJP:
+    wrt: str
+    forward: list
+    backward: list
+    kind: str = "vjp"
+
+
+@dataclass
+class GeneralLaw:
+    value: Callable
+    over: tuple
+    kind: str = "law"
+
+
+class GeneralBuilder:
+    """The ``G`` a general-form builder receives; see the module docstring."""
+
+    def __init__(self, op: Op, display: bool = False):
+        self.op = op
+        self.display_mode = display      # named intermediates stay names (rendering only)
+        self.exp, self.sqrt, self.erf, self.tanh = sp.exp, sp.sqrt, sp.erf, sp.tanh
+        self.sin, self.cos, self.pi = sp.sin, sp.cos, sp.pi
+        self.dim_exprs: dict[str, sp.Expr] = {}      # spec dim name -> expression in the dim symbols
+        self.dim_symbols: list[sp.Symbol] = []
+        self.even: dict[str, sp.Symbol] = {}
+        self.ranges: dict[sp.Symbol, tuple] = {}
+        self.check_dims: list[dict] | None = None
+        self._names: set[str] = set()
+        self._arrays: dict[str, IndexedBase] = {}
+        self.definitions: dict = {}      # name -> (args, expression), in display mode
+
+    # ---------------------------------------------------------------- numbers
+    def c(self, p, q=1):
+        f = exact(p, q)
+        return sp.Rational(f.numerator, f.denominator)
+
+    # ---------------------------------------------------------------- dimensions and params
+    def _new_dim(self, name: str) -> sp.Symbol:
+        s = sp.Symbol(name, integer=True, positive=True)
+        if s not in self.dim_symbols:
+            self.dim_symbols.append(s)
+        return s
+
+    def dim(self, name: str) -> sp.Expr:
+        if name not in self.dim_exprs:
+            if name not in self.op.dim_names():
+                raise SpecError(self.op.name, f"general form: {name!r} is not a dim of the op "
+                                              f"({sorted(self.op.dim_names())})")
+            self.dim_exprs[name] = self._new_dim(name)
+        return self.dim_exprs[name]
+
+    def even_dim(self, name: str, half: str) -> sp.Expr:
+        """An even dimension ``name`` = 2 * ``half`` (RoPE's head width)."""
+        if name not in self.dim_exprs:
+            h = self._new_dim(half)
+            self.even[name] = h
+            self.dim_exprs[name] = 2 * h
+        return self.dim_exprs[name]
+
+    def size(self, entry) -> sp.Expr:
+        if isinstance(entry, (int, sp.Basic)):
+            return sp.sympify(entry)
+        out = sp.Integer(1)
+        for tok in str(entry).split("*"):
+            tok = tok.strip()
+            out *= int(tok) if tok.isdigit() else self.dim(tok)
+        return out
+
+    def shape(self, name: str) -> tuple:
+        op = self.op
+        decl = op.output if name in ("y", "dy") else {**op.inputs, **op.nondiff}.get(name)
+        if decl is None:
+            raise SpecError(op.name, f"general form: no array {name!r}")
+        return tuple(self.size(e) for e in decl)
+
+    def param(self, name: str):
+        p = self.op.params.get(name)
+        if p is None:
+            raise SpecError(self.op.name, f"general form: no parameter {name!r}")
+        if not p.symbolic:
+            return sp.sympify(p.default)
+        return sp.Symbol(name, positive=True) if p.positive else sp.Symbol(name, real=True)
+
+    def array(self, name: str) -> IndexedBase:
+        if name not in (*self.op.inputs, *self.op.nondiff, "dy"):
+            raise SpecError(self.op.name, f"general form: {name!r} is not an input of the op")
+        if name not in self._arrays:
+            self.shape(name)                       # declares the dims it uses
+            self._arrays[name] = IndexedBase(name, real=True)
+        return self._arrays[name]
+
+    def check_at(self, dims_list: list[dict]):
+        self.check_dims = [dict(d) for d in dims_list]
+
+    # ---------------------------------------------------------------- indices and sums
+    def index(self, name: str, size) -> sp.Symbol:
+        """A fresh index symbol in [0, size - 1], never equal to another index of this form."""
+        if name.startswith(("σ", "ι")):        # reserved for the normaliser's own indices
+            name = "i" + name
+        base, k = name, 1
+        while name in self._names or name in {str(s) for s in self.dim_symbols}:
+            k += 1
+            name = f"{base}_{k}"
+        self._names.add(name)
+        s = sp.Symbol(name, integer=True)
+        self.ranges[s] = (sp.Integer(0), sp.sympify(size) - 1)
+        return s
+
+    def sum(self, f: Callable, size):
+        (name,) = _param_names(f, 1)
+        k = self.index(name, size)
+        return Sum(f(k), (k, 0, sp.sympify(size) - 1))
+
+    def mean(self, f: Callable, size):
+        return self.sum(f, size) / size
+
+    def let(self, name: str, f: Callable | None = None) -> Callable:
+        """``f`` as a named intermediate (rstd, P, ...); also a decorator, ``@G.let("rstd")``. The
+        proof always sees the full expression; only when the formulas are rendered (display mode)
+        does a call stay ``name(args)``, with the definition listed once."""
+        if f is None:
+            return lambda g: self.let(name, g)
+        if not self.display_mode:
+            return f
+        head = sp.Function(name)
+
+        @functools.wraps(f)                  # keeps f's parameter names (they name the indices)
+        def call(*args):
+            if name not in self.definitions:     # defined where first used: only what is used shows
+                params = _param_names(f, len(inspect.signature(f).parameters))
+                generic = tuple(sp.Symbol(p, integer=True) for p in params)
+                self.definitions[name] = None    # a definition that uses itself must not recurse
+                self.definitions[name] = (generic, sp.sympify(f(*generic)))
+            return head(*args)
+        return call
+
+    def unfold(self, e):
+        """A value that is one named intermediate shows its definition (the forward y = y(r, i)
+        would say nothing)."""
+        if isinstance(e, AppliedUndef) and self.definitions.get(e.func.__name__):
+            args, body = self.definitions[e.func.__name__]
+            return body.xreplace(dict(zip(args, e.args)))
+        return e
+
+    # ---------------------------------------------------------------- statements
+    def piece(self, index: Callable, sizes, value: Callable) -> Piece:
+        return Piece(index, tuple(self.size(s) for s in sizes), value)
+
+    def vjp(self, wrt: str, *, forward, backward) -> GeneralVJP:
+        if wrt not in self.op.inputs:
+            raise SpecError(self.op.name, f"general form: {wrt!r} is not a differentiable input")
+        self.array(wrt)
+        return GeneralVJP(wrt, self._pieces(forward, self.shape("y")), self._pieces(backward, self.shape(wrt)))
+
+    def law(self, value: Callable, over=()) -> GeneralLaw:
+        return GeneralLaw(value, tuple(self.size(s) for s in over))
+
+    def backward(self, wrt: str) -> Callable:
+        claim = f"vjp[{wrt}]"
+        if claim not in self.op.general:
+            raise SpecError(self.op.name, f"general form: no general form for {claim}")
+        form = self.op.general[claim](self)
+        if len(form.backward) != 1 or form.backward[0].index is not None:
+            raise SpecError(self.op.name, "G.backward needs a backward written as one function")
+        return form.backward[0].value
+
+    @staticmethod
+    def _pieces(spec, shape) -> list:
+        if callable(spec):
+            return [Piece(None, shape, spec)]
+        return list(spec)
+
+    def materialise(self, pieces: list) -> list:
+        """Index symbols and expressions for a group of pieces. Pieces of one group are separate
+        statements, so they share index symbols (dx[r, 2p] and dx[r, 2p + 1] both use r, p); two
+        groups never do (the output indices are summed over, the input indices stay free)."""
+        shared: dict = {}
+        out = []
+        for piece in pieces:
+            names = _param_names(piece.value, len(piece.sizes))
+            syms = []
+            for nm, sz in zip(names, piece.sizes):
+                key = (nm, sp.sympify(sz))
+                if key not in shared or shared[key] in syms:
+                    shared[key] = self.index(nm, sz)
+                syms.append(shared[key])
+            syms = tuple(syms)
+            idx = syms if piece.index is None else tuple(sp.sympify(i) for i in _tuple(piece.index(*syms)))
+            out.append(Materialised(syms, piece.sizes, idx, sp.sympify(piece.value(*syms))))
+        return out
+
+
+def _tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _param_names(f: Callable, count: int) -> list[str]:
+    try:
+        names = [p for p in inspect.signature(f).parameters][:count]
+    except (TypeError, ValueError):
+        names = []
+    names += [f"i{k}" for k in range(len(names), count)]
+    return names
+
+
+# ============================================================================ the statement
+@dataclass
+class Identity:
+    """lhs == rhs for every value of ``free`` (index symbols with ranges)."""
+    free: tuple
+    lhs: sp.Expr
+    rhs: sp.Expr
+
+
+@dataclass
+class Statement:
+    op: Op
+    claim: str
+    kind: str
+    G: GeneralBuilder
+    form: object
+    identities: list
+    forward: list = field(default_factory=list)       # materialised pieces
+    backward: list = field(default_factory=list)
+    law: list = field(default_factory=list)
+    jacobian: list = field(default_factory=list)      # (out piece, in piece, raw derivative)
+
+    @property
+    def dims(self) -> dict:
+        return {name: str(expr).replace("*", "") for name, expr in sorted(self.G.dim_exprs.items())}
+
+
+def build_statement(op: Op, claim: str, builder: Callable, display: bool = False) -> Statement:
+    """Run the general-form builder and derive the identities that make up the claim. With
+    ``display`` the named intermediates stay names and nothing is derived: for rendering only."""
+    G = GeneralBuilder(op, display=display)
+    form = builder(G)
+    if claim.startswith("vjp["):
+        if not isinstance(form, GeneralVJP) or f"vjp[{form.wrt}]" != claim:
+            raise SpecError(op.name, f"general form for {claim} must return G.vjp({claim[4:-1]!r}, ...)")
+        X, dY = G.array(form.wrt), G.array("dy")
+        ins = G.materialise(form.backward)       # first, so the formula shown keeps plain names
+        outs = G.materialise(form.forward)
+        stmt = Statement(op, claim, "vjp", G, form, [], forward=outs, backward=ins)
+        if display:
+            return stmt
+        for inp in ins:
+            target = X[inp.idx]
+            terms = []
+            for out in outs:
+                d = out.value.diff(target)
+                stmt.jacobian.append((out, inp, d))
+                body = dY[out.idx] * d
+                terms.append(Sum(body, *[(v, 0, s - 1) for v, s in zip(out.syms, out.sizes)]))
+            stmt.identities.append(Identity(inp.syms, sp.Add(*terms), inp.value))
+        return stmt
+    if not isinstance(form, GeneralLaw):
+        raise SpecError(op.name, f"general form for law {claim} must return G.law(...)")
+    names = _param_names(form.value, len(form.over))
+    free = tuple(G.index(nm, sz) for nm, sz in zip(names, form.over))
+    val = form.value(*free)
+    lhs, rhs = (val if isinstance(val, tuple) else (val, sp.Integer(0)))
+    law = Materialised(free, form.over, free, sp.sympify(lhs) - sp.sympify(rhs))
+    return Statement(op, claim, "law", G, form, [Identity(free, sp.sympify(lhs), sp.sympify(rhs))], law=[law])
+
+
+# ---------------------------------------------------------------------------- rendering
+def _cot_name(wrt: str) -> str:
+    return f"d{wrt}"
+
+
+def _entry(name: str, idx) -> str:
+    return f"{name}[{', '.join(map(str, idx))}]"
+
+
+def _latex_entry(name: str, idx) -> str:
+    base = {"gamma": r"\gamma", "beta": r"\beta"}.get(name, name)
+    if name.startswith("d") and name[1:] in ("gamma", "beta"):
+        base = r"d\%s" % name[1:]
+    return f"{base}_{{{','.join(sp.latex(i) for i in idx)}}}"
+
+
+def render(stmt: Statement, builder: Callable) -> dict:
+    """The statement as text and LaTeX, for the certificate and the reports: the forward and the
+    backward entry formulas with their named intermediates (``where``), the Jacobian entry derived
+    by ``sympy.diff``, and the quantified statement."""
+    try:
+        D = build_statement(stmt.op, stmt.claim, builder, display=True)
+    except Exception:  # a form that only works with full expressions is still shown, unfolded
+        D = stmt
+    G = D.G
+    ranges = lambda syms, sizes: ", ".join(f"{s} in [0, {sp.sstr(z - 1)}]" for s, z in zip(syms, sizes))
+    dims = ", ".join(f"{d} >= 1" for d in G.dim_symbols)
+    out: dict = {}
+    if stmt.kind == "vjp":
+        wrt = stmt.form.wrt
+        fwd = [(p.idx, G.unfold(p.value)) for p in D.forward]
+        bwd = [(p.idx, G.unfold(p.value)) for p in D.backward]
+        out["forward"] = [f"{_entry('y', i)} = {sp.sstr(v)}" for i, v in fwd]
+        out["forward_latex"] = [f"{_latex_entry('y', i)} = {sp.latex(v)}" for i, v in fwd]
+        out["backward"] = [f"{_entry(_cot_name(wrt), i)} = {sp.sstr(v)}" for i, v in bwd]
+        out["backward_latex"] = [f"{_latex_entry(_cot_name(wrt), i)} = {sp.latex(v)}" for i, v in bwd]
+        if len(stmt.jacobian) == 1:
+            o, i, d = stmt.jacobian[0]
+            text = sp.sstr(d)
+            if len(text) <= JACOBIAN_SHOWN_CHARS:
+                out["jacobian_entry"] = f"d {_entry('y', o.idx)} / d {_entry(wrt, i.idx)} = {text}"
+                out["jacobian_entry_latex"] = (rf"\frac{{\partial {_latex_entry('y', o.idx)}}}"
+                                               rf"{{\partial {_latex_entry(wrt, i.idx)}}} = {sp.latex(d)}")
+        out["statement"] = "; ".join(
+            f"for all {dims}, {ranges(p.syms, p.sizes)}: sum over every output entry o of "
+            f"dy[o] * d y[o] / d {_entry(wrt, p.idx)} = {_entry(_cot_name(wrt), p.idx)}" for p in D.backward)
+    else:
+        (law,) = D.law
+        out["law"] = f"{sp.sstr(law.value)} = 0"
+        out["law_latex"] = f"{sp.latex(law.value)} = 0"
+        out["statement"] = f"for all {dims}, {ranges(law.syms, law.sizes)}: {out['law']}"
+    if G.definitions:
+        out["where"] = [f"{n}({', '.join(map(str, a))}) = {sp.sstr(b)}" for n, (a, b) in G.definitions.items()]
+        out["where_latex"] = [rf"\operatorname{{{n}}}({', '.join(map(sp.latex, a))}) = {sp.latex(b)}"
+                              for n, (a, b) in G.definitions.items()]
+    # one line each, for a report table: the formula proved and its LaTeX
+    main = out.get("backward") or [out["law"]]
+    main_tex = out.get("backward_latex") or [out["law_latex"]]
+    out["formula"] = "; ".join(main) + ("  where " + "; ".join(out["where"]) if "where" in out else "")
+    out["formula_latex"] = r",\quad ".join(main_tex) + (
+        r"\quad\text{where } " + r",\quad ".join(out["where_latex"]) if "where" in out else "")
+    return out
+
+
+def assumptions_of(stmt: Statement) -> list[str]:
+    G, op = stmt.G, stmt.op
+    out = [f"{s} >= 1 (an integer)" for s in G.dim_symbols]
+    out += [f"{name} = {expr} (even)" for name, expr in G.dim_exprs.items() if name in G.even]
+    for name, p in op.params.items():
+        if p.symbolic:
+            out.append(f"{name} > 0" if p.positive else f"{name} real (any value)")
+        else:
+            out.append(f"{name} = {p.default!r}")
+    if op.nondiff:
+        out.append(f"{', '.join(op.nondiff)} not differentiated (held fixed)")
+    out.append("inputs are real; the spec's denominators are nonzero at the input")
+    return out + list(op.assumptions)
+
+
+# ============================================================================ 1. the proof
+def normalise_statement(stmt: Statement) -> dict:
+    """Exact normal form of every identity's residual (and, for a layout written as pieces, the
+    proof that the pieces tile the array); runs in a forked child."""
+    G = stmt.G
+    N = Normaliser(G.dim_symbols, G.ranges)
+    results, proved = [], True
+    try:
+        layouts = {}
+        if stmt.kind == "vjp":
+            for label, pieces, shape in (("output", stmt.forward, G.shape("y")),
+                                         (stmt.form.wrt, stmt.backward, G.shape(stmt.form.wrt))):
+                lay = layout_proof(N, pieces, shape)
+                if lay is not None:
+                    layouts[label] = lay
+        for ident in stmt.identities:
+            t = time.perf_counter()
+            zero, info = N.is_zero(ident.lhs - ident.rhs)
+            info["free"] = [str(s) for s in ident.free]
+            if zero and stmt.kind == "vjp" and N(ident.rhs) == 0:
+                info["vacuous"] = "the backward and J^T dy are both identically 0"
+            info["seconds"] = round(time.perf_counter() - t, 4)
+            if not zero:
+                info["normal_form"] = sp.sstr(N(ident.lhs - ident.rhs))[:400]
+            results.append(info)
+            proved &= zero
+    except NormalFormError as exc:
+        return {"status": "error", "error": f"normal form: {exc}"}
+    out = {"status": "proved" if proved else "nonzero", "identities": results, **N.stats.as_dict()}
+    if layouts:
+        out["layout"] = layouts
+        if proved and any(v["status"] != "proved" for v in layouts.values()):
+            out["status"] = "layout"
+    return out
+
+
+def layout_proof(N: Normaliser, pieces: list, shape: tuple) -> dict | None:
+    """Pieces given by index maps (RoPE's x[r, 2p + c]) must tile the array: every entry covered
+    exactly once, for every size. Proved as (1) every index lies in the array (interval bounds),
+    (2) the maps are injective and the pieces disjoint -- prod_axis delta(idx(p), idx'(p')) normalises
+    to prod delta(p, p') for a piece against itself and to 0 for two pieces -- and (3) the piece
+    sizes add up to the array size. Injective into a set of the same finite size is bijective.
+    None when the array is one piece with the identity index (nothing to prove)."""
+    if len(pieces) == 1 and tuple(pieces[0].idx) == tuple(pieces[0].syms) \
+            and all(sp.expand(a - b) == 0 for a, b in zip(pieces[0].sizes, shape)):
+        return None
+    total = sp.Add(*[sp.Mul(*p.sizes) for p in pieces])
+    if sp.expand(total - sp.Mul(*shape)) != 0:
+        return {"status": "unproved", "why": f"piece sizes add up to {total}, the array has {sp.Mul(*shape)}"}
+    for p in pieces:
+        for e, size in zip(p.idx, shape):
+            aff = N._affine(e)
+            bounds = N._bounds(*aff) if aff else None
+            if bounds is None or not (N._nonneg(bounds[0]) and N._nonneg(size - 1 - bounds[1])):
+                return {"status": "unproved", "why": f"index {e} not shown to lie in [0, {size - 1}]"}
+    for a, b in itertools.combinations_with_replacement(range(len(pieces)), 2):
+        pa, pb = pieces[a], pieces[b]
+        copy = {s: N.fresh(*N.ranges[s]) for s in pb.syms}
+        idx_b = [sp.sympify(e).xreplace(copy) for e in pb.idx]
+        overlap = sp.Mul(*[sp.KroneckerDelta(x, y) for x, y in zip(pa.idx, idx_b)])
+        expected = sp.Mul(*[sp.KroneckerDelta(s, copy[s]) for s in pa.syms]) if a == b else sp.Integer(0)
+        if not N.is_zero(overlap - expected)[0]:
+            return {"status": "unproved", "why": f"pieces {a} and {b} not shown {'injective' if a == b else 'disjoint'}"}
+    return {"status": "proved", "pieces": len(pieces)}
+
+
+# ============================================================================ 2. instantiation
+def default_check_dims(stmt: Statement) -> list[dict]:
+    """Spec dims for the cross-check: every free dim symbol runs through (1, 2, 3, 5), offset per
+    dim so the shapes are not square; batch dims (rows) through (1, 2)."""
+    G = stmt.G
+    if G.check_dims:
+        return G.check_dims
+    out = []
+    for t in range(CROSS_CHECK_POINTS):
+        vals, pos = {}, 0
+        for s in G.dim_symbols:
+            if str(s) in BATCH_DIMS:
+                vals[s] = BATCH_LADDER[t % len(BATCH_LADDER)]
+            else:
+                vals[s] = LADDER[(t + pos) % len(LADDER)]
+                pos += 1
+        out.append({name: int(expr.xreplace(vals)) for name, expr in G.dim_exprs.items()})
+    return out
+
+
+def _dim_values(G: GeneralBuilder, spec_dims: dict) -> dict:
+    """Values of the dim symbols for concrete spec dims (solving d = 2h for h)."""
+    vals = {}
+    for name, expr in G.dim_exprs.items():
+        (s,) = expr.free_symbols
+        v = sp.solve(sp.Eq(expr, spec_dims[name]), s)
+        if len(v) != 1 or not v[0].is_Integer or v[0] < 1:
+            raise SpecError(G.op.name, f"dims {spec_dims} do not fit the general form's {name} = {expr}")
+        vals[s] = v[0]
+    return vals
+
+
+def _spec_values(op: Op, spec_dims: dict, overrides: dict | None = None) -> tuple[dict, dict]:
+    """SymPy symbols for the op's arrays at concrete dims (as ``symbolic.api`` names them), and dy."""
+    from symbolic.api import symbols
+    values = symbols(op, **spec_dims)
+    values.update(overrides or {})
+    dims = op.resolve_dims({**op.dims[0], **spec_dims})
+    dy = np.empty(op.shape(op.output, dims), dtype=object)
+    for idx in np.ndindex(*dy.shape):
+        dy[idx] = sp.Symbol(f"dy_{{{','.join(map(str, idx))}}}" if idx else "dy", real=True)
+    values["dy"] = dy
+    return values, dims
+
+
+def _substitute_arrays(expr, arrays: dict):
+    subs = {}
+    for ind in expr.atoms(Indexed):
+        name = ind.base.label.name
+        idx = tuple(ind.indices)
+        if not all(i.is_Integer for i in idx):
+            raise NormalFormError(f"{ind}: index not concrete after instantiation")
+        arr = np.asarray(arrays[name], dtype=object)
+        idx = tuple(int(i) for i in idx)
+        if len(idx) != arr.ndim or any(not 0 <= i < n for i, n in zip(idx, arr.shape)):
+            raise NormalFormError(f"{ind} is outside the array {name} of shape {arr.shape}")
+        subs[ind] = arr[idx]
+    return expr.xreplace(subs)
+
+
+def instantiate(pieces: list, shape: tuple, dimvals: dict, arrays: dict) -> np.ndarray:
+    """The pieces written out at concrete dims as one array; every entry must be covered once."""
+    out = np.empty(shape, dtype=object)
+    count = np.zeros(shape, dtype=int)
+    for p in pieces:
+        sizes = [int(sp.sympify(z).xreplace(dimvals)) for z in p.sizes]
+        for vals in itertools.product(*[range(z) for z in sizes]):
+            m = {**dimvals, **dict(zip(p.syms, map(sp.Integer, vals)))}
+            idx = tuple(sp.sympify(i).xreplace(m) for i in p.idx)
+            if not all(i.is_Integer for i in idx):
+                raise NormalFormError(f"piece index {p.idx} not concrete at {vals}")
+            idx = tuple(int(i) for i in idx)
+            if len(idx) != len(shape) or any(not 0 <= i < n for i, n in zip(idx, shape)):
+                raise NormalFormError(f"piece index {idx} is outside the shape {shape}")
+            out[idx] = _substitute_arrays(expand_sums(p.value, m), arrays)
+            count[idx] += 1
+    if (count != 1).any():
+        missing = [tuple(map(int, i)) for i in np.argwhere(count == 0)[:3]]
+        twice = [tuple(map(int, i)) for i in np.argwhere(count > 1)[:3]]
+        raise NormalFormError(f"the pieces do not tile the array: entries {missing} not covered, {twice} "
+                              f"covered more than once")
+    return out
+
+
+def _agree(a, b, rng: random.Random, N: Normaliser) -> str:
+    """'exact' when a - b normalises to 0, 'mismatch' when it is far from 0 at a random exact point
+    at 50 digits, else 'numeric' (agreement at 50 digits, not proved)."""
+    a, b = sp.sympify(a), sp.sympify(b)
+    try:
+        if N.is_zero(a - b)[0]:
+            return "exact"
+    except NormalFormError:
+        pass
+    point = _random_point(a.free_symbols | b.free_symbols, rng)
+    va, vb = sp.N(a.xreplace(point), tol.LOW_DPS), sp.N(b.xreplace(point), tol.LOW_DPS)
+    if not (va.is_number and vb.is_number):
+        raise NormalFormError(f"cannot evaluate {sp.sstr(a)[:80]} numerically")
+    return "mismatch" if abs(va - vb) > tol.FAIL_REL * (1 + abs(va)) else "numeric"
+
+
+def _compare(general: np.ndarray, spec, label: str, rng) -> dict:
+    spec = np.asarray(spec, dtype=object)
+    if spec.shape != general.shape:
+        return {"status": "mismatch", "where": f"{label}: shape {general.shape} vs the spec's {spec.shape}"}
+    worst, N = "exact", Normaliser()          # one normaliser: entries share their subterms
+    for idx in np.ndindex(*spec.shape):
+        verdict = _agree(general[idx], spec[idx], rng, N)
+        if verdict == "mismatch":
+            return {"status": "mismatch", "where": f"{_entry(label, idx)}",
+                    "general": sp.sstr(general[idx])[:200], "spec": sp.sstr(spec[idx])[:200]}
+        if verdict == "numeric":
+            worst = "numeric"
+    return {"status": worst, "entries": int(np.prod(spec.shape))}
+
+
+def cross_check(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
+    """Instantiate the general form at each concrete size and compare it with the spec run on the
+    SymPy backend, entry by entry. Runs in a forked child."""
+    from specs.backends import SYMPY
+    op, G = stmt.op, stmt.G
+    rng = random.Random(seed)
+    rows = []
+    for spec_dims in dims_list:
+        t = time.perf_counter()
+        row = {"dims": dict(spec_dims)}
+        try:
+            dimvals = _dim_values(G, spec_dims)
+            if stmt.kind == "vjp":
+                values, dims = _spec_values(op, spec_dims)
+                wrt = stmt.form.wrt
+                y_spec = np.asarray(op.bind(op.forward, SYMPY, values), dtype=object)
+                cots = op.bind(op.vjp, SYMPY, values)
+                dx_spec = np.asarray(cots[list(op.inputs).index(wrt)], dtype=object)
+                y_gen = instantiate(stmt.forward, y_spec.shape, dimvals, values)
+                dx_gen = instantiate(stmt.backward, values[wrt].shape, dimvals, values)
+                row["forward"] = _compare(y_gen, y_spec, "y", rng)
+                row["backward"] = _compare(dx_gen, dx_spec, _cot_name(wrt), rng)
+            else:
+                law = op.get_law(stmt.claim)
+                values, dims = _spec_values(op, spec_dims, law.params)
+                res = op.bind(law.fn, SYMPY, values)
+                if isinstance(res, tuple):
+                    res = np.asarray(res[0], dtype=object) - np.asarray(res[1], dtype=object)
+                res = np.asarray(res, dtype=object)
+                gen = instantiate(stmt.law, res.shape, dimvals, values)
+                row["law"] = _compare(gen, res, stmt.claim, rng)
+        except Exception as exc:  # a general form that cannot be instantiated is not the spec's formula
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        row["seconds"] = round(time.perf_counter() - t, 4)
+        rows.append(row)
+    statuses = [v["status"] for r in rows for k, v in r.items() if k in ("forward", "backward", "law")]
+    if "mismatch" in statuses:
+        status = "mismatch"
+    elif any("error" in r for r in rows):
+        status = "error"
+    else:
+        status = "numeric" if "numeric" in statuses else "exact"
+    return {"status": status, "at": rows}
+
+
+# ============================================================================ 3. witness
+def _random_point(symbols, rng: random.Random) -> dict:
+    point = {}
+    for s in sorted(symbols, key=str):
+        if s.is_positive:
+            point[s] = sp.Rational(rng.randint(tol.WITNESS_POS_LO, tol.WITNESS_POS_HI), tol.WITNESS_DEN)
+        else:
+            point[s] = sp.Rational(rng.choice([-1, 1]) * rng.randint(1, tol.WITNESS_SPAN), tol.WITNESS_DEN)
+    return point
+
+
+def witness_dims(stmt: Statement, dims_list: list[dict]) -> list[dict]:
+    """Concrete sizes to look for a counterexample at: the largest smallest dim first (a bug in a
+    mean or a projection can vanish at size 1), then the smallest total size."""
+    return sorted(dims_list, key=lambda d: (-min(d.values()), sum(d.values())))[:2]
+
+
+def find_witness(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
+    """Instantiate the general statement at concrete sizes, derive J^T dy there by differentiating
+    the *instantiated* forward, and evaluate the residual at a random exact rational point at 50
+    and 100 digits. A residual far above rounding that persists is a witness. Runs in a child."""
+    op, G = stmt.op, stmt.G
+    rng = random.Random(seed)
+    for spec_dims in witness_dims(stmt, dims_list):
+        dimvals = _dim_values(G, spec_dims)
+        overrides = op.get_law(stmt.claim).params if stmt.kind == "law" else {}
+        values, dims = _spec_values(op, spec_dims, overrides)
+        if stmt.kind == "vjp":
+            wrt = stmt.form.wrt
+            X = values[wrt]
+            y = instantiate(stmt.forward, values["dy"].shape, dimvals, values)
+            dx = instantiate(stmt.backward, X.shape, dimvals, values)
+            entries = list(np.ndindex(*X.shape))[:WITNESS_MAX_ENTRIES]
+            pairs = []
+            for e in entries:
+                jt = sum((values["dy"][o] * sp.diff(y[o], X[e]) for o in np.ndindex(*y.shape)), sp.Integer(0))
+                pairs.append((_entry(_cot_name(wrt), e), dx[e], jt))
+        else:
+            law = instantiate(stmt.law, tuple(int(sp.sympify(z).xreplace(dimvals)) for z in stmt.law[0].sizes),
+                              dimvals, values)
+            pairs = [(_entry(stmt.claim, e), law[e], sp.Integer(0)) for e in np.ndindex(*law.shape)]
+        free = set().union(*[sp.sympify(a).free_symbols | sp.sympify(b).free_symbols for _, a, b in pairs])
+        point = _random_point(free, rng)
+        for label, a, b in pairs:
+            a50, b50 = sp.N(sp.sympify(a).xreplace(point), tol.LOW_DPS), sp.N(sp.sympify(b).xreplace(point), tol.LOW_DPS)
+            r50 = a50 - b50
+            scale = max(abs(a50), abs(b50), sp.Float(1e-30))
+            if abs(r50) <= tol.FAIL_REL * scale:
+                continue
+            a100 = sp.N(sp.sympify(a).xreplace(point), tol.HIGH_DPS)
+            b100 = sp.N(sp.sympify(b).xreplace(point), tol.HIGH_DPS)
+            r100 = a100 - b100
+            if abs(r100 - r50) > tol.PERSIST_REL * abs(r100):
+                continue
+            shown = dict(list(point.items())[:40])
+            return {"status": "failed", "witness": {
+                "dims": dict(spec_dims), "component": label,
+                "point": {str(k): str(v) for k, v in shown.items()},
+                "point_entries": len(point),
+                "claimed": sp.sstr(sp.N(a100, 20)), "derived": sp.sstr(sp.N(b100, 20)),
+                "residual": sp.sstr(sp.N(r100, 6)), "residual_50_digits": sp.sstr(sp.N(r50, 6)),
+                "relative": float(abs(r100) / max(abs(a100), abs(b100))),
+                "digits": [tol.LOW_DPS, tol.HIGH_DPS]}}
+    return {"status": "zero"}
+
+
+# ============================================================================ the certificate
+def prove_general(op: Op, claim: str, *, budget: float = 60.0, seed: int = 0,
+                  form: Callable | None = None) -> Certificate:
+    """Prove ``claim`` of ``op`` for every size; ``form`` overrides the registered general form (the
+    negative controls use it). Verdicts:
+
+    * ``proved-general``: the exact normal form of every identity is 0 *and* the cross-check found the
+      general form equal to the spec at every concrete size tried;
+    * ``failed``: a witness refutes the general statement at a concrete size where the general form
+      agrees with the spec -- so the spec's backward (or law) is wrong at that size too;
+    * ``inconclusive``: anything else, with the reason (timeout, a normal form that is not 0 without
+      a witness, or a general form that is not the spec's formula).
+    """
+    start = time.perf_counter()
+    builder = form or op.general.get(claim)
+    if builder is None:
+        raise SpecError(op.name, f"no general form for {claim!r}; general claims: {general_claims(op)}")
+    deadline = time.monotonic() + budget
+    log: list[dict] = []
+    timings: dict = {}
+
+    def attempt(name: str, fn, share: float):
+        left = deadline - time.monotonic()
+        out = run_with_budget(fn, left * share)
+        timings[name] = round(out.seconds, 4)
+        entry = {"step": name, "seconds": round(out.seconds, 4), "status": out.status}
+        if out.status == "ok":
+            entry.update(out.value)
+        elif out.error:
+            entry["error"] = out.error.splitlines()[0][:300]
+        log.append(entry)
+        return entry
+
+    t = time.perf_counter()
+    try:
+        stmt = build_statement(op, claim, builder)
+        shown = render(stmt, builder)
+    except Exception as exc:  # a broken general form is the form's problem, named in the certificate
+        return _certificate(op, claim, "inconclusive", {}, [], {
+            "reason": f"the general form could not be built: {type(exc).__name__}: {exc}"[:400]},
+            start, builder)
+    timings["build"] = round(time.perf_counter() - t, 4)
+    dims_list = default_check_dims(stmt)
+    evidence = {**shown, "dimension_variables": [str(s) for s in stmt.G.dim_symbols],
+                "normalisation": NORMALISATION, "general_form": _where(builder), "scope": SCOPE}
+
+    def done(verdict: str, extra: dict) -> Certificate:
+        steps = [{k: e[k] for k in ("step", "status", "seconds", "error") if k in e} for e in log]
+        ev = {**evidence, **extra, "steps": steps, "timings": timings}
+        return _certificate(op, claim, verdict, stmt.dims, assumptions_of(stmt), ev, start, builder)
+
+    def fixed(dims: list[dict]) -> list[dict]:
+        """The fixed-dims prover on the spec itself at these sizes (fast: flint atoms)."""
+        from symbolic.prover import prove_claim
+        rows = []
+        for d in dims:
+            left = max(0.0, deadline - time.monotonic())
+            c = prove_claim(op, claim, d, budget=min(FIXED_DIMS_BUDGET_S, left), seed=seed)
+            rows.append({"dims": dict(d), "verdict": c.verdict, "method": c.method, "seconds": c.seconds})
+        timings["fixed-dims"] = round(sum(r["seconds"] for r in rows), 4)
+        return rows
+
+    p = attempt("normalise", lambda: normalise_statement(stmt), SHARE["normalise"])
+    if p["status"] == "proved":
+        x = attempt("cross-check", lambda: cross_check(stmt, dims_list, seed), SHARE["cross-check"])
+        if x["status"] in ("exact", "numeric"):
+            fx = fixed(dims_list)
+            x["fixed_dims_prover"] = fx
+            refuted = [r["dims"] for r in fx if r["verdict"] == "failed"]
+            if refuted:
+                return done("inconclusive", {"proof": _brief(p), "cross_check": x, "reason":
+                            f"contradiction: the fixed-dims prover refutes the spec at {refuted}, where the "
+                            f"general form equals the spec and holds -- a fault in a prover; not proved"})
+            return done("proved-general", {"proof": _brief(p), "cross_check": x})
+        if x["status"] == "mismatch":
+            return done("inconclusive", {"proof": _brief(p), "cross_check": x,
+                                         "reason": "the general identity holds, but the general form is not "
+                                                   "the spec's formula: " + _mismatch(x)})
+        return done("inconclusive", {"proof": _brief(p), "cross_check": x,
+                                     "reason": "the general identity holds, but the cross-check against the "
+                                               "spec did not succeed: " + _mismatch(x)})
+    w = attempt("witness", lambda: find_witness(stmt, dims_list, seed), SHARE["witness"])
+    if w["status"] == "failed":
+        wdims = w["witness"]["dims"]
+        x = attempt("cross-check", lambda: cross_check(stmt, [wdims], seed), 1.0)
+        if x["status"] in ("exact", "numeric"):
+            fx = x["fixed_dims_prover"] = fixed([wdims])
+            if fx[0]["verdict"] in ("proved", "proved-compositional"):
+                return done("inconclusive", {"general_form_witness": w["witness"], "cross_check": x,
+                            "proof": _brief(p), "reason": f"contradiction: a witness at {wdims}, where the "
+                            f"general form equals the spec, but the fixed-dims prover proves the spec there"})
+            return done("failed", {"witness": w["witness"], "cross_check": x, "proof": _brief(p),
+                                   "refutes": "the general statement, at a size where the general form "
+                                              "equals the spec: the spec's claim is false there too"})
+        return done("inconclusive", {"general_form_witness": w["witness"], "cross_check": x, "proof": _brief(p),
+                                     "reason": "the general form is wrong (witness), and it is not the spec's "
+                                               "formula either: " + _mismatch(x)})
+    if p["status"] == "layout":
+        reason = "the identity holds piece by piece, but the pieces were not shown to tile the array"
+    elif p["status"] == "nonzero":
+        reason = "the normal form is not 0 (its atoms may be related in ways it does not see)"
+    elif p["status"] == "timeout":
+        reason = "the normalisation did not finish within its budget"
+    else:
+        reason = f"the normalisation could not treat the expression: {p.get('error', '?')}"
+    if w["status"] == "zero":
+        reason += "; no witness at 50/100 digits either"
+    else:
+        reason += f"; the witness search ended with {w['status']}" + (f" ({w['error']})" if w.get("error") else "")
+    bad_layout = {k: v for k, v in p.get("layout", {}).items() if v.get("status") != "proved"}
+    if bad_layout:
+        reason += f"; layout not proved: {bad_layout}"
+    return done("inconclusive", {"proof": _brief(p), "reason": reason})
+
+
+def _brief(p: dict) -> dict:
+    return {k: v for k, v in p.items() if k not in ("step",)}
+
+
+def _mismatch(x: dict) -> str:
+    for row in x.get("at", []):
+        for k in ("forward", "backward", "law"):
+            v = row.get(k)
+            if v and v.get("status") == "mismatch":
+                return f"at {row['dims']} the {k} differs ({v.get('where')})"
+    for row in x.get("at", []):
+        if "error" in row:
+            return f"at {row['dims']} it could not be instantiated: {row['error']}"
+    return f"{x.get('status', '?')}{': ' + x['error'] if x.get('error') else ''}"
+
+
+def _where(builder) -> str:
+    try:
+        return f"{Path(inspect.getsourcefile(builder)).name}:{inspect.getsourcelines(builder)[1]} ({builder.__qualname__})"
+    except (TypeError, OSError):
+        return getattr(builder, "__qualname__", "?")
+
+
+def _certificate(op, claim, verdict, dims, assumptions, evidence, start, builder) -> Certificate:
+    return Certificate(op=op.base_name, claim=claim, tier="symbolic", verdict=verdict, method="general",
+                       dims=dims or {d: "general" for d in sorted(op.dim_names())}, assumptions=assumptions, evidence=evidence,
+                       seconds=time.perf_counter() - start, spec_sha256=op.spec_sha256,
+                       checker_sha256=CHECKER_SHA256, versions=versions())
