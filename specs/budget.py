@@ -17,6 +17,18 @@ from dataclasses import dataclass
 
 DEFAULT_MEMORY_MB = 8192   # a strategy that needs more than this on a 24 GiB machine is a runaway
 
+# Set by a signal handler (vjpcert.cli): a KeyboardInterrupt raised inside os.fork's after-fork
+# hooks is swallowed ("Exception ignored in _releaseLock"), so waits also poll this flag.
+_STOP = {"requested": False}
+
+
+def request_stop() -> None:
+    _STOP["requested"] = True
+
+
+def stop_requested() -> bool:
+    return _STOP["requested"]
+
 
 @dataclass
 class Outcome:
@@ -42,7 +54,8 @@ def run_with_budget(fn, seconds: float, memory_mb: int | None = DEFAULT_MEMORY_M
         code = 0
         try:
             os.close(read_fd)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)      # the parent decides what an interrupt means
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             if memory_mb:
                 try:
                     import resource
@@ -79,7 +92,9 @@ def run_with_budget(fn, seconds: float, memory_mb: int | None = DEFAULT_MEMORY_M
             if left <= 0:
                 timed_out = True
                 break
-            ready, _, _ = select.select([read_fd], [], [], left)
+            if _STOP["requested"]:
+                raise KeyboardInterrupt("stop requested")
+            ready, _, _ = select.select([read_fd], [], [], min(left, 0.2))
             if ready:
                 chunk = os.read(read_fd, 1 << 20)
                 if not chunk:

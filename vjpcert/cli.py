@@ -314,9 +314,28 @@ def _fail_bad_input(msg: str) -> int:
     return EXIT_BAD_INPUT
 
 
+def _interruptible():
+    """Ctrl-C and `kill` both stop a run cleanly (finished certificates stay, reports are rendered),
+    even when the shell started us with SIGINT ignored, as it does for background jobs."""
+    import signal
+
+    from specs.budget import request_stop
+
+    def stop(signum, frame):
+        request_stop()                    # remembered even where the exception below is swallowed
+        raise KeyboardInterrupt(f"signal {signum}")
+    try:
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+    except ValueError:          # not the main thread (e.g. called from a notebook worker)
+        pass
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if argv is None:
+        _interruptible()
     commands = {"all": cmd_all, "prove": cmd_prove, "check": cmd_check, "kernels": cmd_kernels,
                 "verify": cmd_verify, "mutate": cmd_mutate}
     try:

@@ -84,9 +84,12 @@ def run_tasks(tasks: Iterable[Task], *, jobs: int = 1, executor: Executor | None
               on_result: Callable[[Task, Certificate], None] = lambda t, c: None) -> list[Certificate]:
     tasks = list(tasks)
     out: list[Certificate] = []
+    from specs.budget import stop_requested
     if executor is None and jobs <= 1:
         for task in tasks:
             cert = execute(task)
+            if stop_requested():            # an interrupt may have been swallowed inside the task
+                raise KeyboardInterrupt("stop requested")
             on_result(task, cert)
             out.append(cert)
         return out
@@ -94,22 +97,35 @@ def run_tasks(tasks: Iterable[Task], *, jobs: int = 1, executor: Executor | None
     if own:
         ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() \
             else multiprocessing.get_context()
-        executor = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+        executor = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_signals)
     futures = {}
     try:
         futures = {executor.submit(execute, t): t for t in tasks}
         for fut in as_completed(futures):
+            if stop_requested():
+                raise KeyboardInterrupt("stop requested")
             cert = fut.result()
             on_result(futures[fut], cert)
             out.append(cert)
     except BaseException:
         for fut in futures:
             fut.cancel()
+        if own:     # stop the claims in flight too: their results would have nowhere to go
+            for proc in list(getattr(executor, "_processes", {}).values()):
+                proc.terminate()
         raise
     finally:
         if own:
             executor.shutdown(wait=False, cancel_futures=True)
     return out
+
+
+def _worker_signals():
+    """Workers leave Ctrl-C to the main process (which cancels and terminates them) and die on
+    SIGTERM without a traceback."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def exit_code(certs: list[Certificate], proof_tier_only: bool = False) -> int:
