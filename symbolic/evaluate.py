@@ -13,6 +13,21 @@ import numpy as np
 from specs.trace import Leaf, Node
 
 
+def _postorder(root: Node, memo: dict):
+    """Nodes under root not yet in memo, each after all its arguments (iterative: DAGs of attention
+    or a ViT block are far deeper than Python's recursion limit)."""
+    stack = [(root, False)]
+    while stack:
+        node, ready = stack.pop()
+        if id(node) in memo:
+            continue
+        if not ready:
+            stack.append((node, True))
+            stack.extend((a, False) for a in node.args if id(a) not in memo)
+            continue
+        yield node
+
+
 class Evaluator:
     """Memoised, iterative (no recursion limit) evaluation of nodes in ``field``."""
 
@@ -30,15 +45,7 @@ class Evaluator:
             root = Node.lift(root)
         if id(root) in memo:
             return memo[id(root)]
-        stack = [(root, False)]
-        while stack:
-            node, ready = stack.pop()
-            if id(node) in memo:
-                continue
-            if not ready:
-                stack.append((node, True))
-                stack.extend((a, False) for a in node.args if id(a) not in memo)
-                continue
+        for node in _postorder(root, memo):
             args = [memo[id(a)] for a in node.args]
             op = node.op
             if op == "const":
@@ -99,15 +106,7 @@ class Tangent:
         memo, f, P = self.memo, self.field, self.primal
         if not isinstance(root, Node):
             return None
-        stack = [(root, False)]
-        while stack:
-            node, ready = stack.pop()
-            if id(node) in memo:
-                continue
-            if not ready:
-                stack.append((node, True))
-                stack.extend((a, False) for a in node.args if id(a) not in memo)
-                continue
+        for node in _postorder(root, memo):
             op, args = node.op, node.args
             ts = [memo[id(a)] for a in args]
             if op in ("const", "pi", "cpow"):

@@ -503,21 +503,10 @@ class DegreeField:
         return (1, 0)
 
 
-class MpField:
-    """mpmath numbers in a private context at ``dps`` digits; leaves take the values given."""
-
-    def __init__(self, dps: int, values: dict):
-        import mpmath
-        self.ctx = mpmath.MPContext()
-        self.ctx.dps = dps
-        self.values = values
-
-    def const(self, q):
-        q = Fraction(q)
-        return self.ctx.mpf(q.numerator) / q.denominator
-
-    def leaf(self, leaf):
-        return self.const(self.values[leaf])
+class _OperatorField:
+    """Fields whose numbers already have the arithmetic operators (mpmath numbers, SymPy
+    expressions); subclasses give constants, leaves and the functions, and ``_concrete_opaque``
+    gives both of them the same concrete stand-in for an opaque node."""
 
     def add(self, a, b):
         return a + b
@@ -535,6 +524,53 @@ class MpField:
 
     def pow(self, a, k):
         return a ** k
+
+    def cpow(self, base, k):
+        return self.const(base) ** self.const(k)
+
+    def opaque(self, spec, args):
+        """A concrete F: F_k(x) = sum_j a_kj x_j + sum_jl b_kjl x_j x_l with coefficients fixed by
+        F's key; its Jacobian entries are exact, so a witness found here is a real counterexample."""
+        a, b = self._instance(spec)
+        n = spec.n
+        if spec.j is None:
+            return self._sum(a[j] * args[j] + self._sum(b[j][l] * args[l] for l in range(n)) * args[j]
+                             for j in range(n))
+        j = spec.j
+        return a[j] + self._sum((b[j][l] + b[l][j]) * args[l] for l in range(n))
+
+    opaque_jac = opaque
+
+    def _instance(self, spec):
+        key = (spec.key, spec.k, spec.n)
+        cache = self.__dict__.setdefault("_opaque", {})
+        if key not in cache:
+            a, b = opaque_instance(*key)
+            cache[key] = ([self.const(v) for v in a], [[self.const(v) for v in row] for row in b])
+        return cache[key]
+
+    def _sum(self, terms):
+        total = self.const(0)
+        for t in terms:
+            total = total + t
+        return total
+
+
+class MpField(_OperatorField):
+    """mpmath numbers in a private context at ``dps`` digits; leaves take the values given."""
+
+    def __init__(self, dps: int, values: dict):
+        import mpmath
+        self.ctx = mpmath.MPContext()
+        self.ctx.dps = dps
+        self.values = values
+
+    def const(self, q):
+        q = Fraction(q)
+        return self.ctx.mpf(q.numerator) / q.denominator
+
+    def leaf(self, leaf):
+        return self.const(self.values[leaf])
 
     def exp(self, a):
         return self.ctx.exp(a)
@@ -560,33 +596,11 @@ class MpField:
     def pi(self):
         return +self.ctx.pi
 
-    def cpow(self, base, k):
-        return self.const(base) ** self.const(k)
-
-    def opaque(self, spec, args):
-        """A concrete F: F_k(x) = sum_j a_kj x_j + sum_jl b_kjl x_j x_l with coefficients fixed by
-        F's key; its Jacobian entries are exact, so a witness found here is a real counterexample."""
-        a, b = self._instance(spec)
-        x = args
-        n = spec.n
-        if spec.j is None:
-            return self.ctx.fsum(a[j] * x[j] + self.ctx.fsum(b[j][l] * x[l] for l in range(n)) * x[j]
-                                 for j in range(n))
-        j = spec.j
-        return a[j] + self.ctx.fsum((b[j][l] + b[l][j]) * x[l] for l in range(n))
-
-    def _instance(self, spec):
-        key = (spec.key, spec.k, spec.n)
-        cache = self.__dict__.setdefault("_opaque", {})
-        if key not in cache:
-            a, b = opaque_instance(*key)
-            cache[key] = ([self.const(v) for v in a], [[self.const(v) for v in row] for row in b])
-        return cache[key]
-
-    opaque_jac = opaque
+    def _sum(self, terms):
+        return self.ctx.fsum(terms)
 
 
-class SympyField:
+class SympyField(_OperatorField):
     """SymPy expressions with the real functions (leaves become real symbols)."""
 
     def __init__(self):
@@ -604,36 +618,13 @@ class SympyField:
             s = self.symbols[leaf] = self.sp.Symbol(leaf.name, real=True, positive=leaf.positive or None)
         return s
 
-    def add(self, a, b):
-        return a + b
-
-    def mul(self, a, b):
-        return a * b
-
-    def neg(self, a):
-        return -a
-
     def inv(self, a):
         return 1 / a
-
-    def pow(self, a, k):
-        return a ** k
 
     def pi(self):
         return self.sp.pi
 
-    def cpow(self, base, k):
-        return self.const(base) ** self.const(k)
-
-    def opaque(self, spec, args):
-        a, b = opaque_instance(spec.key, spec.k, spec.n)
-        if spec.j is None:
-            return sum((self.const(a[j]) * args[j] + sum(self.const(b[j][l]) * args[j] * args[l]
-                        for l in range(spec.n)) for j in range(spec.n)), self.sp.S.Zero)
-        j = spec.j
-        return self.const(a[j]) + sum((self.const(b[j][l] + b[l][j]) * args[l] for l in range(spec.n)), self.sp.S.Zero)
-
-    opaque_jac = opaque
-
     def __getattr__(self, kind):       # exp, log, sqrt, erf, tanh, sin, cos
+        if kind.startswith("_"):
+            raise AttributeError(kind)
         return getattr(self.sp, kind)
