@@ -7,7 +7,6 @@ twice the digits (a wrong backward does not improve with precision; rounding doe
 """
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 

@@ -57,8 +57,8 @@ def gelu_tanh_vjp(B, x, dy):
     return (dy * ((1 + t) / 2 + x * (1 - t * t) * du / 2),)
 
 
-@gelu_tanh.law
-def derivative_formula(B, x, backward):
+@gelu_tanh.law(name="derivative_formula")
+def _derivative_formula_tanh(B, x, backward):
     """gelu_tanh'(x) = (1 + t)/2 + x (1 - t^2) u'(x) / 2 with t = tanh u(x)."""
     (d,) = backward(x, dy=x * 0 + 1)
     t = B.tanh(B.sqrt(2 / B.pi) * (x + B.c(K) * x ** 3))

@@ -4,7 +4,6 @@ a forked child, see ``specs.budget``): ``{"status": "proved" | "nonzero" | "zero
 """
 from __future__ import annotations
 
-import math
 import random
 from fractions import Fraction
 
