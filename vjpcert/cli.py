@@ -188,6 +188,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     from vjpcert.runner import exit_code, run_tasks
 
     root = Path(args.reports)
+    resources_ok = True
     if root.exists() and not root.is_dir():
         raise SpecError(None, f"--reports {root} exists and is not a directory")
     console = Console(stderr=True)
@@ -212,6 +213,9 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
                                            f"({cert.method}, {cert.seconds:.2f}s)")
             try:
                 run_tasks(todo, jobs=args.jobs, executor=executor, on_result=on_result)
+                if any(t.tier == "kernel" for t in tasks):
+                    progress.update(bar, description=f"{command}: kernel resources (sm_90)")
+                    resources_ok = _kernel_resources(root, console)
                 if any(t.tier == "numeric" for t in tasks) and not getattr(args, "no_plots", True):
                     from numeric.plots import write_fd_plot
                     for op in ops.values():
@@ -245,7 +249,22 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
                               for t in tiers])
     console.print(table)
     console.print(f"reports: {root}/README.md and {root}/index.html")
-    return exit_code(final, proof_tier_only=proof_only)
+    code = exit_code(final, proof_tier_only=proof_only)
+    return EXIT_FAILED if not resources_ok and code in (EXIT_OK, EXIT_UNDECIDED) else code
+
+
+def _kernel_resources(root: Path, console) -> bool:
+    """Compile every kernel for sm_90 (no GPU needed) and record registers, spills, shared memory and
+    float64 instructions in reports/kernels/resources.json; False if a kernel breaks a limit."""
+    import os
+    import subprocess
+    out = root / "kernels" / "resources.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, "-m", "cuda_kernels.resources", "--out", str(out)],
+                          env={**os.environ, "VJPCERT_KERNEL_MODE": "compile"}, capture_output=True, text=True)
+    if proc.returncode != 0:
+        console.print(f"[red]kernel resources[/red]: {(proc.stdout + proc.stderr).strip()[-1500:]}")
+    return proc.returncode == 0
 
 
 def _rel(task, ops):

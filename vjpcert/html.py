@@ -21,6 +21,9 @@ math{font-size:1.05em}img{max-width:100%}details{margin:.3em 0}
 """
 
 
+MAX_DAG_SHOWN = 400     # traced nodes of forward + backward beyond which no formula is rendered
+
+
 def _math(expr) -> str:
     """A block of presentation MathML (SymPy prints the inside of the <math> element)."""
     import re
@@ -36,9 +39,15 @@ def _mathml(op: Op, max_ops: int = 400) -> list[tuple[str, str]]:
     import sympy
 
     from symbolic.api import forward, vjp
+    from specs.trace import dag_size, leaf_array
+    from specs.validate import primal_values, trace_forward, trace_vjp
     out = []
     try:
-        dims = op.dims[0]
+        dims = op.resolve_dims(op.dims[0])
+        values = primal_values(op, dims)      # a cheap trace first: SymPy on a ViT block would take minutes
+        y0 = trace_forward(op, values, dims)
+        if dag_size([y0, *trace_vjp(op, values, leaf_array(y0.shape, "dy", "dy"), dims)]) > MAX_DAG_SHOWN:
+            return out
         y = forward(op, **dims)
         if sympy.count_ops(y) <= max_ops:
             out.append((f"forward at {dims}", _math(sympy.Matrix(y.tolist()) if y.rank() > 1 else y)))
@@ -73,13 +82,22 @@ def render_html(certs: list[Certificate], ops: dict[str, Op], root: Path, comman
     parts.append("</table><h2>Verdicts and trust</h2><table><tr><th>verdict</th><th>trust</th><th>meaning</th></tr>")
     parts += [f"<tr><td class='v-{v}'>{v}</td><td>{e(TRUST[v])}</td><td>{e(m)}</td></tr>" for v, m in VERDICTS.items()]
     parts.append("</table>")
+    from vjpcert.reports import _load_resources
+    res = _load_resources(root)
+    if res:
+        parts.append(f"<h2>Kernel resources ({e(res.get('arch', 'sm_90'))})</h2><table><tr><th>kernel</th>"
+                     "<th>registers</th><th>spill bytes</th><th>static shared bytes</th><th>.f64</th></tr>")
+        for kname, r in sorted(res.get("kernels", {}).items()):
+            parts.append(f"<tr><td>{e(kname)}</td><td>{r.get('registers')}</td><td>{r.get('spill_bytes')}</td>"
+                         f"<td>{r.get('shared_bytes')}</td><td>{r.get('f64_instructions')}</td></tr>")
+        parts.append("</table>")
     for name in sorted(by_op):
         op = ops.get(name)
         parts.append(f"<h2 id='op-{e(name)}'>{e(name)}</h2>")
         if op is not None:
             parts.append(f"<pre>{e(op.doc.strip())}</pre>")
-            for label, ml in _mathml(op):
-                parts.append(f"<details><summary>{e(label)} (SymPy)</summary>{ml}</details>")
+            for i, (label, ml) in enumerate(_mathml(op)):
+                parts.append(f"<details{' open' if i == 0 else ''}><summary>{e(label)} (SymPy)</summary>{ml}</details>")
         general = [c for c in by_op[name] if c.method == "general" and c.evidence.get("formula")]
         for c in general:
             parts.append(f"<p>General form ({e(c.claim)}, {e(c.verdict)}): <code>{e(str(c.evidence['formula']))}</code></p>")
@@ -88,18 +106,6 @@ def render_html(certs: list[Certificate], ops: dict[str, Op], root: Path, comman
             data = base64.b64encode(plot.read_bytes()).decode()
             parts.append(f"<details><summary>finite-difference error vs step</summary>"
                          f"<img alt='fd plot' src='data:image/png;base64,{data}'></details>")
-        resources = [c for c in by_op[name] if c.tier == "kernel" and c.evidence.get("resources")]
-        if resources:
-            parts.append("<table><tr><th>kernel</th><th>registers</th><th>spills (bytes)</th><th>shared (bytes)</th><th>.f64</th></tr>")
-            seen = set()
-            for c in resources:
-                for kname, r in c.evidence["resources"].items() if isinstance(c.evidence["resources"], dict) else []:
-                    if kname in seen or not isinstance(r, dict):
-                        continue
-                    seen.add(kname)
-                    parts.append(f"<tr><td>{e(kname)}</td><td>{r.get('registers', '')}</td><td>{r.get('spill_bytes', '')}</td>"
-                                 f"<td>{r.get('shared_bytes', '')}</td><td>{r.get('f64_instructions', '')}</td></tr>")
-            parts.append("</table>")
         parts.append("<table><tr><th>tier</th><th>claim</th><th>dims</th><th>verdict</th><th>trust</th><th>method</th><th>assumptions</th></tr>")
         for c in sorted(by_op[name], key=lambda c: (tiers.index(c.tier), c.claim, str(sorted((k, str(v)) for k, v in c.dims.items())))):
             dims = ", ".join(f"{k}={v}" for k, v in sorted(c.dims.items()))

@@ -115,7 +115,26 @@ def render_op(name: str, certs: list[Certificate], op: Op | None, plots: list[st
     return "\n".join(lines)
 
 
-def render_index(certs: list[Certificate], command: str) -> str:
+def _load_resources(root: Path) -> dict | None:
+    try:
+        return json.loads((Path(root) / "kernels" / "resources.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def render_resources(res: dict) -> str:
+    lines = [f"# Kernel resources ({res.get('arch', 'sm_90')})", "",
+             "Every kernel compiled for the target without a GPU (`numba.cuda.compile_ptx`, linked with "
+             "`cuda.core`); the tests fail on any spill, on more than 48 KiB of static shared memory and on "
+             "any `.f64` instruction in a float32 kernel.", "",
+             "| kernel | registers | spill bytes | static shared bytes | .f64 instructions |", "|---|---|---|---|---|"]
+    for name, r in sorted(res.get("kernels", {}).items()):
+        lines.append(f"| `{name}` | {r.get('registers')} | {r.get('spill_bytes')} | {r.get('shared_bytes')} | "
+                     f"{r.get('f64_instructions')} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_index(certs: list[Certificate], command: str, has_resources: bool = False) -> str:
     by_op = defaultdict(list)
     for c in certs:
         by_op[c.op].append(c)
@@ -128,6 +147,8 @@ def render_index(certs: list[Certificate], command: str) -> str:
     for name in sorted(by_op):
         cells = [_summary([c for c in by_op[name] if c.tier == t]) for t in TIERS]
         lines.append(f"| [{name}]({name}.md) | " + " | ".join(cells) + " |")
+    if has_resources:
+        lines += ["", "Kernel resources on sm_90 (registers, spills, shared memory): [kernels/resources.md](kernels/resources.md)."]
     lines += ["", "## Verdicts", "", "| verdict | what it means |", "|---|---|"]
     from specs.certificate import VERDICTS
     lines += [f"| {v} | {m} |" for v, m in VERDICTS.items()]
@@ -145,7 +166,10 @@ def write_reports(root: Path, ops: dict[str, Op], command: str = "vjpcert", html
     for name, group in by_op.items():
         plots = [f"plots/{name}-fd.png"] if (root / "plots" / f"{name}-fd.png").exists() else []
         atomic_write(root / f"{name}.md", render_op(name, group, ops.get(name), plots))
-    atomic_write(root / "README.md", render_index(certs, command))
+    resources = _load_resources(root)
+    if resources:
+        atomic_write(root / "kernels" / "resources.md", render_resources(resources))
+    atomic_write(root / "README.md", render_index(certs, command, has_resources=bool(resources)))
     atomic_write(root / "schema" / f"certificate-v{SCHEMA_VERSION}.schema.json",
                  json.dumps(CERTIFICATE_SCHEMA, indent=2) + "\n")
     if html:

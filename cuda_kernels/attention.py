@@ -1,0 +1,425 @@
+"""Attention kernels (spec: specs/attention.py, ops ``attention`` and ``attention_causal``).
+
+c = 1/sqrt(d);  S = c Q K^T,  P = rowsoftmax(S) over visible keys,  O = P V;
+dV = P^T dO,  dP = dO V^T,  dS = P (dP - rowsum(P dP)),  dQ = c dS K,  dK = c dS^T Q.
+Causal: query i sees keys j <= i - offset; masked logits are *excluded*, and a query with no visible
+key outputs 0 and passes no gradient (the spec's definition, not a large negative logit).
+
+Two implementations of the same spec:
+* plain: the matmul kernel (linear.py) and the softmax kernels (softmax.py) composed, S and P
+  materialised (m x m per head);
+* flash (FlashAttention-2 style): a fused forward over tiles of queries that streams tiles of keys
+  with an online softmax (running max and sum, rescaling the accumulator) and saves the row
+  log-sum-exp L = max + log(sum); a fused backward that recomputes P = exp(S - L) tile by tile.
+  The backward is two kernels: one per key tile accumulating dK and dV over query tiles, one per
+  query tile accumulating dQ over key tiles. (FlashAttention-2 adds dQ with float atomics from the
+  key-tile kernel; that is not bitwise reproducible, and the checker requires reproducibility.)
+  A small kernel first forms D_i = rowsum(dO * O) = rowsum(P * dP).
+  Sums over keys and queries run in two levels (a partial sum per tile, then the running total),
+  as in the matmul (linear.py): a single running sum over thousands of keys loses more digits.
+Arrays are (heads, m, d) on the device; the numpy launchers also take the spec's (m, d).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cuda_kernels.common import NEG_INF, config, cuda, empty, float32, is_device, kernel, launch, to_device
+from cuda_kernels.linear import matmul_dev
+from cuda_kernels.softmax import softmax_bwd_dev, softmax_fwd_dev
+
+_FLASH = {}
+
+
+def head_dim_padded(d: int, T: int) -> int:
+    """The compile-time head width of the shared tiles: d rounded up to a multiple of the tile."""
+    return T * max(1, math.ceil(d / T))
+
+
+def build_flash(T: int, D: int):
+    """Flash kernels for tile T (block of T x T threads) and padded head width D (a multiple of T)."""
+    if (T, D) in _FLASH:
+        return _FLASH[(T, D)]
+    ND = D // T       # accumulator columns per thread: thread x owns columns x, x + T, ...
+
+    @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
+            "float32[:, ::1], float32, int32, int32)")
+    def flash_fwd(Q, K, V, O, L, scale, causal, offset):
+        sQ = cuda.shared.array((T, D), float32)
+        sK = cuda.shared.array((T, D), float32)
+        sV = cuda.shared.array((T, D), float32)
+        sS = cuda.shared.array((T, T), float32)
+        sM = cuda.shared.array(T, float32)     # running row max
+        sL = cuda.shared.array(T, float32)     # running row sum of exp(s - max)
+        sA = cuda.shared.array(T, float32)     # this tile's rescale factor exp(old max - new max)
+        acc = cuda.local.array(ND, float32)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        hd = cuda.blockIdx.y
+        m = Q.shape[1]
+        d = Q.shape[2]
+        r0 = cuda.blockIdx.x * T
+        i = r0 + ty
+        for kk in range(tx, D, T):
+            sQ[ty, kk] = Q[hd, i, kk] if (i < m and kk < d) else float32(0)
+        if tx == 0:
+            sM[ty] = NEG_INF
+            sL[ty] = float32(0)
+        for jj in range(ND):
+            acc[jj] = float32(0)
+        kv_end = m
+        if causal != 0:          # the last query of this tile sees keys < r0 + T - offset
+            kv_end = min(m, max(0, r0 + T - offset))
+        cuda.syncthreads()
+        for c0 in range(0, kv_end, T):
+            cr = c0 + ty
+            for kk in range(tx, D, T):
+                if cr < m and kk < d:
+                    sK[ty, kk] = K[hd, cr, kk]
+                    sV[ty, kk] = V[hd, cr, kk]
+                else:
+                    sK[ty, kk] = float32(0)
+                    sV[ty, kk] = float32(0)
+            cuda.syncthreads()
+            c = c0 + tx
+            s = float32(0)
+            for kk in range(d):
+                s += sQ[ty, kk] * sK[tx, kk]
+            s = s * scale
+            valid = i < m and c < m and (causal == 0 or c <= i - offset)
+            sS[ty, tx] = s if valid else NEG_INF
+            cuda.syncthreads()
+            if tx == 0:
+                old = sM[ty]
+                mx = old
+                for cc in range(T):
+                    if sS[ty, cc] > mx:
+                        mx = sS[ty, cc]
+                if mx == NEG_INF:
+                    sA[ty] = float32(1)        # nothing visible yet: nothing to rescale
+                else:
+                    sA[ty] = float32(math.exp(old - mx))
+                sM[ty] = mx
+            cuda.syncthreads()
+            mx = sM[ty]
+            sv = sS[ty, tx]
+            sS[ty, tx] = float32(0) if sv == NEG_INF else float32(math.exp(sv - mx))
+            cuda.syncthreads()
+            alpha = sA[ty]
+            if tx == 0:
+                lsum = float32(0)
+                for cc in range(T):
+                    lsum += sS[ty, cc]
+                sL[ty] = sL[ty] * alpha + lsum
+            for jj in range(ND):
+                kk = tx + jj * T
+                part = float32(0)
+                for cc in range(T):
+                    part += sS[ty, cc] * sV[cc, kk]
+                acc[jj] = acc[jj] * alpha + part
+            cuda.syncthreads()
+        l = sL[ty]
+        if i < m:
+            for jj in range(ND):
+                kk = tx + jj * T
+                if kk < d:
+                    O[hd, i, kk] = acc[jj] / l if l > float32(0) else float32(0)
+            if tx == 0:
+                L[hd, i] = sM[ty] + float32(math.log(l)) if l > float32(0) else NEG_INF
+
+    @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, ::1])")
+    def flash_bwd_pre(dO, O, Di):
+        """D_i = sum_k dO[i, k] O[i, k], one thread per row."""
+        H = O.shape[0]
+        m = O.shape[1]
+        d = O.shape[2]
+        for p in range(cuda.grid(1), H * m, cuda.gridsize(1)):
+            hd = p // m
+            i = p - hd * m
+            a = float32(0)
+            for kk in range(d):
+                a += dO[hd, i, kk] * O[hd, i, kk]
+            Di[hd, i] = a
+
+    @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
+            "float32[:, ::1], float32[:, ::1], float32[:, :, ::1], float32[:, :, ::1], float32, int32, int32)")
+    def flash_bwd_dkdv(Q, K, V, dO, L, Di, dK, dV, scale, causal, offset):
+        """One block per key tile: thread (x, y) owns key row c0 + y, columns x, x + T, ... of dK and
+        dV, and sums over every query tile that can see the key tile."""
+        sK = cuda.shared.array((T, D), float32)
+        sV = cuda.shared.array((T, D), float32)
+        sQ = cuda.shared.array((T, D), float32)
+        sdO = cuda.shared.array((T, D), float32)
+        sLse = cuda.shared.array(T, float32)
+        sDi = cuda.shared.array(T, float32)
+        sP = cuda.shared.array((T, T), float32)
+        sdS = cuda.shared.array((T, T), float32)
+        accK = cuda.local.array(ND, float32)
+        accV = cuda.local.array(ND, float32)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        hd = cuda.blockIdx.y
+        m = Q.shape[1]
+        d = Q.shape[2]
+        c0 = cuda.blockIdx.x * T
+        cr = c0 + ty
+        for kk in range(tx, D, T):
+            if cr < m and kk < d:
+                sK[ty, kk] = K[hd, cr, kk]
+                sV[ty, kk] = V[hd, cr, kk]
+            else:
+                sK[ty, kk] = float32(0)
+                sV[ty, kk] = float32(0)
+        for jj in range(ND):
+            accK[jj] = float32(0)
+            accV[jj] = float32(0)
+        q_start = 0
+        if causal != 0:          # the first query that sees key c0 is c0 + offset
+            q_start = (max(0, c0 + offset) // T) * T
+        cuda.syncthreads()
+        for r0 in range(q_start, m, T):
+            i = r0 + ty
+            for kk in range(tx, D, T):
+                if i < m and kk < d:
+                    sQ[ty, kk] = Q[hd, i, kk]
+                    sdO[ty, kk] = dO[hd, i, kk]
+                else:
+                    sQ[ty, kk] = float32(0)
+                    sdO[ty, kk] = float32(0)
+            if tx == 0:
+                sLse[ty] = L[hd, i] if i < m else float32(0)
+                sDi[ty] = Di[hd, i] if i < m else float32(0)
+            cuda.syncthreads()
+            c = c0 + tx
+            s = float32(0)
+            dp = float32(0)
+            for kk in range(d):
+                s += sQ[ty, kk] * sK[tx, kk]
+                dp += sdO[ty, kk] * sV[tx, kk]
+            s = s * scale
+            valid = i < m and c < m and (causal == 0 or c <= i - offset)
+            p = float32(math.exp(s - sLse[ty])) if valid else float32(0)
+            sP[ty, tx] = p
+            sdS[ty, tx] = p * (dp - sDi[ty])
+            cuda.syncthreads()
+            for jj in range(ND):
+                kk = tx + jj * T
+                pv = float32(0)
+                pk = float32(0)
+                for ii in range(T):
+                    pv += sP[ii, ty] * sdO[ii, kk]
+                    pk += sdS[ii, ty] * sQ[ii, kk]
+                accV[jj] += pv
+                accK[jj] += pk
+            cuda.syncthreads()
+        if cr < m:
+            for jj in range(ND):
+                kk = tx + jj * T
+                if kk < d:
+                    dK[hd, cr, kk] = scale * accK[jj]
+                    dV[hd, cr, kk] = accV[jj]
+
+    @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
+            "float32[:, ::1], float32[:, ::1], float32[:, :, ::1], float32, int32, int32)")
+    def flash_bwd_dq(Q, K, V, dO, L, Di, dQ, scale, causal, offset):
+        """One block per query tile: thread (x, y) owns query row r0 + y, columns x, x + T, ... of
+        dQ, and sums over every key tile the query tile can see."""
+        sQ = cuda.shared.array((T, D), float32)
+        sdO = cuda.shared.array((T, D), float32)
+        sK = cuda.shared.array((T, D), float32)
+        sV = cuda.shared.array((T, D), float32)
+        sLse = cuda.shared.array(T, float32)
+        sDi = cuda.shared.array(T, float32)
+        sdS = cuda.shared.array((T, T), float32)
+        acc = cuda.local.array(ND, float32)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        hd = cuda.blockIdx.y
+        m = Q.shape[1]
+        d = Q.shape[2]
+        r0 = cuda.blockIdx.x * T
+        i = r0 + ty
+        for kk in range(tx, D, T):
+            if i < m and kk < d:
+                sQ[ty, kk] = Q[hd, i, kk]
+                sdO[ty, kk] = dO[hd, i, kk]
+            else:
+                sQ[ty, kk] = float32(0)
+                sdO[ty, kk] = float32(0)
+        if tx == 0:
+            sLse[ty] = L[hd, i] if i < m else float32(0)
+            sDi[ty] = Di[hd, i] if i < m else float32(0)
+        for jj in range(ND):
+            acc[jj] = float32(0)
+        kv_end = m
+        if causal != 0:
+            kv_end = min(m, max(0, r0 + T - offset))
+        cuda.syncthreads()
+        for c0 in range(0, kv_end, T):
+            cr = c0 + ty
+            for kk in range(tx, D, T):
+                if cr < m and kk < d:
+                    sK[ty, kk] = K[hd, cr, kk]
+                    sV[ty, kk] = V[hd, cr, kk]
+                else:
+                    sK[ty, kk] = float32(0)
+                    sV[ty, kk] = float32(0)
+            cuda.syncthreads()
+            c = c0 + tx
+            s = float32(0)
+            dp = float32(0)
+            for kk in range(d):
+                s += sQ[ty, kk] * sK[tx, kk]
+                dp += sdO[ty, kk] * sV[tx, kk]
+            s = s * scale
+            valid = i < m and c < m and (causal == 0 or c <= i - offset)
+            p = float32(math.exp(s - sLse[ty])) if valid else float32(0)
+            sdS[ty, tx] = p * (dp - sDi[ty])
+            cuda.syncthreads()
+            for jj in range(ND):
+                kk = tx + jj * T
+                part = float32(0)
+                for cc in range(T):
+                    part += sdS[ty, cc] * sK[cc, kk]
+                acc[jj] += part
+            cuda.syncthreads()
+        if i < m:
+            for jj in range(ND):
+                kk = tx + jj * T
+                if kk < d:
+                    dQ[hd, i, kk] = scale * acc[jj]
+
+    _FLASH[(T, D)] = ns = type("FlashKernels", (), {"fwd": flash_fwd, "bwd_pre": flash_bwd_pre,
+                                                    "bwd_dkdv": flash_bwd_dkdv, "bwd_dq": flash_bwd_dq})
+    return ns
+
+
+def scale_of(d: int) -> np.float32:
+    """c = 1/sqrt(d), rounded once to float32."""
+    return np.float32(1 / math.sqrt(d))
+
+
+# ------------------------------------------------------------------------------ device launchers
+def flash_fwd_dev(d_Q, d_K, d_V, *, causal=0, offset=0, cfg=None, poison=True):
+    """(O, L) for (heads, m, d) device arrays; L is the row log-sum-exp (-inf for a masked row)."""
+    cfg = cfg or config()
+    H, m, d = d_Q.shape
+    T = cfg.attn_tile
+    ks = build_flash(T, head_dim_padded(d, T))
+    d_O = empty((H, m, d), poison)
+    d_L = empty((H, m), poison)
+    launch(ks.fwd, (math.ceil(m / T), H), (T, T), d_Q, d_K, d_V, d_O, d_L, scale_of(d), int(causal), int(offset))
+    return d_O, d_L
+
+
+def flash_bwd_dev(d_Q, d_K, d_V, d_dO, *, causal=0, offset=0, d_O=None, d_L=None, cfg=None, poison=True):
+    """(dQ, dK, dV); runs the forward first unless its O and L are given."""
+    cfg = cfg or config()
+    H, m, d = d_Q.shape
+    T = cfg.attn_tile
+    ks = build_flash(T, head_dim_padded(d, T))
+    if d_O is None or d_L is None:
+        d_O, d_L = flash_fwd_dev(d_Q, d_K, d_V, causal=causal, offset=offset, cfg=cfg, poison=poison)
+    d_Di = empty((H, m), poison)
+    launch(ks.bwd_pre, max(1, min(math.ceil(H * m / cfg.block), cfg.grid_cap)), cfg.block, d_dO, d_O, d_Di)
+    d_dQ = empty((H, m, d), poison)
+    d_dK = empty((H, m, d), poison)
+    d_dV = empty((H, m, d), poison)
+    sc = scale_of(d)
+    launch(ks.bwd_dkdv, (math.ceil(m / T), H), (T, T), d_Q, d_K, d_V, d_dO, d_L, d_Di, d_dK, d_dV, sc,
+           int(causal), int(offset))
+    launch(ks.bwd_dq, (math.ceil(m / T), H), (T, T), d_Q, d_K, d_V, d_dO, d_L, d_Di, d_dQ, sc,
+           int(causal), int(offset))
+    return d_dQ, d_dK, d_dV
+
+
+def plain_fwd_dev(d_Q, d_K, d_V, *, causal=0, offset=0, cfg=None, poison=True):
+    """O via materialised S = c Q K^T and P = softmax(S) (masked rows of P are 0)."""
+    H, m, d = d_Q.shape
+    S = matmul_dev(d_Q, d_K, tb=True, alpha=scale_of(d), cfg=cfg, poison=poison)
+    P = softmax_fwd_dev(S.reshape((H * m, m)), causal=causal, offset=offset, m=m, cfg=cfg, poison=poison)
+    return matmul_dev(P.reshape((H, m, m)), d_V, cfg=cfg, poison=poison)
+
+
+def plain_bwd_dev(d_Q, d_K, d_V, d_dO, *, causal=0, offset=0, cfg=None, poison=True):
+    H, m, d = d_Q.shape
+    c = scale_of(d)
+    S = matmul_dev(d_Q, d_K, tb=True, alpha=c, cfg=cfg, poison=poison)
+    S2 = S.reshape((H * m, m))
+    P = softmax_fwd_dev(S2, causal=causal, offset=offset, m=m, cfg=cfg, poison=poison).reshape((H, m, m))
+    dV = matmul_dev(P, d_dO, ta=True, cfg=cfg, poison=poison)
+    dP = matmul_dev(d_dO, d_V, tb=True, cfg=cfg, poison=poison)
+    dS = softmax_bwd_dev(S2, dP.reshape((H * m, m)), causal=causal, offset=offset, m=m, cfg=cfg,
+                         poison=poison).reshape((H, m, m))
+    dQ = matmul_dev(dS, d_K, alpha=c, cfg=cfg, poison=poison)
+    dK = matmul_dev(dS, d_Q, ta=True, alpha=c, cfg=cfg, poison=poison)
+    return dQ, dK, dV
+
+
+# ------------------------------------------------------------------------------ numpy launchers
+def _heads(*arrays):
+    """Device (heads, m, d) arrays from (m, d) or (heads, m, d) numpy arrays; whether to squeeze."""
+    if is_device(arrays[0]):
+        return list(arrays), False
+    a0 = np.asarray(arrays[0])
+    squeeze = a0.ndim == 2
+    out = []
+    for a in arrays:
+        a = np.asarray(a, np.float32)
+        out.append(to_device(a[None] if squeeze else a.reshape((-1,) + a.shape[-2:])))
+    return out, squeeze
+
+
+def _back(outs, squeeze, like):
+    if is_device(like):
+        return outs
+    res = tuple(o.copy_to_host() for o in (outs if isinstance(outs, tuple) else (outs,)))
+    res = tuple(r[0] if squeeze else r.reshape(np.shape(like)[:-2] + r.shape[-2:]) for r in res)
+    return res if isinstance(outs, tuple) else res[0]
+
+
+def attention_fwd(Q, K, V, *, causal=0, offset=0, poison=True):
+    (q, k, v), sq = _heads(Q, K, V)
+    return _back(plain_fwd_dev(q, k, v, causal=causal, offset=offset, poison=poison), sq, Q)
+
+
+def attention_bwd(Q, K, V, dy, *, causal=0, offset=0, poison=True):
+    (q, k, v, g), sq = _heads(Q, K, V, dy)
+    return _back(plain_bwd_dev(q, k, v, g, causal=causal, offset=offset, poison=poison), sq, Q)
+
+
+def flash_attention_fwd(Q, K, V, *, causal=0, offset=0, return_lse=False, poison=True):
+    (q, k, v), sq = _heads(Q, K, V)
+    O, L = flash_fwd_dev(q, k, v, causal=causal, offset=offset, poison=poison)
+    if is_device(Q):
+        return (O, L) if return_lse else O
+    o = _back(O, sq, Q)
+    return (o, L.copy_to_host()[0] if sq else L.copy_to_host()) if return_lse else o
+
+
+def flash_attention_bwd(Q, K, V, dy, *, causal=0, offset=0, poison=True):
+    (q, k, v, g), sq = _heads(Q, K, V, dy)
+    return _back(flash_bwd_dev(q, k, v, g, causal=causal, offset=offset, poison=poison), sq, Q)
+
+
+def attention_causal_fwd(Q, K, V, *, offset=0, poison=True):
+    return attention_fwd(Q, K, V, causal=1, offset=offset, poison=poison)
+
+
+def attention_causal_bwd(Q, K, V, dy, *, offset=0, poison=True):
+    return attention_bwd(Q, K, V, dy, causal=1, offset=offset, poison=poison)
+
+
+def flash_attention_causal_fwd(Q, K, V, *, offset=0, poison=True):
+    return flash_attention_fwd(Q, K, V, causal=1, offset=offset, poison=poison)
+
+
+def flash_attention_causal_bwd(Q, K, V, dy, *, offset=0, poison=True):
+    return flash_attention_bwd(Q, K, V, dy, causal=1, offset=offset, poison=poison)
+
+
+# ------------------------------------------------------------------------------ kernel laws
+def values_shift_through(B, Q, K, V, forward):
+    """O(Q, K, V + 1) = O(Q, K, V) + 1 when every query sees a key: the rows of P sum to 1."""
+    return forward(Q, K, V + 1), forward(Q, K, V) + 1

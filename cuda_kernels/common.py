@@ -1,0 +1,267 @@
+"""What every kernel file shares: the launch configuration, the ``kernel`` decorator, block
+reductions, deterministic column sums, and NaN-poisoned output buffers.
+
+Rules every kernel here follows, because the simulator does not enforce them and a GPU does:
+  * no Python lists, dicts or f-strings inside kernels; shapes of shared/local arrays are
+    compile-time constants (closure variables of a factory keyed by the configuration);
+  * float32 constants are written ``float32(...)`` and ints are converted before they meet a
+    float32 (``float32(1) / n`` with an int ``n`` is a float64 division): a float32 kernel must not
+    contain one ``.f64`` instruction, which ``cuda_kernels.resources`` checks in the PTX;
+  * transcendental results are wrapped in ``float32(...)``: on a GPU ``math.exp`` of a float32 is
+    ``expf`` already, but in the simulator it returns a Python (double) float;
+  * no float atomics: each output element is reduced in a fixed order by one block, so results are
+    bitwise reproducible (the checker runs every kernel twice and compares bits);
+  * every ``syncthreads`` is reached by all threads of the block (no early ``return``).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from cuda_kernels.env import cuda as _get_cuda
+from cuda_kernels.env import detect_mode
+
+MODE = detect_mode()
+cuda = _get_cuda()
+from numba import float32, int32  # noqa: E402  (after the mode is chosen: see env.py)
+
+NEG_INF = np.float32(-np.inf)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Compile-time launch parameters. The simulator runs one Python thread per CUDA thread, so its
+    blocks are small; sizes in the tests are chosen to cross these block sizes."""
+
+    block: int        # threads per block of the row and elementwise kernels (a power of two)
+    tile: int         # matmul tile edge (block of tile x tile threads)
+    attn_tile: int    # FlashAttention query/key tile edge (block of attn_tile x attn_tile threads)
+    grid_cap: int     # at most this many blocks for row kernels (they loop over rows)
+    col_x: int        # column-sum kernel: columns per block (block = col_x x block // col_x)
+
+
+SIM_CONFIG = Config(block=32, tile=8, attn_tile=8, grid_cap=4, col_x=8)
+GPU_CONFIG = Config(block=256, tile=16, attn_tile=16, grid_cap=65535, col_x=32)
+
+
+def config() -> Config:
+    """The configuration of this process; ``VJPCERT_BLOCK`` overrides the row-kernel block size."""
+    cfg = GPU_CONFIG if MODE in ("gpu", "compile") else SIM_CONFIG
+    if os.environ.get("VJPCERT_BLOCK"):
+        b = int(os.environ["VJPCERT_BLOCK"])
+        if b < 2 or b & (b - 1):
+            raise ValueError(f"VJPCERT_BLOCK={b}: must be a power of two >= 2")
+        cfg = replace(cfg, block=b, col_x=min(cfg.col_x, b))
+    return cfg
+
+
+# ------------------------------------------------------------------------------ the decorator
+@dataclass
+class PtxKernel:
+    """In compile mode a kernel is not jitted (no driver); ``resources`` compiles it to PTX."""
+
+    name: str
+    py_func: object
+    sig: str
+    max_registers: int | None = None     # a ptxas cap (only the negative controls set one)
+
+
+def kernel(sig: str):
+    """``cuda.jit(sig)`` with an explicit signature (compiled eagerly on a GPU; the simulator
+    ignores it); in compile mode, the function and signature for ``cuda.compile_ptx``."""
+    def deco(fn):
+        if MODE == "compile":
+            return PtxKernel(fn.__name__, fn, sig)
+        return cuda.jit(sig)(fn)
+    return deco
+
+
+# ------------------------------------------------------------------------------ device helpers
+@cuda.jit(device=True)
+def block_sum(sm, t, v):
+    """Sum of ``v`` over the block (tree in shared memory ``sm`` of one slot per thread); every
+    thread gets the result. Three barriers: before the tree, one per level, and after reading the
+    root (so a following reduction cannot overwrite ``sm[0]`` while a thread still reads it)."""
+    sm[t] = v
+    cuda.syncthreads()
+    s = sm.shape[0] // 2
+    while s > 0:
+        if t < s:
+            sm[t] += sm[t + s]
+        cuda.syncthreads()
+        s //= 2
+    r = sm[0]
+    cuda.syncthreads()
+    return r
+
+
+@cuda.jit(device=True)
+def block_max(sm, t, v):
+    """Maximum of ``v`` over the block, as ``block_sum``."""
+    sm[t] = v
+    cuda.syncthreads()
+    s = sm.shape[0] // 2
+    while s > 0:
+        if t < s:
+            other = sm[t + s]
+            if other > sm[t]:
+                sm[t] = other
+        cuda.syncthreads()
+        s //= 2
+    r = sm[0]
+    cuda.syncthreads()
+    return r
+
+
+# ------------------------------------------------------------------------------ column sums
+_COLSUM = {}
+
+
+def _colsum_kernels(cfg: Config):
+    key = (cfg.col_x, cfg.block)
+    if key in _COLSUM:
+        return _COLSUM[key]
+    CX = cfg.col_x
+    RY = cfg.block // cfg.col_x
+
+    @kernel("void(float32[:, ::1], float32[::1])")
+    def colsum(a, out):
+        """out[j] = sum_r a[r, j]: thread (cx, ry) sums rows ry, ry + RY, ... of one column, then
+        the RY partial sums of a column meet in a shared-memory tree (a fixed order: deterministic,
+        unlike atomics). Column tiles are grid-strided so every thread loops the same count."""
+        sm = cuda.shared.array((RY, CX), float32)
+        cx = cuda.threadIdx.x
+        ry = cuda.threadIdx.y
+        rows = a.shape[0]
+        n = a.shape[1]
+        for j0 in range(cuda.blockIdx.x * CX, n, cuda.gridDim.x * CX):
+            j = j0 + cx
+            acc = float32(0)
+            if j < n:
+                for r in range(ry, rows, RY):
+                    acc += a[r, j]
+            sm[ry, cx] = acc
+            cuda.syncthreads()
+            s = RY // 2
+            while s > 0:
+                if ry < s:
+                    sm[ry, cx] += sm[ry + s, cx]
+                cuda.syncthreads()
+                s //= 2
+            if ry == 0 and j < n:
+                out[j] = sm[0, cx]
+            cuda.syncthreads()
+
+    _COLSUM[key] = colsum
+    return colsum
+
+
+def colsum(d_a, cfg: Config, *, poison: bool = True):
+    """Column sums of a 2-D device array (rows, n) -> (n,), deterministic."""
+    n = d_a.shape[1]
+    out = empty((n,), poison)
+    k = _colsum_kernels(cfg)
+    grid = max(1, min(math.ceil(n / cfg.col_x), cfg.grid_cap))
+    launch(k, grid, (cfg.col_x, cfg.block // cfg.col_x), d_a, out)
+    return out
+
+
+# ------------------------------------------------------------------------------ buffers
+_FILL = {}
+
+
+def _fill_kernel():
+    if "fill" not in _FILL:
+        @kernel("void(float32[::1], float32)")
+        def fill(a, v):
+            for i in range(cuda.grid(1), a.shape[0], cuda.gridsize(1)):
+                a[i] = v
+        _FILL["fill"] = fill
+    return _FILL["fill"]
+
+
+def empty(shape, poison: bool = True):
+    """A float32 device buffer; with ``poison`` (the default, and what the checker relies on) every
+    element is NaN, so an element a kernel forgets to write shows as NaN in its output."""
+    shape = tuple(int(s) for s in shape)
+    if MODE == "simulator":
+        return cuda.to_device(np.full(shape, np.nan if poison else 0, dtype=np.float32))
+    d = cuda.device_array(shape, dtype=np.float32)
+    if poison and d.size:
+        flat = d.reshape(d.size)
+        launch(_fill_kernel(), min(1024, math.ceil(d.size / 256)), 256, flat, np.float32(np.nan))
+    return d
+
+
+def is_device(a) -> bool:
+    return cuda.is_cuda_array(a) if MODE == "gpu" else hasattr(a, "copy_to_host")
+
+
+def to_device(a):
+    """A float32 C-contiguous device array from a numpy array (device arrays pass through)."""
+    if is_device(a):
+        return a
+    return cuda.to_device(np.ascontiguousarray(np.asarray(a, dtype=np.float32)))
+
+
+def call(dev_fn, row_args, other_args=(), **kw):
+    """Run a device-array launcher on numpy or device arrays. numpy: the ``row_args`` have the op's
+    row layout (..., n) and leading batch dims are folded into rows; outputs come back as numpy, row
+    outputs in the input's shape. Device arrays: passed through, device arrays returned."""
+    if is_device(row_args[0]):
+        return dev_fn(*row_args, *other_args, **kw)
+    shape = np.shape(row_args[0])
+    rows = [to_device(np.asarray(a, np.float32).reshape(-1, shape[-1])) for a in row_args]
+    others = [to_device(np.asarray(a, np.float32)) for a in other_args]
+    out = dev_fn(*rows, *others, **kw)
+    outs = out if isinstance(out, tuple) else (out,)
+    lead, rows_n = shape[:-1], int(np.prod(shape[:-1]))
+    res = tuple(o.copy_to_host().reshape(lead + (tuple(o.shape)[-1],)) if o.ndim == 2 and o.shape[0] == rows_n
+                else o.copy_to_host() for o in outs)
+    return res if isinstance(out, tuple) else res[0]
+
+
+@contextmanager
+def _sim_schedule():
+    """In the simulator, hand the GIL over sooner than CPython's 5 ms default: the simulated
+    threads of a block meet at barriers often, and each handover otherwise waits for the interval."""
+    if MODE != "simulator":
+        yield
+        return
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+def launch(k, grid, block, *args):
+    """Launch ``k[grid, block](*args)`` (the simulator's scheduler patch is installed first)."""
+    if MODE == "simulator":
+        from cuda_kernels.simulator import install
+        install()
+    with _sim_schedule(), np.errstate(all="ignore"):   # the simulator's numpy scalars warn; a GPU does not
+        k[grid, block](*args)
+    if MODE == "gpu":
+        cuda.synchronize()
+
+
+def row_grid(rows: int, cfg: Config) -> int:
+    """Blocks for a kernel with one block per row at a time: the kernel loops over rows, so the
+    simulator runs a few blocks (thread creation dominates there) and a GPU one per row."""
+    return max(1, min(rows, cfg.grid_cap))
+
+
+def elem_grid(n: int, cfg: Config) -> int:
+    return max(1, min(math.ceil(n / cfg.block), cfg.grid_cap))
+
+
+__all__ = ["MODE", "cuda", "float32", "int32", "NEG_INF", "Config", "config", "kernel", "block_sum",
+           "block_max", "colsum", "empty", "to_device", "call", "is_device", "launch", "row_grid",
+           "elem_grid", "SIM_CONFIG", "GPU_CONFIG"]

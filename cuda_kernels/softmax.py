@@ -1,0 +1,115 @@
+"""Softmax kernels (spec: specs/softmax.py), one block per row, rows looped by a capped grid.
+
+    forward   y_j  = exp(x_j - max x) / sum_k exp(x_k - max x)       (the spec's shift_invariance law
+                                                                      is why the max may be subtracted)
+    backward  dx_j = y_j (dy_j - sum_k y_k dy_k), y recomputed from x (the spec's backward takes x)
+
+Optionally causal, for attention: in row r, query i = r mod m sees columns j <= i - offset; masked
+entries are *excluded* (y = 0, dx = 0), and a row with no visible column is all zeros.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cuda_kernels.common import (NEG_INF, block_max, block_sum, call, config, cuda, empty, float32,
+                                 kernel, launch, row_grid)
+
+_CACHE = {}
+
+
+def build(cfg):
+    """The softmax kernels for one configuration (block size is a compile-time constant)."""
+    if cfg.block in _CACHE:
+        return _CACHE[cfg.block]
+    BLOCK = cfg.block
+
+    @kernel("void(float32[:, ::1], float32[:, ::1], int32, int32, int32)")
+    def softmax_fwd(x, y, causal, offset, m):
+        sm = cuda.shared.array(BLOCK, float32)
+        t = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
+            nv = n
+            if causal != 0:
+                nv = min(n, max(0, r % m - offset + 1))
+            mx = NEG_INF
+            for j in range(t, nv, BLOCK):
+                if x[r, j] > mx:
+                    mx = x[r, j]
+            mx = block_max(sm, t, mx)
+            acc = float32(0)
+            for j in range(t, nv, BLOCK):
+                acc += float32(math.exp(x[r, j] - mx))
+            total = block_sum(sm, t, acc)
+            for j in range(t, n, BLOCK):
+                if j < nv:
+                    y[r, j] = float32(math.exp(x[r, j] - mx)) / total
+                else:
+                    y[r, j] = float32(0)
+
+    @kernel("void(float32[:, ::1], float32[:, ::1], float32[:, ::1], int32, int32, int32)")
+    def softmax_bwd(x, dy, dx, causal, offset, m):
+        sm = cuda.shared.array(BLOCK, float32)
+        t = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
+            nv = n
+            if causal != 0:
+                nv = min(n, max(0, r % m - offset + 1))
+            mx = NEG_INF
+            for j in range(t, nv, BLOCK):
+                if x[r, j] > mx:
+                    mx = x[r, j]
+            mx = block_max(sm, t, mx)
+            acc = float32(0)
+            for j in range(t, nv, BLOCK):
+                acc += float32(math.exp(x[r, j] - mx))
+            total = block_sum(sm, t, acc)
+            dot = float32(0)
+            for j in range(t, nv, BLOCK):
+                dot += float32(math.exp(x[r, j] - mx)) / total * dy[r, j]
+            dot = block_sum(sm, t, dot)
+            for j in range(t, n, BLOCK):
+                if j < nv:
+                    yj = float32(math.exp(x[r, j] - mx)) / total
+                    dx[r, j] = yj * (dy[r, j] - dot)
+                else:
+                    dx[r, j] = float32(0)
+
+    _CACHE[cfg.block] = ns = type("SoftmaxKernels", (), {"fwd": softmax_fwd, "bwd": softmax_bwd})
+    return ns
+
+
+def softmax_fwd_dev(d_x, *, causal=0, offset=0, m=1, cfg=None, poison=True):
+    """Device-array launcher: d_x (rows, n) -> d_y."""
+    cfg = cfg or config()
+    d_y = empty(d_x.shape, poison)
+    launch(build(cfg).fwd, row_grid(d_x.shape[0], cfg), cfg.block, d_x, d_y, causal, offset, max(m, 1))
+    return d_y
+
+
+def softmax_bwd_dev(d_x, d_dy, *, causal=0, offset=0, m=1, cfg=None, poison=True):
+    cfg = cfg or config()
+    d_dx = empty(d_x.shape, poison)
+    launch(build(cfg).bwd, row_grid(d_x.shape[0], cfg), cfg.block, d_x, d_dy, d_dx, causal, offset, max(m, 1))
+    return d_dx
+
+
+def softmax_fwd(x, *, poison=True):
+    """y = softmax(x) over the last axis (numpy in, numpy out; device arrays in, device out)."""
+    return call(softmax_fwd_dev, (x,), poison=poison)
+
+
+def softmax_bwd(x, dy, *, poison=True):
+    """dx = y * (dy - sum(y * dy)) with y = softmax(x) recomputed."""
+    return call(softmax_bwd_dev, (x, dy), poison=poison)
+
+
+# ------------------------------------------------------------------------------ kernel laws
+def rows_sum_to_one(B, x, forward):
+    """sum_j y_j = 1 per row: checked on the kernel's output (the spec makes it true by construction)."""
+    return forward(x).sum(-1), np.ones(x.shape[0])
