@@ -2,7 +2,6 @@
 compared with high-precision finite differences of the composed *forward* (never with a composed
 backward, which would be circular), and the same DAG with one node's VJP broken must fail."""
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -1,6 +1,5 @@
 """The numeric tier: every built-in claim checked at >= 40 digits, every mutant failed with a
 witness (and no false kills), the derivative methods, bad input, and the float64/float32 references."""
-import json
 
 import numpy as np
 import pytest
