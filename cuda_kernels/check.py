@@ -45,14 +45,11 @@ def _registry():
     return KERNELS, DIMS
 
 
+
+
 def _op(op) -> Op:
-    if isinstance(op, Op):
-        return op
-    from specs import builtin_ops
-    ops = builtin_ops()
-    if op not in ops:
-        raise SpecError(None, f"unknown op {op!r}")
-    return ops[op]
+    from specs import resolve_op
+    return resolve_op(op)
 
 
 def _base_name(op: Op) -> str:

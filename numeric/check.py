@@ -17,6 +17,7 @@ from numeric.derivatives import METHODS, derivative
 from numeric.sampling import cotangent, kink_distance, sample_point
 from specs.backends import MpmathBackend
 from specs.certificate import Certificate, sources_sha256, versions
+from specs.tolerance import digits as _digits
 from specs.registry import Op, SpecError
 from specs.validate import validate
 
@@ -46,14 +47,6 @@ def _check_clean(op: Op, arr, what: str, ctx) -> np.ndarray:
     return arr
 
 
-def _digits(err, scale, dps) -> float:
-    """Digits of agreement, from mpmath numbers (a float would underflow below 1e-308)."""
-    import mpmath
-    if err == 0:
-        return float(dps)
-    if scale == 0:
-        return 0.0
-    return max(0.0, min(float(dps), float(-mpmath.log10(err / scale))))
 
 
 def required_digits(method: str, dps: int) -> float:

@@ -21,4 +21,20 @@ def builtin_ops() -> dict[str, Op]:
     return out
 
 
-__all__ = ["REGISTRY", "Law", "Mutant", "Op", "Param", "SpecError", "builtin_ops", "load_file", "op"]
+def resolve_op(op) -> Op:
+    """An op given as an Op, a built-in op's name, or ``"path/to/file.py::name"``."""
+    if isinstance(op, Op):
+        return op
+    if isinstance(op, str) and "::" in op:
+        path, name = op.split("::", 1)
+        ops = {o.name: o for o in load_file(path)}
+        if name not in ops:
+            raise SpecError(None, f"{path} defines no op {name!r}; it defines {sorted(ops)}")
+        return ops[name]
+    ops = builtin_ops()
+    if op not in ops:
+        raise SpecError(None, f"unknown op {op!r}; built-in ops: {', '.join(ops)}")
+    return ops[op]
+
+
+__all__ = ["REGISTRY", "Law", "Mutant", "Op", "Param", "SpecError", "builtin_ops", "load_file", "op", "resolve_op"]

@@ -15,17 +15,10 @@ from fractions import Fraction
 import numpy as np
 
 from specs.backends import F32, F64, FloatBackend
+from specs import resolve_op
 from specs.registry import Op, SpecError
 
 
-def _op(op) -> Op:
-    if isinstance(op, Op):
-        return op
-    from specs import builtin_ops
-    ops = builtin_ops()
-    if op not in ops:
-        raise SpecError(None, f"unknown op {op!r}")
-    return ops[op]
 
 
 def backend(dtype) -> FloatBackend:
@@ -92,7 +85,7 @@ def _params(op: Op, B: FloatBackend, params: dict | None) -> dict:
 
 
 def _prepare(op, dtype, arrays, params, dy=None):
-    op = _op(op)
+    op = resolve_op(op)
     B = backend(dtype)
     given = {k: np.asarray(v) for k, v in arrays.items()}
     if dy is not None:

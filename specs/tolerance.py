@@ -70,3 +70,14 @@ def compare(impl, truth, baseline, *, backward: bool, dtype, floor_scale: float 
     nonfinite = not np.all(np.isfinite(impl))
     return {"ok": bool(err <= limit and not nonfinite), "error": err, "baseline_error": base, "bound": limit,
             "scale": scale, "worst_index": where, "nonfinite": nonfinite}
+
+
+def digits(err, scale, dps) -> float:
+    """Digits of agreement, -log10(err / scale) clipped to [0, dps], from mpmath or Python numbers
+    (computed with mpmath: a float would underflow below 1e-308)."""
+    import mpmath
+    if err == 0:
+        return float(dps)
+    if scale == 0:
+        return 0.0
+    return max(0.0, min(float(dps), float(-mpmath.log10(err / scale))))

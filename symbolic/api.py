@@ -9,17 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from specs.registry import Op, SpecError
-
-
-def _op(op) -> Op:
-    if isinstance(op, Op):
-        return op
-    from specs import builtin_ops
-    ops = builtin_ops()
-    if op not in ops:
-        raise SpecError(None, f"unknown op {op!r}; built-in ops: {', '.join(ops)}")
-    return ops[op]
+from specs import resolve_op as _op
+from specs.registry import Op
 
 
 def _dims(op: Op, dims: dict) -> dict:

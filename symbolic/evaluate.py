@@ -28,6 +28,14 @@ def _postorder(root: Node, memo: dict):
         yield node
 
 
+def _map_array(fn, arr) -> np.ndarray:
+    arr = np.asarray(arr, dtype=object)
+    out = np.empty(arr.shape, dtype=object)
+    for idx in np.ndindex(*arr.shape):
+        out[idx] = fn(arr[idx])
+    return out
+
+
 class Evaluator:
     """Memoised, iterative (no recursion limit) evaluation of nodes in ``field``."""
 
@@ -77,11 +85,7 @@ class Evaluator:
         return memo[id(root)]
 
     def array(self, arr) -> np.ndarray:
-        arr = np.asarray(arr, dtype=object)
-        out = np.empty(arr.shape, dtype=object)
-        for idx in np.ndindex(*arr.shape):
-            out[idx] = self(arr[idx])
-        return out
+        return _map_array(self, arr)
 
 
 class Tangent:
@@ -157,11 +161,7 @@ class Tangent:
         return memo[id(root)]
 
     def array(self, arr) -> np.ndarray:
-        arr = np.asarray(arr, dtype=object)
-        out = np.empty(arr.shape, dtype=object)
-        for idx in np.ndindex(*arr.shape):
-            out[idx] = self(arr[idx])
-        return out
+        return _map_array(self, arr)
 
 
 def inner(field, a: np.ndarray, b: np.ndarray):

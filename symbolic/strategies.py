@@ -10,6 +10,7 @@ from fractions import Fraction
 from symbolic import tolerances as tol
 from symbolic.claims import TracedClaim
 from symbolic.fields import AtomPoolExhausted, DegreeField, ModPField, MpField, P61, RingField
+from specs.tolerance import digits as _digits
 from specs.trace import Leaf
 
 
@@ -94,14 +95,6 @@ def _rel_residuals(claim: TracedClaim, point: dict, dps: int):
     return diffs, scale, pairs
 
 
-def _digits(err, scale, dps) -> float:
-    """Digits of agreement, from mpmath numbers (a float would underflow below 1e-308)."""
-    import mpmath
-    if err == 0:
-        return float(dps)
-    if scale == 0:
-        return 0.0
-    return max(0.0, min(float(dps), float(-mpmath.log10(err / scale))))
 
 
 def witness(claim: TracedClaim, *, seed: int = 0, points: int = tol.WITNESS_POINTS) -> dict:

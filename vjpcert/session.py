@@ -42,8 +42,8 @@ def prove(op, claims=None, budget: float = 60.0, **dims) -> Certificates:
 
 
 def check(op, claims=None, dps: int = 50, **dims) -> Certificates:
-    from symbolic.api import _op
-    op = _op(op)
+    from specs import resolve_op
+    op = resolve_op(op)
     d = op.resolve_dims({**op.check_dims, **dims})
     return Certificates(check_claim(op, c, d, dps=dps) for c in (claims or op.claims()))
 

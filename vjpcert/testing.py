@@ -19,28 +19,13 @@ import time
 
 import numpy as np
 
-from specs.registry import Op, SpecError
+from specs import resolve_op as resolve
 
 
 class CertificationError(AssertionError):
     pass
 
 
-def resolve(op) -> Op:
-    if isinstance(op, Op):
-        return op
-    from specs import builtin_ops
-    from specs.registry import load_file
-    if isinstance(op, str) and "::" in op:
-        path, name = op.split("::", 1)
-        ops = {o.name: o for o in load_file(path)}
-        if name not in ops:
-            raise SpecError(None, f"{path} defines no op {name!r}; it defines {sorted(ops)}")
-        return ops[name]
-    ops = builtin_ops()
-    if op not in ops:
-        raise SpecError(None, f"unknown op {op!r}")
-    return ops[op]
 
 
 def _explain(certs) -> str:
