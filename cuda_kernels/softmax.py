@@ -25,6 +25,27 @@ def build(cfg):
         return _CACHE[cfg.block]
     BLOCK = cfg.block
 
+    @cuda.jit(device=True)
+    def visible(r, n, causal, offset, m):
+        """How many leading columns row r sees (all of them unless causal)."""
+        if causal != 0:
+            return min(n, max(0, r % m - offset + 1))
+        return n
+
+    @cuda.jit(device=True)
+    def row_max_sum(x, r, nv, sm, t):
+        """The row's max over its visible columns and sum of exp(x - max): the forward's statistics,
+        recomputed by the backward (the spec's backward takes x, not y)."""
+        mx = NEG_INF
+        for j in range(t, nv, BLOCK):
+            if x[r, j] > mx:
+                mx = x[r, j]
+        mx = block_max(sm, t, mx)
+        acc = float32(0)
+        for j in range(t, nv, BLOCK):
+            acc += float32(math.exp(x[r, j] - mx))
+        return mx, block_sum(sm, t, acc)
+
     @kernel("void(float32[:, ::1], float32[:, ::1], int32, int32, int32)")
     def softmax_fwd(x, y, causal, offset, m):
         sm = cuda.shared.array(BLOCK, float32)
@@ -32,18 +53,8 @@ def build(cfg):
         rows = x.shape[0]
         n = x.shape[1]
         for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
-            nv = n
-            if causal != 0:
-                nv = min(n, max(0, r % m - offset + 1))
-            mx = NEG_INF
-            for j in range(t, nv, BLOCK):
-                if x[r, j] > mx:
-                    mx = x[r, j]
-            mx = block_max(sm, t, mx)
-            acc = float32(0)
-            for j in range(t, nv, BLOCK):
-                acc += float32(math.exp(x[r, j] - mx))
-            total = block_sum(sm, t, acc)
+            nv = visible(r, n, causal, offset, m)
+            mx, total = row_max_sum(x, r, nv, sm, t)
             for j in range(t, n, BLOCK):
                 if j < nv:
                     y[r, j] = float32(math.exp(x[r, j] - mx)) / total
@@ -57,18 +68,8 @@ def build(cfg):
         rows = x.shape[0]
         n = x.shape[1]
         for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
-            nv = n
-            if causal != 0:
-                nv = min(n, max(0, r % m - offset + 1))
-            mx = NEG_INF
-            for j in range(t, nv, BLOCK):
-                if x[r, j] > mx:
-                    mx = x[r, j]
-            mx = block_max(sm, t, mx)
-            acc = float32(0)
-            for j in range(t, nv, BLOCK):
-                acc += float32(math.exp(x[r, j] - mx))
-            total = block_sum(sm, t, acc)
+            nv = visible(r, n, causal, offset, m)
+            mx, total = row_max_sum(x, r, nv, sm, t)
             dot = float32(0)
             for j in range(t, nv, BLOCK):
                 dot += float32(math.exp(x[r, j] - mx)) / total * dy[r, j]
