@@ -55,8 +55,10 @@ def required_digits(method: str, dps: int) -> float:
 
 # ------------------------------------------------------------------------------ one point, one precision
 def _compare_vjp(op: Op, wrt: str, point: dict, dy: np.ndarray, dirs, dps: int, method: str, full: bool):
-    """(digits, details) for backward_wrt against derivatives of the forward at this point."""
-    B = MpmathBackend(dps)
+    """(digits, details) for backward_wrt against derivatives of the forward at this point; worked at
+    dps + GUARD_DIGITS so an ill-conditioned derivative still has its dps digits to report."""
+    work = dps + tol.GUARD_DIGITS
+    B = MpmathBackend(work)
     ctx = B.ctx
     values = _mp_values(op, B, point)
     x = values[wrt]
@@ -78,7 +80,7 @@ def _compare_vjp(op: Op, wrt: str, point: dict, dy: np.ndarray, dirs, dps: int, 
         for j in range(n):
             e = np.zeros(x.shape, dtype=object)
             e.flat[j] = 1
-            col = derivative(lambda h: f(x + h * e), ctx, method, dps, step)
+            col = derivative(lambda h: f(x + h * e), ctx, method, work, step)
             J[:, j] = np.asarray(col, dtype=object).ravel()
         Bm = np.empty((m, n), dtype=object)
         for i in range(m):
@@ -102,7 +104,7 @@ def _compare_vjp(op: Op, wrt: str, point: dict, dy: np.ndarray, dirs, dps: int, 
     worst, info = float(dps), {}
     for k, u in enumerate(dirs):
         u_mp = B.convert(u)
-        a = derivative(lambda h: sum((v_mp * f(x + h * u_mp)).ravel()), ctx, method, dps, step)
+        a = derivative(lambda h: sum((v_mp * f(x + h * u_mp)).ravel()), ctx, method, work, step)
         terms = (cot * u_mp).ravel()
         b = sum(terms)
         scale = max(abs(a), abs(b), sum(abs(t) for t in terms))
@@ -148,7 +150,7 @@ def fd_scale(x: np.ndarray) -> float:
 
 def _compare_law(op: Op, law_name: str, point: dict, dy: np.ndarray, dps: int):
     law = op.get_law(law_name)
-    B = MpmathBackend(dps)
+    B = MpmathBackend(dps + tol.GUARD_DIGITS)
     values = _mp_values(op, B, point, law.params)
     if law.needs_dy:
         values["dy"] = B.convert(dy)

@@ -1,6 +1,11 @@
 """Every number the numeric checker decides with, and where it comes from."""
 
 DEFAULT_DPS = 50
+# Guard digits: evaluations run at dps + GUARD_DIGITS and report at most dps digits. Where a derivative
+# is far smaller than the function (attention over near-constant rows: |J| ~ 1e-13 |f|), finite
+# differences lose log10(|f| / |f'| |x|) digits; measured here up to 19 (a ViT block's dWq), so 20
+# guard digits leave every claim its full dps digits.
+GUARD_DIGITS = 20
 MIN_DPS = 20           # below this a 40-digit claim cannot even be stated; refuse rather than mislead
 # Digits each derivative method delivers, as a fraction of the working digits. Measured here on
 # attention m=d=4 at 50 digits (DESIGN): central difference 34, Richardson 40, mpmath.diff 51,
