@@ -21,6 +21,15 @@ def build(cfg):
         return _CACHE[cfg.block]
     BLOCK = cfg.block
 
+    @cuda.jit(device=True)
+    def row_rstd(x, r, eps, sm, t):
+        """1 / sqrt(mean_j x[r, j]^2 + eps): the forward's statistic, recomputed by the backward."""
+        acc = float32(0)
+        for j in range(t, x.shape[1], BLOCK):
+            acc += x[r, j] * x[r, j]
+        ms = block_sum(sm, t, acc) / float32(x.shape[1])
+        return float32(1) / float32(math.sqrt(ms + eps))
+
     @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32)")
     def rmsnorm_fwd(x, gamma, y, eps):
         sm = cuda.shared.array(BLOCK, float32)
@@ -28,11 +37,7 @@ def build(cfg):
         rows = x.shape[0]
         n = x.shape[1]
         for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
-            acc = float32(0)
-            for j in range(t, n, BLOCK):
-                acc += x[r, j] * x[r, j]
-            ms = block_sum(sm, t, acc) / float32(n)
-            rstd = float32(1) / float32(math.sqrt(ms + eps))
+            rstd = row_rstd(x, r, eps, sm, t)
             for j in range(t, n, BLOCK):
                 y[r, j] = x[r, j] * rstd * gamma[j]
 
@@ -44,11 +49,7 @@ def build(cfg):
         rows = x.shape[0]
         n = x.shape[1]
         for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
-            acc = float32(0)
-            for j in range(t, n, BLOCK):
-                acc += x[r, j] * x[r, j]
-            ms = block_sum(sm, t, acc) / float32(n)
-            rstd = float32(1) / float32(math.sqrt(ms + eps))
+            rstd = row_rstd(x, r, eps, sm, t)
             dot = float32(0)
             for j in range(t, n, BLOCK):
                 dot += dy[r, j] * gamma[j] * x[r, j]
