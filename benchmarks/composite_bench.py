@@ -17,11 +17,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from numeric.check import check_claim  # noqa: E402
-from specs import builtin_ops  # noqa: E402
-from specs.certificate import atomic_write  # noqa: E402
-from symbolic.composition import _CACHE, prove_compositional  # noqa: E402
-from symbolic.prover import prove_claim  # noqa: E402
+from vjpcert.numeric.check import check_claim  # noqa: E402
+from vjpcert.specs import builtin_ops  # noqa: E402
+from vjpcert.core.certificate import atomic_write  # noqa: E402
+from vjpcert.symbolic.composition import _CACHE, prove_compositional  # noqa: E402
+from vjpcert.symbolic.prover import prove_claim  # noqa: E402
 
 
 def timed(fn):

@@ -90,9 +90,9 @@ def _median_time(fn, sync, reps: int, warmup: int = 2) -> float:
 
 
 def run_checks(mode: str, simulate: bool) -> list[dict]:
-    from cuda_kernels.check import check_kernel_claim, kernel_dims
-    from cuda_kernels.registry import KERNELS
-    from specs import builtin_ops
+    from vjpcert.cuda_kernels.check import check_kernel_claim, kernel_dims
+    from vjpcert.cuda_kernels.registry import KERNELS
+    from vjpcert.specs import builtin_ops
     ops = builtin_ops()
     out = []
     for spec in KERNELS.values():
@@ -117,8 +117,8 @@ def run_bench(mode: str, simulate: bool) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from cuda_kernels import attention, gelu, layernorm, linear, rmsnorm, rope, softmax
-    from cuda_kernels.common import cuda, to_device
+    from vjpcert.cuda_kernels import attention, gelu, layernorm, linear, rmsnorm, rope, softmax
+    from vjpcert.cuda_kernels.common import cuda, to_device
 
     S = SIM_SIZES if simulate else GPU_SIZES
     dev = torch.device("cuda" if (mode == "gpu" and torch.cuda.is_available()) else "cpu")
@@ -302,12 +302,12 @@ def main(argv=None) -> int:
     if args.simulate:
         os.environ["VJPCERT_KERNEL_MODE"] = "simulator"    # before anything imports numba
     sys.path.insert(0, str(ROOT))
-    from cuda_kernels.env import detect_mode as env_mode
+    from vjpcert.cuda_kernels.env import detect_mode as env_mode
     env_mode()                 # chooses GPU or simulator before numba is imported
     import numba  # noqa: F401  (numba looks for scipy when imported: before the shim, not after)
     shim = _scipy_shim()
-    from cuda_kernels.check import detect_mode
-    from cuda_kernels.env import versions
+    from vjpcert.cuda_kernels.check import detect_mode
+    from vjpcert.cuda_kernels.env import versions
     mode = detect_mode()
     if mode == "none" or (mode != "gpu" and not args.simulate):
         print(f"no GPU to run on (mode: {mode}); use --simulate for the CPU simulator", file=sys.stderr)

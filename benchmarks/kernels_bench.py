@@ -19,12 +19,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cuda_kernels.check import check_kernel_claim, detect_mode, kernel_dims, run_kernel, sample_inputs  # noqa: E402
-from cuda_kernels.check import _launcher_params  # noqa: E402
-from cuda_kernels.registry import KERNELS  # noqa: E402
-from cuda_kernels.resources import problems, resource_report  # noqa: E402
-from specs import builtin_ops  # noqa: E402
-from specs.certificate import atomic_write  # noqa: E402
+from vjpcert.cuda_kernels.check import check_kernel_claim, detect_mode, kernel_dims, run_kernel, sample_inputs  # noqa: E402
+from vjpcert.cuda_kernels.check import _launcher_params  # noqa: E402
+from vjpcert.cuda_kernels.registry import KERNELS  # noqa: E402
+from vjpcert.cuda_kernels.resources import problems, resource_report  # noqa: E402
+from vjpcert.specs import builtin_ops  # noqa: E402
+from vjpcert.core.certificate import atomic_write  # noqa: E402
 
 
 def checks(ops) -> list[dict]:
@@ -41,7 +41,7 @@ def checks(ops) -> list[dict]:
 
 
 def detector_overhead(ops) -> list[dict]:
-    from cuda_kernels.simulator import race_detector
+    from vjpcert.cuda_kernels.simulator import race_detector
     rows = []
     for spec in KERNELS.values():
         op = ops[spec.op]

@@ -20,16 +20,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from numeric.check import check_claim  # noqa: E402
-from numeric.sampling import sample_point  # noqa: E402
-from specs import builtin_ops  # noqa: E402
-from specs.backends import F64  # noqa: E402
-from specs.certificate import atomic_write  # noqa: E402
+from vjpcert.numeric.check import check_claim  # noqa: E402
+from vjpcert.numeric.sampling import sample_point  # noqa: E402
+from vjpcert.specs import builtin_ops  # noqa: E402
+from vjpcert.core.backends import F64  # noqa: E402
+from vjpcert.core.certificate import atomic_write  # noqa: E402
 
 try:
     import torch  # noqa: F401
 
-    from numeric import torch_bridge
+    from vjpcert.numeric import torch_bridge
 except ImportError:
     torch_bridge = None
 

@@ -19,12 +19,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specs import builtin_ops  # noqa: E402
-from specs.budget import run_with_budget  # noqa: E402
-from specs.certificate import atomic_write  # noqa: E402
-from symbolic import strategies  # noqa: E402
-from symbolic.claims import trace_claim  # noqa: E402
-from symbolic.prover import prove_claim  # noqa: E402
+from vjpcert.specs import builtin_ops  # noqa: E402
+from vjpcert.core.budget import run_with_budget  # noqa: E402
+from vjpcert.core.certificate import atomic_write  # noqa: E402
+from vjpcert.symbolic import strategies  # noqa: E402
+from vjpcert.symbolic.claims import trace_claim  # noqa: E402
+from vjpcert.symbolic.prover import prove_claim  # noqa: E402
 
 LADDER = {"softmax": [16, 32, 64, 128, 192, 256], "rmsnorm": [8, 16, 32, 64, 128, 256],
           "layernorm": [8, 16, 32, 64, 128, 256]}

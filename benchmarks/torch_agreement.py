@@ -7,7 +7,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specs import builtin_ops  # noqa: E402
+from vjpcert.specs import builtin_ops  # noqa: E402
 from vjpcert.impl import torch_agreement  # noqa: E402
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ import math
 
 import numpy as np
 
-from cuda_kernels.common import NEG_INF, config, cuda, empty, float32, is_device, kernel, launch, to_device
-from cuda_kernels.linear import matmul_dev
-from cuda_kernels.softmax import softmax_bwd_dev, softmax_fwd_dev
+from vjpcert.cuda_kernels.common import NEG_INF, config, cuda, empty, float32, is_device, kernel, launch, to_device
+from vjpcert.cuda_kernels.linear import matmul_dev
+from vjpcert.cuda_kernels.softmax import softmax_bwd_dev, softmax_fwd_dev
 
 _FLASH = {}
 

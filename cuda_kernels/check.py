@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from cuda_kernels import env
-from cuda_kernels import tolerances as tol
-from specs.backends import F32, F64
-from specs.certificate import Certificate, dims_slug, sources_sha256, versions
-from specs.registry import Op, SpecError
+from vjpcert.cuda_kernels import env
+from vjpcert.cuda_kernels import tolerances as tol
+from vjpcert.core.backends import F32, F64
+from vjpcert.core.certificate import Certificate, dims_slug, sources_sha256, versions
+from vjpcert.core.registry import Op, SpecError
 
 CHECKER_SHA256 = sources_sha256(Path(__file__).parent.glob("*.py"))
 WITNESS_INPUTS_MAX = 256        # store the inputs themselves in a witness up to this many entries
@@ -41,14 +41,14 @@ def detect_mode() -> str:
 
 
 def _registry():
-    from cuda_kernels.registry import DIMS, KERNELS
+    from vjpcert.cuda_kernels.registry import DIMS, KERNELS
     return KERNELS, DIMS
 
 
 
 
 def _op(op) -> Op:
-    from specs import resolve_op
+    from vjpcert.specs import resolve_op
     return resolve_op(op)
 
 
@@ -107,7 +107,7 @@ def _as_tuple(x):
 
 def reference(op: Op, kind: str, inputs: dict, dy, dtype) -> tuple:
     """The spec at these inputs on the numpy backend of ``dtype`` (float64 reference, float32 baseline)."""
-    from specs.reference import forward, vjp
+    from vjpcert.core.reference import forward, vjp
     arrays = {k: np.asarray(v, dtype) for k, v in inputs.items()}
     if kind == "forward":
         return (np.asarray(forward(op, dtype, **arrays)),)
@@ -268,7 +268,7 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
     dims = op.resolve_dims(dims)
     mode = detect_mode()
     params = _launcher_params(op)
-    from cuda_kernels.common import config
+    from vjpcert.cuda_kernels.common import config
     cfg = config() if mode != "none" else None
     evidence: dict = {"mode": mode, "kernel": spec.name, "kind": spec.kind, "tolerance_rule": tol.RULE_IN_WORDS,
                       "k": tol.k_for(spec.kind), "seed": seed, "inputs": tol.INPUT_DISTRIBUTION,
@@ -306,7 +306,7 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
     race = {"ran": False}
     try:
         if mode == "simulator":
-            from cuda_kernels.simulator import DetectorUnavailable, RaceError, race_detector
+            from vjpcert.cuda_kernels.simulator import DetectorUnavailable, RaceError, race_detector
             try:
                 with race_detector() as counts:
                     runs.append(_launch_checked(lambda: run_kernel(spec, op, inputs, dy, params)))

@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from cuda_kernels.env import cuda as _get_cuda
-from cuda_kernels.env import detect_mode
+from vjpcert.cuda_kernels.env import cuda as _get_cuda
+from vjpcert.cuda_kernels.env import detect_mode
 
 MODE = detect_mode()
 cuda = _get_cuda()
@@ -244,7 +244,7 @@ def _sim_schedule():
 def launch(k, grid, block, *args):
     """Launch ``k[grid, block](*args)`` (the simulator's scheduler patch is installed first)."""
     if MODE == "simulator":
-        from cuda_kernels.simulator import install
+        from vjpcert.cuda_kernels.simulator import install
         install()
     with _sim_schedule(), np.errstate(all="ignore"):   # the simulator's numpy scalars warn; a GPU does not
         k[grid, block](*args)

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from cuda_kernels.common import call, config, cuda, elem_grid, empty, float32, kernel, launch
+from vjpcert.cuda_kernels.common import call, config, cuda, elem_grid, empty, float32, kernel, launch
 
 INV_SQRT2 = np.float32(1 / math.sqrt(2))
 INV_SQRT_2PI = np.float32(1 / math.sqrt(2 * math.pi))

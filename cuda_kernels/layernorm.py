@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from cuda_kernels.common import block_sum, call, colsum, config, cuda, empty, float32, kernel, launch, row_grid
+from vjpcert.cuda_kernels.common import block_sum, call, colsum, config, cuda, empty, float32, kernel, launch, row_grid
 
 _CACHE = {}
 

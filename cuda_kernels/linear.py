@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from cuda_kernels.common import call, colsum, config, cuda, empty, float32, is_device, kernel, launch, to_device
+from vjpcert.cuda_kernels.common import call, colsum, config, cuda, empty, float32, is_device, kernel, launch, to_device
 
 _CACHE = {}
 

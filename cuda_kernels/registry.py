@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from cuda_kernels import attention, gelu, layernorm, linear, rmsnorm, rope, softmax
-from specs.registry import Law
+from vjpcert.cuda_kernels import attention, gelu, layernorm, linear, rmsnorm, rope, softmax
+from vjpcert.core.registry import Law
 
 
 def kernel_law(fn, params=None) -> Law:

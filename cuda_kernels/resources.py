@@ -98,7 +98,7 @@ def compile_one(py_func, sig: str, max_registers: int | None = None) -> dict:
 
 def ptx_kernels() -> list:
     """Every kernel at the GPU configuration, as PtxKernel(name, py_func, sig) (compile mode only)."""
-    from cuda_kernels import attention, common, gelu, layernorm, linear, rmsnorm, rope, softmax
+    from vjpcert.cuda_kernels import attention, common, gelu, layernorm, linear, rmsnorm, rope, softmax
     cfg = common.GPU_CONFIG
     out = []
     for mod in (softmax, rope, rmsnorm, layernorm, gelu, linear):
@@ -127,7 +127,7 @@ def _load(spec: str):
 
 
 def _report_here(extra: str | None = None, only_extra: bool = False) -> dict:
-    from cuda_kernels.env import detect_mode, versions
+    from vjpcert.cuda_kernels.env import detect_mode, versions
     if detect_mode() != "compile":
         raise RuntimeError("resources are compiled in compile mode (VJPCERT_KERNEL_MODE=compile)")
     _device_functions_without_a_driver()
@@ -148,7 +148,7 @@ def resource_report(extra: str | None = None, only_extra: bool = False, timeout:
     from a simulator process too). ``extra`` = "module:function" adds kernels (negative controls)."""
     env = {**os.environ, "VJPCERT_KERNEL_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-m", "cuda_kernels.resources", "--out", "-"]
+    cmd = [sys.executable, "-m", "vjpcert.cuda_kernels.resources", "--out", "-"]
     if extra:
         cmd += ["--extra", extra]
     if only_extra:

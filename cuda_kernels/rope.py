@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from cuda_kernels.common import (call, config, cuda, elem_grid, empty, float32, int32, is_device, kernel, launch,
+from vjpcert.cuda_kernels.common import (call, config, cuda, elem_grid, empty, float32, int32, is_device, kernel, launch,
                                  to_device)
 
 # pi/4 = HI + MID + LO (each the float32 rounding of what is left), and 4/pi

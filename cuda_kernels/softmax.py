@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from cuda_kernels.common import (NEG_INF, block_max, block_sum, call, config, cuda, empty, float32,
+from vjpcert.cuda_kernels.common import (NEG_INF, block_max, block_sum, call, config, cuda, empty, float32,
                                  kernel, launch, row_grid)
 
 _CACHE = {}

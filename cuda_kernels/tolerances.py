@@ -1,5 +1,5 @@
 """Every number the kernel checker decides with, and where it comes from (the rule's k and floor are
-the project's one tolerance rule, specs/tolerance.py).
+the project's one tolerance rule, core/tolerance.py).
 
 
 The rule (FlashAttention's, as in its test suite and DESIGN.md "Kernels"): for every output,
@@ -8,7 +8,7 @@ The rule (FlashAttention's, as in its test suite and DESIGN.md "Kernels"): for e
     floor = FLOOR_ROUNDINGS * u * max |spec_f64|,           u = 2^-24 (float32 unit roundoff)
 
 with k = K_FORWARD for forward kernels and K_BACKWARD for backward kernels. spec_f64 and spec_f32
-are the op's own spec evaluated on the numpy backends (specs.reference) at the *same* float32
+are the op's own spec evaluated on the numpy backends (vjpcert.core.reference) at the *same* float32
 inputs the kernel gets, so the float32 baseline is what a straightforward float32 implementation of
 the spec achieves at these inputs, and a kernel may be a small factor worse (another summation
 order, recomputation from the log-sum-exp, fused steps).
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from specs import tolerance as _rule
+from vjpcert.core import tolerance as _rule
 
-# k and the floor are the project's one tolerance rule (specs/tolerance.py, shared with checks of
+# k and the floor are the project's one tolerance rule (core/tolerance.py, shared with checks of
 # other implementations); what follows here is what only the kernel checker needs.
 K_FORWARD = _rule.K_FORWARD
 K_BACKWARD = _rule.K_BACKWARD

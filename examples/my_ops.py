@@ -1,5 +1,5 @@
 """A user's own ops, in one file: certified by `vjpcert prove examples/my_ops.py` or from pytest."""
-from specs.registry import op
+from vjpcert import op
 
 
 @op(inputs={"x": ("rows", "n")}, output=("rows", "n"), dims=[{"rows": 1, "n": 3}, {"rows": 2, "n": 4}])

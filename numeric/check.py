@@ -12,14 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
-from numeric import tolerances as tol
-from numeric.derivatives import METHODS, derivative
-from numeric.sampling import cotangent, kink_distance, sample_point
-from specs.backends import MpmathBackend
-from specs.certificate import Certificate, sources_sha256, versions
-from specs.tolerance import digits as _digits
-from specs.registry import Op, SpecError
-from specs.validate import validate
+from vjpcert.numeric import tolerances as tol
+from vjpcert.numeric.derivatives import METHODS, derivative
+from vjpcert.numeric.sampling import cotangent, kink_distance, sample_point
+from vjpcert.core.backends import MpmathBackend
+from vjpcert.core.certificate import Certificate, sources_sha256, versions
+from vjpcert.core.tolerance import digits as _digits
+from vjpcert.core.registry import Op, SpecError
+from vjpcert.core.validate import validate
 
 CHECKER_SHA256 = sources_sha256(Path(__file__).parent.glob("*.py"))
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from numeric.sampling import sample_point
-from specs.backends import F64
-from specs.registry import Op
+from vjpcert.numeric.sampling import sample_point
+from vjpcert.core.backends import F64
+from vjpcert.core.registry import Op
 
 EPS, ATOL, RTOL = 1e-6, 1e-5, 1e-3     # torch.autograd.gradcheck's defaults
 

@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 from jax.test_util import check_grads as _check_grads
 
-from specs.backends import F64
-from specs.registry import Op
+from vjpcert.core.backends import F64
+from vjpcert.core.registry import Op
 
 jax.config.update("jax_enable_x64", True)
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from numeric import tolerances as tol
-from numeric.sampling import cotangent, sample_point
-from specs.backends import F64, MpmathBackend
-from specs.certificate import atomic_write
-from specs.registry import Op
+from vjpcert.numeric import tolerances as tol
+from vjpcert.numeric.sampling import cotangent, sample_point
+from vjpcert.core.backends import F64, MpmathBackend
+from vjpcert.core.certificate import atomic_write
+from vjpcert.core.registry import Op
 
 
 def _f64_values(op: Op, point: dict) -> dict:

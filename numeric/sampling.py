@@ -6,9 +6,9 @@ import zlib
 
 import numpy as np
 
-from numeric import tolerances as tol
-from specs.backends import F64
-from specs.registry import Op, SpecError
+from vjpcert.numeric import tolerances as tol
+from vjpcert.core.backends import F64
+from vjpcert.core.registry import Op, SpecError
 
 
 def rng_for(seed: int, *labels) -> np.random.Generator:

@@ -13,8 +13,8 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only where torch is absent
     raise ImportError("PyTorch is not installed: pip install 'vjpcert[torch]' (or torch==2.13.0)") from exc
 
-from specs.backends import F64
-from specs.registry import Op
+from vjpcert.core.backends import F64
+from vjpcert.core.registry import Op
 
 
 def as_function(op: Op, fixed: dict):

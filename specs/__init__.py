@@ -1,11 +1,15 @@
-"""Specs: each op's forward, hand-written backward and laws, written once over a backend ``B``.
+"""The claims: one file per op, each holding its forward, its hand-written backward and its laws,
+written once over a backend ``B``; ``mutants/`` holds the deliberately wrong versions.
 
-``builtin_ops()`` imports the built-in spec files; a user's file registers its ops the same way
-(``specs.registry.load_file``).
+This package is also their index: ``builtin_ops()`` imports the spec files, ``resolve_op`` finds an
+op by name or as ``"path/to/file.py::name"``. The machinery specs are written in lives one floor
+down, in ``vjpcert.core`` (ARCHITECTURE.md).
 """
+from __future__ import annotations
+
 import importlib
 
-from specs.registry import REGISTRY, Law, Mutant, Op, Param, SpecError, load_file, op
+from vjpcert.core.registry import Op, SpecError, load_file
 
 BUILTIN_MODULES = ("softmax", "log_softmax", "rope", "rmsnorm", "layernorm", "gelu", "linear", "scaled_dot",
                    "attention", "attention_tape", "mhsa", "mlp", "vit")
@@ -15,9 +19,9 @@ def builtin_ops() -> dict[str, Op]:
     """The built-in ops by name, in the order of their spec files."""
     out: dict[str, Op] = {}
     for mod in BUILTIN_MODULES:
-        module = importlib.import_module(f"specs.{mod}")
+        module = importlib.import_module(f"{__name__}.{mod}")
         out.update({v.name: v for v in vars(module).values() if isinstance(v, Op) and v.module is module})
-    importlib.import_module("specs.mutants")
+    importlib.import_module(f"{__name__}.mutants")
     return out
 
 
@@ -35,6 +39,3 @@ def resolve_op(op) -> Op:
     if op not in ops:
         raise SpecError(None, f"unknown op {op!r}; built-in ops: {', '.join(ops)}")
     return ops[op]
-
-
-__all__ = ["REGISTRY", "Law", "Mutant", "Op", "Param", "SpecError", "builtin_ops", "load_file", "op", "resolve_op"]

@@ -7,7 +7,7 @@ Causal variant: query i sees keys j <= i - offset. Masked logits are *excluded* 
 """
 import numpy as np
 
-from specs.registry import Param, op
+from vjpcert.core.registry import Param, op
 
 ATTENTION = dict(inputs={"Q": ("m", "d"), "K": ("m", "d"), "V": ("m", "d")}, output=("m", "d"),
                  dims=[{"m": 2, "d": 1}, {"m": 2, "d": 3}, {"m": 3, "d": 2}],

@@ -8,9 +8,9 @@ theorem ``backprop_eq_adjoint_fderiv``: backprop = (d eval)^T seed, for every se
 """
 import numpy as np
 
-from specs.attention import scale
-from specs.graph import MATMUL, TRANSPOSE, Graph, Prim, from_op, graph_op
-from specs.softmax import softmax
+from vjpcert.specs.attention import scale
+from vjpcert.core.graph import MATMUL, TRANSPOSE, Graph, Prim, from_op, graph_op
+from vjpcert.specs.softmax import softmax
 
 # S = c L with c = 1/sqrt(d) read off Q's width; Q gets no cotangent through it (c is a constant)
 SCALE = Prim("scale_by_rsqrt_d", lambda B, L, Q: scale(B, Q.shape[-1]) * L,
@@ -30,6 +30,6 @@ attention_tape = graph_op(graph, dims=[{"m": 2, "d": 1}, {"m": 2, "d": 3}, {"m":
 @attention_tape.law
 def tape_ends_in_attention(B, Q, K, V, forward):
     """The tape's last block is the attention output: the graph computes the attention spec."""
-    from specs.attention import attention
+    from vjpcert.specs.attention import attention
     tape = forward(Q, K, V)
     return tape[-Q.size:].reshape(Q.shape), attention(B, Q, K, V)

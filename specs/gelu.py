@@ -6,7 +6,7 @@ tanh approximation: y = x (1 + tanh u) / 2,  u = sqrt(2/pi) (x + 0.044715 x^3)
                     dx = dy * ((1 + tanh u) / 2 + x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2) / 2)
 The constant 0.044715 is exact (a decimal), and sqrt(2/pi) is computed, never a rounded literal.
 """
-from specs.registry import op
+from vjpcert.core.registry import op
 
 SHAPES = dict(inputs={"x": ("rows", "n")}, output=("rows", "n"),
               dims=[{"rows": 1, "n": 1}, {"rows": 2, "n": 3}], large_dims=[{"rows": 4, "n": 64}],

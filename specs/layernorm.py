@@ -8,7 +8,7 @@
 """
 from fractions import Fraction
 
-from specs.registry import Param, op
+from vjpcert.core.registry import Param, op
 
 
 def normalise(B, x, eps):

@@ -2,7 +2,7 @@
 
     dx = dy W,   dW = dy^T x,   db = sum_rows dy
 """
-from specs.registry import op
+from vjpcert.core.registry import op
 
 
 @op(inputs={"x": ("rows", "n_in"), "W": ("n_out", "n_in"), "b": ("n_out",)}, output=("rows", "n_out"),

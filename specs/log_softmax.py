@@ -3,8 +3,8 @@
     y_i  = x_i - log sum_j exp(x_j)
     dx_i = dy_i - softmax(x)_i * sum_j dy_j
 """
-from specs.registry import op
-from specs.softmax import softmax
+from vjpcert.core.registry import op
+from vjpcert.specs.softmax import softmax
 
 
 @op(inputs={"x": ("rows", "n")}, output=("rows", "n"),

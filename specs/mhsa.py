@@ -9,9 +9,9 @@ are summed (the fan-in of X). Its claims prove it equals the VJP of the whole MH
 """
 import numpy as np
 
-from specs.attention import attention
-from specs.linear import linear
-from specs.registry import Param, op
+from vjpcert.specs.attention import attention
+from vjpcert.specs.linear import linear
+from vjpcert.core.registry import Param, op
 
 WEIGHTS = {"X": ("m", "D"), "Wq": ("D", "D"), "bq": ("D",), "Wk": ("D", "D"), "bk": ("D",),
            "Wv": ("D", "D"), "bv": ("D",), "Wo": ("D", "D"), "bo": ("D",)}

@@ -3,9 +3,9 @@
     H = X W1^T + b1,   G = gelu(H),   Y = G W2^T + b2
     dG, dW2, db2 = linear backward;  dH = gelu backward;  dX, dW1, db1 = linear backward
 """
-from specs.gelu import gelu_erf
-from specs.linear import linear
-from specs.registry import op
+from vjpcert.specs.gelu import gelu_erf
+from vjpcert.specs.linear import linear
+from vjpcert.core.registry import op
 
 
 @op(inputs={"X": ("m", "D"), "W1": ("F", "D"), "b1": ("F",), "W2": ("D", "F"), "b2": ("D",)},

@@ -7,7 +7,7 @@
 """
 from fractions import Fraction
 
-from specs.registry import Param, op
+from vjpcert.core.registry import Param, op
 
 
 @op(inputs={"x": ("rows", "n"), "gamma": ("n",)}, output=("rows", "n"),

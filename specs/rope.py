@@ -11,7 +11,7 @@ Positions (and angles) are not differentiated.
 """
 import numpy as np
 
-from specs.registry import Param, op
+from vjpcert.core.registry import Param, op
 
 
 def _rotate_pairs(B, a, b, cos, sin):

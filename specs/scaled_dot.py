@@ -5,7 +5,7 @@ The scale c is a symbol, so the proof holds for every c (attention uses c = 1/sq
 """
 from fractions import Fraction
 
-from specs.registry import Param, op
+from vjpcert.core.registry import Param, op
 
 
 @op(inputs={"q": ("rows", "n"), "k": ("rows", "n")}, output=("rows",),

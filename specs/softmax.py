@@ -3,7 +3,7 @@
     y_i  = exp(x_i) / sum_j exp(x_j)
     dx_i = y_i * (dy_i - sum_j y_j dy_j)
 """
-from specs.registry import op
+from vjpcert.core.registry import op
 
 
 @op(inputs={"x": ("rows", "n")}, output=("rows", "n"),

@@ -7,10 +7,10 @@ node proved, and the wiring proved with every node replaced by an opaque map.
 """
 from fractions import Fraction
 
-from specs.layernorm import layernorm
-from specs.mhsa import mhsa
-from specs.mlp import mlp
-from specs.registry import Param, op
+from vjpcert.specs.layernorm import layernorm
+from vjpcert.specs.mhsa import mhsa
+from vjpcert.specs.mlp import mlp
+from vjpcert.core.registry import Param, op
 
 INPUTS = {"X": ("m", "D"), "g1": ("D",), "be1": ("D",),
           "Wq": ("D", "D"), "bq": ("D",), "Wk": ("D", "D"), "bk": ("D",),

@@ -1,7 +1,7 @@
 """The symbolic tier: exact proofs that backward = J^T dy and that each law holds.
 
-Interactive use: ``from symbolic import jacobian, vjp, prove``.
+Interactive use: ``from vjpcert.symbolic import jacobian, vjp, prove``.
 """
-from symbolic.api import forward, jacobian, prove, symbols, vjp
+from vjpcert.symbolic.api import forward, jacobian, prove, symbols, vjp
 
 __all__ = ["forward", "jacobian", "prove", "symbols", "vjp"]

@@ -1,6 +1,6 @@
 """One call each from a SymPy or Jupyter session: the Jacobian of an op, its VJP, a proof.
 
-    >>> from symbolic import jacobian, vjp, prove
+    >>> from vjpcert.symbolic import jacobian, vjp, prove
     >>> jacobian("softmax", n=3, rows=1)          # a sympy.Matrix, derived with Matrix.jacobian
     >>> vjp("layernorm", n=2, rows=1)["gamma"]     # the hand-written backward, as SymPy expressions
     >>> prove("rmsnorm", n=8, rows=1)              # certificates (they render in Jupyter)
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from specs import resolve_op as _op
-from specs.registry import Op
+from vjpcert.specs import resolve_op as _op
+from vjpcert.core.registry import Op
 
 
 def _dims(op: Op, dims: dict) -> dict:
@@ -36,7 +36,7 @@ def symbols(op, **dims) -> dict:
 
 def forward(op, **dims):
     """The forward as a SymPy array."""
-    from specs.backends import SYMPY
+    from vjpcert.core.backends import SYMPY
     import sympy
     op = _op(op)
     values = symbols(op, **dims)
@@ -47,7 +47,7 @@ def jacobian(op, wrt: str | None = None, **dims):
     """d vec(y) / d vec(wrt), derived from the forward with ``sympy.Matrix.jacobian``."""
     import sympy
 
-    from specs.backends import SYMPY
+    from vjpcert.core.backends import SYMPY
     op = _op(op)
     wrt = wrt or next(iter(op.inputs))
     values = symbols(op, **dims)
@@ -60,7 +60,7 @@ def vjp(op, **dims) -> dict:
     the input), for a symbolic cotangent dy."""
     import sympy
 
-    from specs.backends import SYMPY
+    from vjpcert.core.backends import SYMPY
     op = _op(op)
     values = symbols(op, **dims)
     y = np.asarray(op.bind(op.forward, SYMPY, values), dtype=object)
@@ -74,7 +74,7 @@ def vjp(op, **dims) -> dict:
 
 def prove(op, claims: list[str] | None = None, budget: float = 60.0, **dims):
     """Prove the named claims (all by default) at the given dims; returns certificates."""
-    from symbolic.prover import prove_claim
+    from vjpcert.symbolic.prover import prove_claim
     op = _op(op)
     d = _dims(op, dims)
     return [prove_claim(op, c, d, budget=budget) for c in (claims or op.claims())]

@@ -13,10 +13,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from specs.registry import Op, SpecError
-from specs.trace import Leaf, leaf_array, leaves_of, shared_nodes
-from specs.validate import primal_values, trace_forward, trace_law, trace_vjp
-from symbolic.evaluate import Evaluator, Tangent, inner
+from vjpcert.core.registry import Op, SpecError
+from vjpcert.core.trace import Leaf, leaf_array, leaves_of, shared_nodes
+from vjpcert.core.validate import primal_values, trace_forward, trace_law, trace_vjp
+from vjpcert.symbolic.evaluate import Evaluator, Tangent, inner
 
 
 @dataclass

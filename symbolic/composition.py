@@ -17,11 +17,11 @@ from __future__ import annotations
 import time
 import numpy as np
 
-from specs.certificate import Certificate, versions
-from specs.reference import infer_dims
-from specs.registry import Op, Param, SpecError
-from specs.trace import opaque, opaque_jacobian
-from symbolic import tolerances as tol
+from vjpcert.core.certificate import Certificate, versions
+from vjpcert.core.reference import infer_dims
+from vjpcert.core.registry import Op, Param, SpecError
+from vjpcert.core.trace import opaque, opaque_jacobian
+from vjpcert.symbolic import tolerances as tol
 
 
 class OpaqueMap:
@@ -93,7 +93,7 @@ class _Recorder:
 
 def node_calls(op: Op, dims: dict, seed: int = 0) -> dict[str, set]:
     """{node instance: {(dims, static params)}} from one float64 run of the forward and backward."""
-    from specs.backends import F64
+    from vjpcert.core.backends import F64
     logs = {name: set() for name in op.nodes}
     twin = op.with_nodes({n: _Recorder(o, logs[n]) for n, o in op.nodes.items()}, "recorded")
     rng = np.random.default_rng(seed)
@@ -124,7 +124,7 @@ def certify_node(op: Op, claim: str, dims: dict, budget: float, seed: int) -> Ce
         (k, p.default) for k, p in op.params.items() if not p.symbolic)), budget, seed)
     if key not in _CACHE:
         if "monolithic" in op.proofs:
-            from symbolic.prover import prove_claim
+            from vjpcert.symbolic.prover import prove_claim
             _CACHE[key] = prove_claim(op, claim, dims, budget=budget, seed=seed)
         else:
             _CACHE[key] = prove_compositional(op, claim, dims, budget=budget, seed=seed)
@@ -133,7 +133,7 @@ def certify_node(op: Op, claim: str, dims: dict, budget: float, seed: int) -> Ce
 
 def prove_compositional(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_CLAIM_BUDGET_S,
                         seed: int = 0) -> Certificate:
-    from symbolic.prover import CHECKER_SHA256, assumptions_of, prove_claim
+    from vjpcert.symbolic.prover import CHECKER_SHA256, assumptions_of, prove_claim
     start = time.perf_counter()
     if not op.nodes:
         raise SpecError(op.name, "has no nodes: a compositional proof needs nodes=...")
@@ -166,9 +166,9 @@ def prove_compositional(op: Op, claim: str, dims: dict, *, budget: float = tol.D
     if failed_node is not None or assembly.verdict == "failed":
         # A wrong node or wrong wiring fails for *some* functions; the composite's own claim fails
         # only if the real composite disagrees somewhere: look for a real witness before saying so.
-        from specs.budget import run_with_budget
-        from symbolic import strategies
-        from symbolic.claims import trace_claim
+        from vjpcert.core.budget import run_with_budget
+        from vjpcert.symbolic import strategies
+        from vjpcert.symbolic.claims import trace_claim
         real = run_with_budget(lambda: strategies.witness(trace_claim(op, claim, dims), seed=seed), budget)
         found = real.value if real.status == "ok" else {"status": real.status}
         if failed_node is not None:

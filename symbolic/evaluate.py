@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from specs.trace import Leaf, Node
+from vjpcert.core.trace import Leaf, Node
 
 
 def _postorder(root: Node, memo: dict):

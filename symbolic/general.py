@@ -46,16 +46,16 @@ import numpy as np
 import sympy as sp
 from sympy import Indexed
 
-from specs.budget import run_with_budget
-from specs.certificate import Certificate, versions
-from specs.registry import Op, SpecError
-from symbolic import tolerances as tol
-from symbolic.general_form import (GeneralBuilder, Statement, _cot_name, _entry, assumptions_of,  # noqa: F401
+from vjpcert.core.budget import run_with_budget
+from vjpcert.core.certificate import Certificate, versions
+from vjpcert.core.registry import Op, SpecError
+from vjpcert.symbolic import tolerances as tol
+from vjpcert.symbolic.general_form import (GeneralBuilder, Statement, _cot_name, _entry, assumptions_of,  # noqa: F401
                                    build_statement, general_claims, general_dims, render)
-from symbolic.general_normal import NormalFormError, Normaliser, expand_sums
+from vjpcert.symbolic.general_normal import NormalFormError, Normaliser, expand_sums
 # The symbolic tier's checker hash (it covers every file of symbolic/, these two included), so the
 # report planner tells a current general certificate from a stale one as for every other symbolic claim.
-from symbolic.prover import CHECKER_SHA256
+from vjpcert.symbolic.prover import CHECKER_SHA256
 
 
 NORMALISATION = ("sums expanded by linearity (independent factors pulled out, nested sums flattened "
@@ -175,7 +175,7 @@ def _dim_values(G: GeneralBuilder, spec_dims: dict) -> dict:
 
 def _spec_values(op: Op, spec_dims: dict, overrides: dict | None = None) -> tuple[dict, dict]:
     """SymPy symbols for the op's arrays at concrete dims (as ``symbolic.api`` names them), and dy."""
-    from symbolic.api import symbols
+    from vjpcert.symbolic.api import symbols
     values = symbols(op, **spec_dims)
     values.update(overrides or {})
     dims = op.resolve_dims({**op.dims[0], **spec_dims})
@@ -259,7 +259,7 @@ def _compare(general: np.ndarray, spec, label: str, rng) -> dict:
 def cross_check(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
     """Instantiate the general form at each concrete size and compare it with the spec run on the
     SymPy backend, entry by entry. Runs in a forked child."""
-    from specs.backends import SYMPY
+    from vjpcert.core.backends import SYMPY
     op, G = stmt.op, stmt.G
     rng = random.Random(seed)
     rows = []
@@ -420,7 +420,7 @@ def prove_general(op: Op, claim: str, *, budget: float = 60.0, seed: int = 0,
 
     def fixed(dims: list[dict]) -> list[dict]:
         """The fixed-dims prover on the spec itself at these sizes (fast: flint atoms)."""
-        from symbolic.prover import prove_claim
+        from vjpcert.symbolic.prover import prove_claim
         rows = []
         for d in dims:
             left = max(0.0, deadline - time.monotonic())

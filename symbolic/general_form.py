@@ -45,8 +45,8 @@ import sympy as sp
 from sympy import IndexedBase, Sum
 from sympy.core.function import AppliedUndef
 
-from specs.backends import exact
-from specs.registry import Op, SpecError
+from vjpcert.core.backends import exact
+from vjpcert.core.registry import Op, SpecError
 
 JACOBIAN_SHOWN_CHARS = 1500    # the derived Jacobian entry is shown when it is this short
 

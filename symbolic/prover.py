@@ -16,12 +16,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from specs.budget import run_with_budget
-from specs.certificate import Certificate, sources_sha256, versions
-from specs.registry import Op
-from symbolic import strategies, tolerances as tol
-from symbolic.claims import trace_claim
-from specs.trace import dag_size
+from vjpcert.core.budget import run_with_budget
+from vjpcert.core.certificate import Certificate, sources_sha256, versions
+from vjpcert.core.registry import Op
+from vjpcert.symbolic import strategies, tolerances as tol
+from vjpcert.symbolic.claims import trace_claim
+from vjpcert.core.trace import dag_size
 
 CHECKER_SHA256 = sources_sha256(Path(__file__).parent.glob("*.py"))
 

@@ -1,5 +1,5 @@
 """The strategies of the proof ladder. Each takes a traced claim and returns a plain dict (it runs in
-a forked child, see ``specs.budget``): ``{"status": "proved" | "nonzero" | "zero" | "failed" |
+a forked child, see ``vjpcert.core.budget``): ``{"status": "proved" | "nonzero" | "zero" | "failed" |
 "unknown", ...evidence}``. Only ``proved`` from an exact normalisation makes a claim `proved`.
 """
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
-from symbolic import tolerances as tol
-from symbolic.claims import TracedClaim
-from symbolic.fields import AtomPoolExhausted, DegreeField, ModPField, MpField, P61, RingField
-from specs.tolerance import digits as _digits
-from specs.trace import Leaf
+from vjpcert.symbolic import tolerances as tol
+from vjpcert.symbolic.claims import TracedClaim
+from vjpcert.symbolic.fields import AtomPoolExhausted, DegreeField, ModPField, MpField, P61, RingField
+from vjpcert.core.tolerance import digits as _digits
+from vjpcert.core.trace import Leaf
 
 
 # ---------------------------------------------------------------------------- exact ring
@@ -175,8 +175,8 @@ def sympy_simplify(claim: TracedClaim) -> dict:
     import numpy as np
     import sympy
 
-    from specs.backends import SYMPY
-    from symbolic.fields import SympyField
+    from vjpcert.core.backends import SYMPY
+    from vjpcert.symbolic.fields import SympyField
 
     op = claim.op
     S = SympyField()
@@ -185,7 +185,7 @@ def sympy_simplify(claim: TracedClaim) -> dict:
         return np.vectorize(lambda n: S.leaf(n.value), otypes=[object])(leaves)
 
     values = {}
-    from specs.validate import primal_values
+    from vjpcert.core.validate import primal_values
     traced = primal_values(op, claim.dims, claim.overrides)
     for name, v in traced.items():
         if isinstance(v, np.ndarray):
@@ -221,5 +221,5 @@ def sympy_simplify(claim: TracedClaim) -> dict:
 
 
 def leaf_like(claim, shape):
-    from specs.trace import leaf_array
+    from vjpcert.core.trace import leaf_array
     return leaf_array(shape, "dy", "dy")

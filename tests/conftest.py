@@ -1,6 +1,6 @@
 import pytest
 
-from specs import builtin_ops
+from vjpcert.specs import builtin_ops
 
 OPS = builtin_ops()
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from specs.certificate import record_digest
+from vjpcert.core.certificate import record_digest
 from vjpcert.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_OP = '''"""y = x^2 w."""
-from specs.registry import op
+from vjpcert.core.registry import op
 
 @op(inputs={"x": ("n",), "w": ("n",)}, output=("n",), dims=[{"n": 3}])
 def square_scale(B, x, w):

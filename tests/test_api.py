@@ -1,7 +1,7 @@
 """The interactive API returns SymPy objects that agree with the proofs."""
 import sympy
 
-from symbolic import forward, jacobian, prove, vjp
+from vjpcert.symbolic import forward, jacobian, prove, vjp
 
 
 def test_jacobian_is_a_sympy_matrix_and_transposes_to_the_vjp():

@@ -1,8 +1,8 @@
 """Budgets are enforced by killing the strategy; a claim nobody decides is inconclusive."""
 import time
 
-from specs.budget import run_with_budget
-from symbolic.prover import prove_claim
+from vjpcert.core.budget import run_with_budget
+from vjpcert.symbolic.prover import prove_claim
 
 
 def test_a_hung_function_is_killed_at_its_budget():

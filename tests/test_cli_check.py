@@ -32,7 +32,7 @@ def test_check_a_given_point_with_another_method(tmp_path):
 
 def test_wrong_backward_is_exit_1(tmp_path):
     spec = tmp_path / "mine.py"
-    spec.write_text('from specs.registry import op\n'
+    spec.write_text('from vjpcert.core.registry import op\n'
                     '@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 3}])\n'
                     'def cube(B, x):\n    return x * x * x\n'
                     '@cube.defvjp\ndef _(B, x, dy):\n    return (2 * x * x * dy,)\n')

@@ -8,7 +8,7 @@ from vjpcert.cli import main
 
 GOOD = '''
 """A user's op: y = x^2 * w, in one file."""
-from specs.registry import op
+from vjpcert.core.registry import op
 
 @op(inputs={"x": ("n",), "w": ("n",)}, output=("n",), dims=[{"n": 3}])
 def square_scale(B, x, w):

@@ -4,7 +4,7 @@ the wrong point is caught, even where a point-blind stand-in would pass it)."""
 import pytest
 
 from conftest import OPS, op_claims, op_mutants
-from symbolic.composition import node_calls, prove_compositional
+from vjpcert.symbolic.composition import node_calls, prove_compositional
 
 
 @pytest.mark.parametrize("name,claim", op_claims("compositional"))

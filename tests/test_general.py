@@ -8,10 +8,10 @@ import sympy as sp
 from sympy import IndexedBase, KroneckerDelta, Sum
 
 from conftest import OPS
-from specs.mutants.general import GENERAL_MUTANTS, MISMATCHED, spec_mutant
-from specs.registry import SpecError
-from symbolic.general import general_claims, general_dims, prove_general
-from symbolic.general_normal import Normaliser
+from vjpcert.specs.mutants.general import GENERAL_MUTANTS, MISMATCHED, spec_mutant
+from vjpcert.core.registry import SpecError
+from vjpcert.symbolic.general import general_claims, general_dims, prove_general
+from vjpcert.symbolic.general_normal import Normaliser
 
 # What issue 8 asks to be proved for every size (attention may instead be an honest inconclusive).
 REQUIRED = {
@@ -126,7 +126,7 @@ def test_cross_check_catches_a_form_wrong_only_at_n_3():
 
 def test_tiles_that_overlap_are_not_a_layout():
     """RoPE pieces at (r, p + c): pair p's second component lands on pair p + 1's first."""
-    from specs.rope import general_rope
+    from vjpcert.specs.rope import general_rope
     overlap = lambda p, c, h: p + c  # noqa: E731
 
     def form(G):
@@ -139,14 +139,14 @@ def test_tiles_that_overlap_are_not_a_layout():
 def test_a_contradiction_with_the_fixed_dims_prover_is_never_proved(monkeypatch):
     """If the fixed-dims prover refuted the spec where the general form equals it, one of the two
     provers would be wrong: the general claim must not be reported proved."""
-    import symbolic.prover
-    real = symbolic.prover.prove_claim
+    from vjpcert.symbolic import prover
+    real = prover.prove_claim
 
     def refuting(op, claim, dims, **kw):
         cert = real(op, claim, dims, **kw)
         cert.verdict, cert.evidence = "failed", {**cert.evidence, "witness": {"planted": True}}
         return cert
-    monkeypatch.setattr(symbolic.prover, "prove_claim", refuting)
+    monkeypatch.setattr(prover, "prove_claim", refuting)
     cert = prove_general(OPS["softmax"], "vjp[x]")
     assert cert.verdict == "inconclusive" and "contradiction" in cert.evidence["reason"]
 

@@ -6,8 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import OPS
-from numeric.check import check_claim
-from specs.graph import ADD, MATMUL, MUL, TRANSPOSE, Graph, Prim, from_op, graph_op, scale
+from vjpcert.numeric.check import check_claim
+from vjpcert.core.graph import ADD, MATMUL, MUL, TRANSPOSE, Graph, Prim, from_op, graph_op, scale
 
 S1, S2, S3, VEC = (2, 3), (3, 2), (2, 2), (3,)
 INPUTS = {"a": S1, "b": S1, "c": S2, "g": VEC, "e": VEC}
@@ -76,7 +76,7 @@ def test_fan_out_is_summed():
     g = Graph("fan", {"a": S1})
     g.node("s", ADD, "a", "a")            # a used twice by one node
     g.node("p", MUL, "s", "a")            # and once more
-    from specs.backends import F64
+    from vjpcert.core.backends import F64
     a = np.arange(6.0).reshape(S1)
     tape = g.eval(F64, {"a": a})
     cot = g.backprop(F64, tape, {"p": np.ones(S1)})
@@ -84,12 +84,12 @@ def test_fan_out_is_summed():
 
 
 def test_split_and_merge_heads_are_each_others_transpose():
-    from specs.graph import merge_heads, split_heads
+    from vjpcert.core.graph import merge_heads, split_heads
     g = Graph("heads", {"a": (2, 4)})
     g.node("h", split_heads(2), "a")
     g.node("m", merge_heads(), "h")
     op = graph_op(g, dims=[{}], register=False)
     assert check_claim(op, "vjp[a]", {}, dps=30, cases=("random",)).verdict == "checked"
-    from specs.backends import F64
+    from vjpcert.core.backends import F64
     a = np.arange(8.0).reshape(2, 4)
     assert np.array_equal(g.eval(F64, {"a": a})["m"], a)

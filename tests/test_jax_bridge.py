@@ -4,8 +4,8 @@ import pytest
 pytest.importorskip("jax", reason="JAX is optional (pip install -e '.[jax]'); its kill-matrix column needs it")
 
 from conftest import OPS  # noqa: E402
-from numeric.jax_bridge import check_grads  # noqa: E402
-from numeric.sampling import sample_point  # noqa: E402
+from vjpcert.numeric.jax_bridge import check_grads  # noqa: E402
+from vjpcert.numeric.sampling import sample_point  # noqa: E402
 
 
 @pytest.mark.parametrize("name", ["softmax", "layernorm", "attention", "linear"])

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from conftest import OPS, op_claims, op_mutants
-from numeric.check import check_claim, numeric_dims
-from numeric.derivatives import METHODS
-from numeric.plots import fd_curves
-from numeric.sampling import cotangent, sample_point
-from specs.registry import SpecError, op
+from vjpcert.numeric.check import check_claim, numeric_dims
+from vjpcert.numeric.derivatives import METHODS
+from vjpcert.numeric.plots import fd_curves
+from vjpcert.numeric.sampling import cotangent, sample_point
+from vjpcert.core.registry import SpecError, op
 
 
 @pytest.mark.parametrize("name,claim", op_claims())
@@ -170,7 +170,7 @@ def test_a_python_float_under_mpmath_is_an_error_not_a_pass():
 def test_a_leak_is_refused_at_run_time_too():
     """float(v) * mpf is an mpf, so output types cannot show the leak: the strict mpmath context
     refuses the float() itself (the trace-based validation refuses it before any run, too)."""
-    from specs.backends import MpmathBackend
+    from vjpcert.core.backends import MpmathBackend
     B = MpmathBackend(50)
     x = B.convert(np.array([0.1, 0.2, 0.3]))
     with pytest.raises(SpecError, match="16 digits"), B.strict():
@@ -181,7 +181,7 @@ def test_a_leak_is_refused_at_run_time_too():
 # ------------------------------------------------------------------ references
 @pytest.mark.parametrize("name", list(OPS))
 def test_float32_reference_really_runs_in_float32(name):
-    from specs.reference import forward, vjp
+    from vjpcert.core.reference import forward, vjp
     o = OPS[name]
     dims = o.check_dims
     pt = sample_point(o, dims, "random", 0)
@@ -197,13 +197,13 @@ def test_float32_reference_really_runs_in_float32(name):
 
 
 def test_float32_backend_refuses_float64_arrays():
-    from specs.backends import F32
+    from vjpcert.core.backends import F32
     with pytest.raises(TypeError, match="float64"):
         F32.exp(np.ones(3))
 
 
 def test_reference_folds_batch_dims_into_rows():
-    from specs.reference import forward, vjp
+    from vjpcert.reference import forward, vjp
     x = np.random.default_rng(0).standard_normal((2, 3, 5))
     y = forward("softmax", x=x)
     assert y.shape == (2, 3, 5) and np.allclose(y.sum(-1), 1)

@@ -1,7 +1,7 @@
 """The pytest plugin, as a user meets it: loaded by entry point, readable failures."""
 
 WRONG = '''
-from specs.registry import op
+from vjpcert.core.registry import op
 
 @op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 3}])
 def cube(B, x):

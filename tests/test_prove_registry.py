@@ -3,7 +3,7 @@ makes exactly the claims it names fail -- with a witness -- and no others (no fa
 import pytest
 
 from conftest import OPS, op_claims, op_mutants
-from symbolic.prover import prove_claim
+from vjpcert.symbolic.prover import prove_claim
 
 
 @pytest.mark.parametrize("name,claim", op_claims("monolithic"))

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import sympy
 
-from symbolic.evaluate import Evaluator, Tangent
-from symbolic.fields import ModPField, RingField, SympyField
-from specs.trace import TRACE, Leaf, Node, leaf_array, leaves_of
+from vjpcert.symbolic.evaluate import Evaluator, Tangent
+from vjpcert.symbolic.fields import ModPField, RingField, SympyField
+from vjpcert.core.trace import TRACE, Leaf, Node, leaf_array, leaves_of
 
 X = Node("leaf", (), Leaf("x", "input"))
 
@@ -83,7 +83,7 @@ def test_modp_field_is_a_field():
 def test_float_literals_and_math_calls_are_spec_errors():
     import math
 
-    from specs.registry import SpecError
+    from vjpcert.core.registry import SpecError
     x = leaf_array((2,), "x", "input")
     with pytest.raises(SpecError, match="float"):
         x * 0.5

@@ -4,8 +4,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch not installed (pip install 'vjpcert[torch]')")
 
 from conftest import OPS  # noqa: E402
-from numeric.sampling import sample_point  # noqa: E402
-from numeric.torch_bridge import gradcheck  # noqa: E402
+from vjpcert.numeric.sampling import sample_point  # noqa: E402
+from vjpcert.numeric.torch_bridge import gradcheck  # noqa: E402
 
 
 @pytest.mark.parametrize("name", list(OPS))

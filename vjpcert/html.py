@@ -8,8 +8,8 @@ import html
 from collections import defaultdict
 from pathlib import Path
 
-from specs.certificate import TRUST, VERDICTS, Certificate
-from specs.registry import Op
+from vjpcert.core.certificate import TRUST, VERDICTS, Certificate
+from vjpcert.core.registry import Op
 
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -38,9 +38,9 @@ def _mathml(op: Op, max_ops: int = 400) -> list[tuple[str, str]]:
     small enough to read."""
     import sympy
 
-    from symbolic.api import forward, vjp
-    from specs.trace import dag_size, leaf_array
-    from specs.validate import primal_values, trace_forward, trace_vjp
+    from vjpcert.symbolic.api import forward, vjp
+    from vjpcert.core.trace import dag_size, leaf_array
+    from vjpcert.core.validate import primal_values, trace_forward, trace_vjp
     out = []
     try:
         dims = op.resolve_dims(op.dims[0])

@@ -1,5 +1,5 @@
 """Real implementations put to the test: a backward someone else wrote (PyTorch's own, or yours)
-against the certified spec, at float64 or float32, under the tolerance rule of ``specs.tolerance``.
+against the certified spec, at float64 or float32, under the tolerance rule of ``vjpcert.core.tolerance``.
 
     truth     = the spec's backward in mpmath (50 digits), rounded to float64
     baseline  = the spec's backward evaluated at the implementation's dtype (numpy backend)
@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from numeric.sampling import cotangent, sample_point
-from specs import tolerance
-from specs.backends import MpmathBackend
-from specs.certificate import Certificate, atomic_write, sources_sha256, versions
-from specs.reference import vjp as reference_vjp
-from specs.registry import Op, SpecError
+from vjpcert.numeric.sampling import cotangent, sample_point
+from vjpcert.core import tolerance
+from vjpcert.core.backends import MpmathBackend
+from vjpcert.core.certificate import Certificate, atomic_write, sources_sha256, versions
+from vjpcert.core.reference import vjp as reference_vjp
+from vjpcert.core.registry import Op, SpecError
 
 CHECKER_SHA256 = sources_sha256([Path(__file__), Path(tolerance.__file__)])
 

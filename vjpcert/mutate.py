@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from specs.certificate import atomic_write
+from vjpcert.core.certificate import atomic_write
 from vjpcert.ops import OpRef, select_ops
 
 TIERS = ("symbolic", "numeric", "fd64", "gradcheck", "jax")
@@ -22,8 +22,8 @@ OURS = ("symbolic", "numeric")
 
 
 def _symbolic(op) -> tuple[bool, str]:
-    from symbolic.composition import prove_compositional
-    from symbolic.prover import prove_claim
+    from vjpcert.symbolic.composition import prove_compositional
+    from vjpcert.symbolic.prover import prove_claim
     dims = op.dims[-1]
     for claim in op.claims():
         if "monolithic" in op.proofs or not claim.startswith("vjp["):
@@ -36,7 +36,7 @@ def _symbolic(op) -> tuple[bool, str]:
 
 
 def _numeric(op) -> tuple[bool, str]:
-    from numeric.check import check_claim
+    from vjpcert.numeric.check import check_claim
     for claim in op.claims():
         if check_claim(op, claim, op.check_dims).verdict == "failed":
             return True, claim
@@ -44,26 +44,26 @@ def _numeric(op) -> tuple[bool, str]:
 
 
 def _fd64(op) -> tuple[bool, str]:
-    from numeric.fd64 import fd64_check
+    from vjpcert.numeric.fd64 import fd64_check
     ok, worst = fd64_check(op, op.check_dims)
     return (not ok), (f"d{worst['input']}[{worst['entry']}]" if not ok else "")
 
 
 def _gradcheck(op) -> tuple[bool, str] | None:
     try:
-        from numeric.torch_bridge import gradcheck
+        from vjpcert.numeric.torch_bridge import gradcheck
     except ImportError:
         return None
-    from numeric.sampling import sample_point
+    from vjpcert.numeric.sampling import sample_point
     return (not gradcheck(op, sample_point(op, op.check_dims, "random", 0))), ""
 
 
 def _jax(op):
     try:
-        from numeric.jax_bridge import check_grads
+        from vjpcert.numeric.jax_bridge import check_grads
     except ImportError:
         return None          # JAX not installed: the column says so
-    from numeric.sampling import sample_point
+    from vjpcert.numeric.sampling import sample_point
     return (not check_grads(op, sample_point(op, op.check_dims, "random", 0))), ""
 
 
@@ -193,7 +193,7 @@ def run_mutate(args) -> int:
     order = {(r.name, r.mutant or "(correct)"): i for i, r in enumerate(refs)}
     rows.sort(key=lambda r: order[(r["op"], r["mutant"])])
     summary = summarise(rows)
-    from specs import builtin_ops
+    from vjpcert.specs import builtin_ops
     ops = builtin_ops()
     fingerprint = {r["op"]: ops[r["op"]].spec_sha256 for r in rows if r["op"] in ops}
     out = Path(args.reports) / "mutation"

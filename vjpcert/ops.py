@@ -5,8 +5,8 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
-from specs import builtin_ops
-from specs.registry import Op, SpecError, load_file
+from vjpcert.specs import builtin_ops
+from vjpcert.core.registry import Op, SpecError, load_file
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specs.certificate import SCHEMA_VERSION, cert_relpath, record_digest
-from specs.registry import Op, SpecError
-from specs.validate import validate
+from vjpcert.core.certificate import SCHEMA_VERSION, cert_relpath, record_digest
+from vjpcert.core.registry import Op, SpecError
+from vjpcert.core.validate import validate
 from vjpcert.ops import OpRef, dims_ladder
 from vjpcert.runner import Task, make_task
 
@@ -17,11 +17,11 @@ TIERS = ("symbolic", "numeric", "kernel")
 def checker_sha256(tier: str) -> str:
     """The hash of the code that issues a tier's certificates (a change makes them stale)."""
     if tier == "symbolic":
-        from symbolic.prover import CHECKER_SHA256
+        from vjpcert.symbolic.prover import CHECKER_SHA256
     elif tier == "numeric":
-        from numeric.check import CHECKER_SHA256
+        from vjpcert.numeric.check import CHECKER_SHA256
     else:
-        from cuda_kernels.check import CHECKER_SHA256
+        from vjpcert.cuda_kernels.check import CHECKER_SHA256
     return CHECKER_SHA256
 
 
@@ -37,7 +37,7 @@ def task_relpath(task: Task, op_name: str) -> Path:
 
 def kernel_available() -> bool:
     try:
-        import cuda_kernels.check  # noqa: F401
+        import vjpcert.cuda_kernels.check  # noqa: F401
         return True
     except Exception:        # numba-cuda missing, or a kernel module that does not import
         return False
@@ -49,7 +49,7 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
     """Every task of one tier for one op, validating the spec at each dims."""
     opts = {"seed": seed}
     if tier == "kernel":
-        from cuda_kernels.check import detect_mode, kernel_claims, kernel_dims
+        from vjpcert.cuda_kernels.check import detect_mode, kernel_claims, kernel_dims
         claims = kernel_claims(op)
         if not claims:
             return []
@@ -58,7 +58,7 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
     if fixed_dims is not None:
         ladder = [fixed_dims]
     elif tier == "numeric" and not overrides and not large:
-        from numeric.check import numeric_dims
+        from vjpcert.numeric.check import numeric_dims
         ladder = numeric_dims(op)
     else:
         ladder = dims_ladder(op, overrides, large)
@@ -79,7 +79,7 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
                 nopts["point"] = point
             tasks += [make_task(tier, ref, claim, dims, **nopts) for claim in op.claims()]
     if tier == "symbolic" and general and op.general:
-        from symbolic.general import general_dims
+        from vjpcert.symbolic.general import general_dims
         gopts = {**opts, **({"budget": budget} if budget is not None else {})}
         tasks += [make_task(tier, ref, claim, general_dims(op, claim), method="general", **gopts)
                   for claim in op.general]

@@ -6,8 +6,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from specs.certificate import CERTIFICATE_SCHEMA, SCHEMA_VERSION, TRUST, Certificate, atomic_write
-from specs.registry import Op
+from vjpcert.core.certificate import CERTIFICATE_SCHEMA, SCHEMA_VERSION, TRUST, Certificate, atomic_write
+from vjpcert.core.registry import Op
 
 TIERS = ("symbolic", "numeric", "kernel")
 # worst first: a tier's summary shows the worst verdict among its claims
@@ -75,7 +75,7 @@ def render_op(name: str, certs: list[Certificate], op: Op | None, plots: list[st
     if op is not None:
         lines += ["```text", op.doc.strip(), "```", ""]
         if op.module is not None and getattr(op.module, "__file__", None):
-            lines += [f"Spec file: `specs/{Path(op.module.__file__).name}`" if op.module.__name__.startswith("specs.")
+            lines += [f"Spec file: `specs/{Path(op.module.__file__).name}`" if op.module.__name__.startswith("vjpcert.specs.")
                       else f"Spec file: `{Path(op.module.__file__).name}`", ""]
     by_tier = defaultdict(list)
     for c in certs:
@@ -150,7 +150,7 @@ def render_index(certs: list[Certificate], command: str, has_resources: bool = F
     if has_resources:
         lines += ["", "Kernel resources on sm_90 (registers, spills, shared memory): [kernels/resources.md](kernels/resources.md)."]
     lines += ["", "## Verdicts", "", "| verdict | what it means |", "|---|---|"]
-    from specs.certificate import VERDICTS
+    from vjpcert.core.certificate import VERDICTS
     lines += [f"| {v} | {m} |" for v, m in VERDICTS.items()]
     return "\n".join(lines) + "\n"
 

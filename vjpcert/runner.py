@@ -11,7 +11,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from specs.certificate import Certificate, sources_sha256, versions
+from vjpcert.core.certificate import Certificate, sources_sha256, versions
 from vjpcert.ops import OpRef
 
 
@@ -54,20 +54,20 @@ def _execute(task: Task) -> Certificate:
         if task.tier == "symbolic":
             method = opts.pop("method", "monolithic")
             if method == "compositional":
-                from symbolic.composition import prove_compositional
+                from vjpcert.symbolic.composition import prove_compositional
                 return prove_compositional(op, task.claim, task.dims_dict, **opts)
             if method == "general":
-                from symbolic.general import prove_general
+                from vjpcert.symbolic.general import prove_general
                 return prove_general(op, task.claim, **opts)
-            from symbolic.prover import prove_claim
+            from vjpcert.symbolic.prover import prove_claim
             return prove_claim(op, task.claim, task.dims_dict, **opts)
         if task.tier == "numeric":
-            from numeric.check import check_claim
+            from vjpcert.numeric.check import check_claim
             if "point" in opts:
                 opts["point"] = dict(opts["point"])
             return check_claim(op, task.claim, task.dims_dict, **opts)
         if task.tier == "kernel":
-            from cuda_kernels.check import check_kernel_claim
+            from vjpcert.cuda_kernels.check import check_kernel_claim
             return check_kernel_claim(op, task.claim, task.dims_dict, **opts)
         raise ValueError(f"unknown tier {task.tier!r}")
     except Exception as exc:
@@ -84,7 +84,7 @@ def run_tasks(tasks: Iterable[Task], *, jobs: int = 1, executor: Executor | None
               on_result: Callable[[Task, Certificate], None] = lambda t, c: None) -> list[Certificate]:
     tasks = list(tasks)
     out: list[Certificate] = []
-    from specs.budget import stop_requested
+    from vjpcert.core.budget import stop_requested
     if executor is None and jobs <= 1:
         for task in tasks:
             cert = execute(task)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import sympy
 
-from numeric.check import check_claim
-from specs import builtin_ops
-from specs.reference import forward as reference_forward
-from specs.reference import vjp as reference_vjp
-from symbolic.api import forward, jacobian, symbols, vjp
-from symbolic.api import prove as _prove
+from vjpcert.numeric.check import check_claim
+from vjpcert.specs import builtin_ops
+from vjpcert.reference import forward as reference_forward
+from vjpcert.reference import vjp as reference_vjp
+from vjpcert.symbolic.api import forward, jacobian, symbols, vjp
+from vjpcert.symbolic.api import prove as _prove
 
 sympy.init_printing()
 OPS = builtin_ops()
@@ -42,7 +42,7 @@ def prove(op, claims=None, budget: float = 60.0, **dims) -> Certificates:
 
 
 def check(op, claims=None, dps: int = 50, **dims) -> Certificates:
-    from specs import resolve_op
+    from vjpcert.specs import resolve_op
     op = resolve_op(op)
     d = op.resolve_dims({**op.check_dims, **dims})
     return Certificates(check_claim(op, c, d, dps=dps) for c in (claims or op.claims()))

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from specs import resolve_op as resolve
+from vjpcert.specs import resolve_op as resolve
 
 
 class CertificationError(AssertionError):
@@ -47,7 +47,7 @@ def _explain(certs) -> str:
 
 def assert_proved(op, claims=None, dims: dict | None = None, budget: float = 60.0):
     """Prove every claim (or those named) exactly; raise with the witnesses otherwise."""
-    from symbolic.prover import prove_claim
+    from vjpcert.symbolic.prover import prove_claim
     op = resolve(op)
     certs = []
     for d in ([dims] if dims else op.dims):
@@ -60,7 +60,7 @@ def assert_proved(op, claims=None, dims: dict | None = None, budget: float = 60.
 
 def assert_checked(op, claims=None, dims: dict | None = None, dps: int = 50):
     """Check every claim in mpmath; raise with the witnesses otherwise."""
-    from numeric.check import check_claim
+    from vjpcert.numeric.check import check_claim
     op = resolve(op)
     d = op.resolve_dims(dims or op.check_dims)
     certs = [check_claim(op, c, d, dps=dps) for c in (claims or op.claims())]
@@ -73,7 +73,7 @@ def assert_matches_spec(op, impl, *, kind: str = "backward", dims: dict | None =
                         seed: int = 0):
     """An implementation of the op's forward (``impl(**inputs) -> y``) or backward
     (``impl(**inputs, dy=...) -> cotangents``; a torch.autograd.Function works too) against the
-    spec, under the tolerance rule of ``specs.tolerance`` at ``dtype``."""
+    spec, under the tolerance rule of ``vjpcert.core.tolerance`` at ``dtype``."""
     op = resolve(op)
     if kind == "backward":
         from vjpcert.impl import check_backward
@@ -91,9 +91,9 @@ def assert_matches_spec(op, impl, *, kind: str = "backward", dims: dict | None =
 
 
 def _check_forward(op, impl, dims, dtype, seed):
-    from numeric.sampling import sample_point
-    from specs import tolerance
-    from specs.reference import forward
+    from vjpcert.numeric.sampling import sample_point
+    from vjpcert.core import tolerance
+    from vjpcert.core.reference import forward
     d = op.resolve_dims(dims or op.check_dims)
     start = time.perf_counter()
     for case in ("random", "large_magnitude", "near_constant"):

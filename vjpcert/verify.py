@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from specs.certificate import CERTIFICATE_SCHEMA, SCHEMA_VERSION, record_digest
-from specs.registry import Op
+from vjpcert.core.certificate import CERTIFICATE_SCHEMA, SCHEMA_VERSION, record_digest
+from vjpcert.core.registry import Op
 
 
 @dataclass

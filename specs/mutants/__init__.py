@@ -4,7 +4,7 @@ Each mutant names the claims it must make fail; tests and ``vjpcert mutate`` hol
 """
 import importlib
 
-from specs import BUILTIN_MODULES
+from vjpcert.specs import BUILTIN_MODULES
 
 for _mod in BUILTIN_MODULES:
-    importlib.import_module(f"specs.mutants.{_mod}")
+    importlib.import_module(f"vjpcert.specs.mutants.{_mod}")

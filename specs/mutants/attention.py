@@ -1,7 +1,7 @@
 """Wrong attention backwards: missing scale, transposes, softmax factor, causal mask."""
 import numpy as np
 
-from specs.attention import attention, attention_causal, causal_mask, masked_softmax, scale
+from vjpcert.specs.attention import attention, attention_causal, causal_mask, masked_softmax, scale
 
 
 def _back(B, Q, K, V, dy, mask, *, dk_scale=True, dv_transposed=False, s_factor=True, back_mask=None):

@@ -1,7 +1,7 @@
 """Wrong tapes: a node whose VJP is wrong, and a backprop that forgets to sum fan-out."""
 import numpy as np
 
-from specs.attention_tape import SCALE, attention_tape, graph
+from vjpcert.specs.attention_tape import SCALE, attention_tape, graph
 
 
 @attention_tape.mutant("fan_out_overwritten", kills=["vjp[Q]"])
@@ -35,7 +35,7 @@ def _(B, Q, K, V, dy):
 def _(B, Q, K, V):
     tape = graph.eval(B, {"Q": Q, "K": K, "V": V})
     tape["S"] = SCALE.forward(B, tape["S"], Q)
-    from specs.softmax import softmax
+    from vjpcert.specs.softmax import softmax
     tape["P"] = softmax(B, tape["S"])
     tape["O"] = tape["P"] @ V
     return np.concatenate([np.ravel(np.asarray(tape[k], dtype=object if B.dtype == object else None))

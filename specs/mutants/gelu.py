@@ -1,5 +1,5 @@
 """Wrong GELU backwards and forwards."""
-from specs.gelu import K, Phi, _u, gelu_erf, gelu_tanh, phi
+from vjpcert.specs.gelu import K, Phi, _u, gelu_erf, gelu_tanh, phi
 
 
 @gelu_erf.mutant("missing_pdf_term", kills=["vjp[x]", "derivative_formula"])

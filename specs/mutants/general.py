@@ -18,15 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from specs.attention import attention, general_attention
-from specs.gelu import gelu_erf, gelu_tanh
-from specs.layernorm import general_layernorm, layernorm
-from specs.linear import general_linear, linear
-from specs.registry import Op
-from specs.rmsnorm import general_rmsnorm, rmsnorm
-from specs.rope import general_rope, half_slot, interleaved_slot, rope_half, rope_interleaved
-from specs.scaled_dot import general_scaled_dot, scaled_dot
-from specs.softmax import general_softmax, softmax
+from vjpcert.specs.attention import attention, general_attention
+from vjpcert.specs.gelu import gelu_erf, gelu_tanh
+from vjpcert.specs.layernorm import general_layernorm, layernorm
+from vjpcert.specs.linear import general_linear, linear
+from vjpcert.core.registry import Op
+from vjpcert.specs.rmsnorm import general_rmsnorm, rmsnorm
+from vjpcert.specs.rope import general_rope, half_slot, interleaved_slot, rope_half, rope_interleaved
+from vjpcert.specs.scaled_dot import general_scaled_dot, scaled_dot
+from vjpcert.specs.softmax import general_softmax, softmax
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Wrong LayerNorm backwards."""
-from specs.layernorm import layernorm, normalise
+from vjpcert.specs.layernorm import layernorm, normalise
 
 
 def _back(B, x, gamma, beta, eps, dy, *, rstd_eps_outside=False, mean_term=True, projection=True,

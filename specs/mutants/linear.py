@@ -1,5 +1,5 @@
 """Wrong linear-layer backwards."""
-from specs.linear import linear
+from vjpcert.specs.linear import linear
 
 
 @linear.mutant("weight_gradient_reshaped_not_transposed", kills=["vjp[W]", "adjoint_W"])

@@ -1,5 +1,5 @@
 """Wrong log-softmax backwards."""
-from specs.log_softmax import log_softmax
+from vjpcert.specs.log_softmax import log_softmax
 
 
 @log_softmax.mutant("uniform_instead_of_softmax", kills=["vjp[x]"])
@@ -10,7 +10,7 @@ def _(B, x, dy):
 
 @log_softmax.mutant("missing_sum_of_dy", kills=["vjp[x]", "cotangent_sums_to_zero"])
 def _(B, x, dy):
-    from specs.softmax import softmax
+    from vjpcert.specs.softmax import softmax
     return (dy - softmax(B, x) * dy,)
 
 

@@ -1,7 +1,7 @@
 """Wrong multi-head attention backwards: head layout, fan-in, scale."""
 import numpy as np
 
-from specs.mhsa import head_slices, mhsa
+from vjpcert.specs.mhsa import head_slices, mhsa
 
 
 def _back(B, X, Wq, bq, Wk, bk, Wv, bv, Wo, bo, heads, dy, nodes, *, merge="concat", fan_in="sum",

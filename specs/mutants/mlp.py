@@ -1,5 +1,5 @@
 """Wrong MLP backwards."""
-from specs.mlp import mlp
+from vjpcert.specs.mlp import mlp
 
 
 @mlp.mutant("gelu_backward_at_output", kills=["vjp[X]", "vjp[W1]", "vjp[b1]"])

@@ -1,5 +1,5 @@
 """Wrong RMSNorm backwards."""
-from specs.rmsnorm import rmsnorm
+from vjpcert.specs.rmsnorm import rmsnorm
 
 
 def _back(B, x, gamma, eps, dy, *, rstd=None, projection=True, use_gamma=True, dgamma_rstd=True):

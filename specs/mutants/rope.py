@@ -1,7 +1,7 @@
 """Wrong RoPE backwards and forwards: rotation direction, layout, position, orthogonality."""
 import numpy as np
 
-from specs.rope import _rotate_pairs, angles, rope_half, rope_interleaved, rope_pair, rotate_half
+from vjpcert.specs.rope import _rotate_pairs, angles, rope_half, rope_interleaved, rope_pair, rotate_half
 
 
 @rope_pair.mutant("rotates_forward_again", kills=["vjp[x]", "backward_inverts_forward"])

@@ -1,5 +1,5 @@
 """Wrong scaled-dot-product backwards."""
-from specs.scaled_dot import scaled_dot
+from vjpcert.specs.scaled_dot import scaled_dot
 
 
 @scaled_dot.mutant("dk_missing_scale", kills=["vjp[k]"])

@@ -1,5 +1,5 @@
 """Wrong softmax backwards."""
-from specs.softmax import softmax
+from vjpcert.specs.softmax import softmax
 
 
 @softmax.mutant("sign_flip", kills=["vjp[x]"])

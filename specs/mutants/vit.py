@@ -1,5 +1,5 @@
 """Wrong ViT-block backwards: residuals and sublayer wiring."""
-from specs.vit import vit_block
+from vjpcert.specs.vit import vit_block
 
 
 def _back(B, X, g1, be1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, g2, be2, W1, b1, W2, b2, heads, eps, dy, nodes,

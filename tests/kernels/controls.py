@@ -20,9 +20,9 @@ import math
 
 import numpy as np
 
-from cuda_kernels.common import (GPU_CONFIG, MODE, NEG_INF, block_max, call, config, cuda, elem_grid, empty,
+from vjpcert.cuda_kernels.common import (GPU_CONFIG, MODE, NEG_INF, block_max, call, config, cuda, elem_grid, empty,
                                  float32, kernel, launch, row_grid)
-from cuda_kernels.registry import KERNELS, KernelSpec
+from vjpcert.cuda_kernels.registry import KERNELS, KernelSpec
 
 _CACHE = {}
 
@@ -170,9 +170,9 @@ def _gelu_launcher(which):
 
 def attention_bwd_wrong_dK(Q, K, V, dy, *, poison=True):
     """The plain attention backward with dK = c dS Q (not transposed): a classic wrong gradient."""
-    from cuda_kernels import attention as A
-    from cuda_kernels.linear import matmul_dev
-    from cuda_kernels.softmax import softmax_bwd_dev, softmax_fwd_dev
+    from vjpcert.cuda_kernels import attention as A
+    from vjpcert.cuda_kernels.linear import matmul_dev
+    from vjpcert.cuda_kernels.softmax import softmax_bwd_dev, softmax_fwd_dev
     (q, k, v, g), sq = A._heads(Q, K, V, dy)
     H, m, d = q.shape
     c = A.scale_of(d)
@@ -192,7 +192,7 @@ _RUNS = {"n": 0}
 def gelu_nondeterministic(x, *, poison=True):
     """The real GELU kernel, then one output bit that depends on the run: what float atomics (a sum
     whose order follows thread scheduling) do to a result, made certain instead of likely."""
-    from cuda_kernels.gelu import gelu_erf_fwd
+    from vjpcert.cuda_kernels.gelu import gelu_erf_fwd
     y = np.array(gelu_erf_fwd(x, poison=poison))
     _RUNS["n"] += 1
     if _RUNS["n"] % 2:
@@ -202,7 +202,7 @@ def gelu_nondeterministic(x, *, poison=True):
 
 def softmax_bwd_no_dot(x, dy, *, poison=True):
     """dx = y * dy (the - sum(y dy) term dropped), from the real forward kernel."""
-    from cuda_kernels.softmax import softmax_fwd
+    from vjpcert.cuda_kernels.softmax import softmax_fwd
     y = softmax_fwd(x, poison=poison)
     return (y * np.asarray(dy, np.float32)).astype(np.float32)
 
@@ -230,8 +230,8 @@ def ptx_controls():
     the FlashAttention dK/dV kernel capped at 32 registers (spills), a kernel with 52 000 bytes of
     static shared memory (over 48 KiB), and one clean kernel (must report no problem)."""
     assert MODE == "compile", MODE
-    from cuda_kernels.attention import build_flash
-    from cuda_kernels.common import PtxKernel
+    from vjpcert.cuda_kernels.attention import build_flash
+    from vjpcert.cuda_kernels.common import PtxKernel
     e = _elementwise_kernels(GPU_CONFIG.block)
     dkdv = build_flash(GPU_CONFIG.attn_tile, 64).bwd_dkdv
     return [e.float64, e.skips_last, PtxKernel("flash_bwd_dkdv[maxreg=32]", dkdv.py_func, dkdv.sig, 32),

@@ -2,9 +2,11 @@
 
 This is what kernels are tested against and what users can test their own code against:
 
-    >>> from specs.reference import forward, vjp
-    >>> y = forward("softmax", x=x)                      # x of shape (..., n): leading dims are rows
-    >>> dx, = vjp("softmax", dy, x=x, dtype=np.float32)  # really computed in float32
+    >>> from vjpcert.core.reference import forward, vjp
+    >>> y = forward(softmax, x=x)                        # x of shape (..., n): leading dims are rows
+    >>> dx, = vjp(softmax, dy, x=x, dtype=np.float32)    # really computed in float32
+
+(``vjpcert.reference`` is the same with ops also given by name.)
 
 Leading batch dims are flattened into an op's leading ``rows`` dim and restored afterwards.
 """
@@ -14,9 +16,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from specs.backends import F32, F64, FloatBackend
-from specs import resolve_op
-from specs.registry import Op, SpecError
+from vjpcert.core.backends import F32, F64, FloatBackend
+from vjpcert.core.registry import Op, SpecError
 
 
 
@@ -85,7 +86,8 @@ def _params(op: Op, B: FloatBackend, params: dict | None) -> dict:
 
 
 def _prepare(op, dtype, arrays, params, dy=None):
-    op = resolve_op(op)
+    if not isinstance(op, Op):
+        raise TypeError(f"expected an Op, got {op!r} (vjpcert.reference takes op names too)")
     B = backend(dtype)
     given = {k: np.asarray(v) for k, v in arrays.items()}
     if dy is not None:

@@ -13,8 +13,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from specs.backends import exact
-from specs.registry import SpecError
+from vjpcert.core.backends import exact
+from vjpcert.core.registry import SpecError
 
 # unary transcendental kinds a field must implement (``pi`` is a nullary one)
 TRANSCENDENTAL = ("exp", "log", "sqrt", "erf", "tanh", "sin", "cos")
@@ -255,7 +255,7 @@ class TraceBackend:
         return out
 
     def max_shift(self, x, mask=None):
-        """No shift in exact arithmetic (see specs.backends.FloatBackend.max_shift)."""
+        """No shift in exact arithmetic (see vjpcert.core.backends.FloatBackend.max_shift)."""
         return self.zeros(np.shape(x)[:-1] + (1,))
 
     def array(self, values):

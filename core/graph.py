@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from specs.registry import Op, SpecError, op
+from vjpcert.core.registry import Op, SpecError, op
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class Graph:
 
 def _shapes(graph: Graph, shapes: dict) -> dict:
     """Shapes of every tape value, by evaluating on float64 zeros-plus-noise inputs."""
-    from specs.backends import F64
+    from vjpcert.core.backends import F64
     rng = np.random.default_rng(0)
     values = {k: rng.standard_normal(s) for k, s in shapes.items()}
     return {k: np.shape(v) for k, v in graph.eval(F64, values).items()}

@@ -8,8 +8,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from specs.registry import Op, SpecError
-from specs.trace import TRACE, Leaf, Node, leaf_array
+from vjpcert.core.registry import Op, SpecError
+from vjpcert.core.trace import TRACE, Leaf, Node, leaf_array
 
 _UFUNC_HINT = " (a numpy function such as np.exp was applied to traced values: use B.exp, B.sqrt, ...)"
 

@@ -373,7 +373,7 @@ def op(*, inputs: Mapping[str, tuple], output: tuple, dims: list[Dims], nondiff=
         if "compositional" in o.proofs and not o.nodes:
             raise SpecError(o.name, "a compositional proof needs nodes=...")
         old = REGISTRY.get(o.name)
-        if old is not None and getattr(old.module, "__name__", "").startswith("specs.") \
+        if old is not None and getattr(old.module, "__name__", "").startswith("vjpcert.specs.") \
                 and getattr(old.module, "__file__", None) != getattr(o.module, "__file__", None):
             raise SpecError(o.name, f"is the name of a built-in op ({old.module.__file__}); "
                                     f"choose another name")

@@ -6,7 +6,7 @@ constants ``B.c(p, q)`` (never a Python float literal: a rounded 0.7978845608 ca
 mpmath it silently caps the precision). Arrays are numpy arrays: ``dtype=object`` holding SymPy
 expressions or mpmath numbers, or float64 / float32.
 
-The tracing backend (expression DAGs for the prover, and spec hygiene) lives in ``specs.trace``.
+The tracing backend (expression DAGs for the prover, and spec hygiene) lives in ``vjpcert.core.trace``.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from specs.registry import SpecError
+from vjpcert.core.registry import SpecError
 
 
 def exact(p, q=1) -> Fraction:
