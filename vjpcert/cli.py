@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from specs.registry import SpecError
+from vjpcert.core.registry import SpecError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNDECIDED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -96,7 +96,7 @@ def _load_point(path: str, op) -> tuple[dict, dict]:
 
     import numpy as np
 
-    from specs.reference import infer_dims
+    from vjpcert.core.reference import infer_dims
     try:
         raw = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -125,7 +125,7 @@ def _plan(args, tiers: tuple[str, ...]):
     if getattr(args, "dims_alias", None):
         args.dims = args.dims_alias
     if "numeric" in tiers:
-        from numeric.tolerances import MIN_DPS
+        from vjpcert.numeric.tolerances import MIN_DPS
         if args.dps < MIN_DPS:
             raise SpecError(None, f"--dps {args.dps} is below {MIN_DPS}: too few digits to check anything")
     if args.jobs < 1:
@@ -182,7 +182,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from specs.certificate import Certificate
+    from vjpcert.core.certificate import Certificate
     from vjpcert.plan import read_record, split_current
     from vjpcert.reports import TIERS, _summary, write_certificate, write_reports
     from vjpcert.runner import exit_code, run_tasks
@@ -217,7 +217,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
                     progress.update(bar, description=f"{command}: kernel resources (sm_90)")
                     resources_ok = _kernel_resources(root, console)
                 if any(t.tier == "numeric" for t in tasks) and not getattr(args, "no_plots", True):
-                    from numeric.plots import write_fd_plot
+                    from vjpcert.numeric.plots import write_fd_plot
                     for op in ops.values():
                         progress.update(bar, description=f"{command}: plot {op.name}")
                         try:
@@ -260,14 +260,14 @@ def _kernel_resources(root: Path, console) -> bool:
     import subprocess
     out = root / "kernels" / "resources.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "cuda_kernels.resources", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "vjpcert.cuda_kernels.resources", "--out", str(out)],
                           env={**os.environ, "VJPCERT_KERNEL_MODE": "compile"}, capture_output=True, text=True)
     if proc.returncode != 0:
         console.print(f"[red]kernel resources[/red]: {(proc.stdout + proc.stderr).strip()[-1500:]}")
     if out.exists():      # compile times vary run to run: keep them out, so the report diffs cleanly
         import json
 
-        from specs.certificate import atomic_write
+        from vjpcert.core.certificate import atomic_write
         data = json.loads(out.read_text())
         for r in data.get("kernels", {}).values():
             r.pop("seconds", None)
@@ -305,8 +305,8 @@ def cmd_kernels(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from specs import builtin_ops
-    from specs.registry import load_file
+    from vjpcert.specs import builtin_ops
+    from vjpcert.core.registry import load_file
     from vjpcert.plan import task_relpath
     from vjpcert.verify import NotAReportDir, verify
 
@@ -341,12 +341,23 @@ def _fail_bad_input(msg: str) -> int:
     return EXIT_BAD_INPUT
 
 
+_STOP_SIGNALS = None
+
+
 def _interruptible():
     """Ctrl-C and `kill` both stop a run cleanly (finished certificates stay, reports are rendered),
-    even when the shell started us with SIGINT ignored, as it does for background jobs."""
+    even when the shell started us with SIGINT ignored, as it does for background jobs.
+
+    Forks are made signal-safe: a signal that reaches a child while os.fork() runs its after-fork
+    hooks would run *our* handler there and print "Exception ignored in _after_fork". So the stop
+    signals are blocked across every fork; the child resets them to their defaults before unblocking
+    (a pending stop then ends it silently), the parent unblocks and handles them as usual."""
+    import os
     import signal
 
-    from specs.budget import request_stop
+    from vjpcert.core.budget import request_stop
+
+    global _STOP_SIGNALS
 
     def stop(signum, frame):
         request_stop()                    # remembered even where the exception below is swallowed
@@ -355,14 +366,24 @@ def _interruptible():
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
     except ValueError:          # not the main thread (e.g. called from a notebook worker)
-        pass
+        return
+    if _STOP_SIGNALS is None and hasattr(os, "register_at_fork"):
+        _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+        def child():
+            for s in _STOP_SIGNALS:
+                signal.signal(s, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+        os.register_at_fork(before=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS),
+                            after_in_parent=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS),
+                            after_in_child=child)
 
 
 def main(argv=None) -> int:
+    if argv is None:                      # first: an interrupt during parsing or planning is clean too
+        _interruptible()
     parser = build_parser()
     args = parser.parse_args(argv)
-    if argv is None:
-        _interruptible()
     commands = {"all": cmd_all, "prove": cmd_prove, "check": cmd_check, "kernels": cmd_kernels,
                 "verify": cmd_verify, "mutate": cmd_mutate}
     try:
