@@ -17,6 +17,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Mapping
 
+import numpy as np
+
 
 class SpecError(Exception):
     """A problem with a spec itself (bad input), as opposed to a wrong backward (a `failed` verdict)."""
@@ -24,6 +26,26 @@ class SpecError(Exception):
     def __init__(self, op: str | None, problem: str):
         self.op, self.problem = op, problem
         super().__init__(f"op '{op}': {problem}" if op else problem)
+
+
+# Constructs a checker cannot follow faithfully (a comparison of traced values, a read of backend
+# identity, ...) are refused. Every refusal is also *recorded*: a spec that catches the SpecError
+# (try/except around a comparison) must not get to take another path unnoticed, so whoever runs spec
+# code checks the record afterwards (``core.validate``).
+_REFUSALS: list[str] = []
+
+
+def refuse(problem: str):
+    """Raise SpecError(problem), and remember that it was raised."""
+    _REFUSALS.append(problem)
+    raise SpecError(None, problem)
+
+
+def take_refusals() -> list[str]:
+    """The refusals recorded since the last call (and forget them)."""
+    out = list(_REFUSALS)
+    _REFUSALS.clear()
+    return out
 
 
 @dataclass(frozen=True)
@@ -255,12 +277,17 @@ class Op:
         return out
 
     def bind(self, fn: Callable, B, values: Mapping[str, object]):
-        """Call a spec function with the values its parameters name (see LAW_EXTRAS)."""
+        """Call a spec function with the values its parameters name (see LAW_EXTRAS). Spec code sees
+        the backend only through its documented functions (``spec_backend``) and every array
+        read-only: a spec that writes into its inputs would move the leaves a proof differentiates
+        by, so that is refused (numpy raises), never silently traced."""
+        from vjpcert.core.backends import spec_backend
+        B = spec_backend(B)
         names = list(inspect.signature(fn).parameters)[1:]
         extras = {"forward": lambda: self.bound(self.forward, B, values),
                   "backward": lambda: self.bound(self.vjp, B, values),
                   "nodes": lambda: NodeSet(self.nodes, B)}
-        return fn(B, **{n: extras[n]() if n in extras else values[n] for n in names})
+        return fn(B, **{n: extras[n]() if n in extras else read_only(values[n]) for n in names})
 
     def bound(self, fn: Callable, B, values: Mapping[str, object]) -> Callable:
         """``fn`` with B bound, taking the op's arrays positionally (inputs, non-differentiable inputs,
@@ -308,10 +335,20 @@ class Op:
         return h.hexdigest()
 
     def __call__(self, B, *args, **kwargs):
-        return self.forward(B, *args, **kwargs)
+        from vjpcert.core.backends import spec_backend
+        return self.forward(spec_backend(B), *map(read_only, args),
+                            **{k: read_only(v) for k, v in kwargs.items()})
 
     def __repr__(self):
         return f"<op {self.name}: inputs {list(self.inputs)} -> {self.output}>"
+
+
+def read_only(value):
+    """An ndarray as a read-only view (other values unchanged): spec code cannot write into it."""
+    if isinstance(value, np.ndarray) and value.flags.writeable:
+        value = value.view()
+        value.flags.writeable = False
+    return value
 
 
 class BoundNode:

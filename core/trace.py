@@ -14,7 +14,7 @@ from fractions import Fraction
 import numpy as np
 
 from vjpcert.core.backends import exact
-from vjpcert.core.registry import SpecError
+from vjpcert.core.registry import SpecError, refuse
 
 # unary transcendental kinds a field must implement (``pi`` is a nullary one)
 TRANSCENDENTAL = ("exp", "log", "sqrt", "erf", "tanh", "sin", "cos")
@@ -47,10 +47,9 @@ class Node:
         if isinstance(v, (numbers.Integral, Fraction)):
             return Node("const", (), Fraction(v))
         if isinstance(v, (float, np.floating, complex)):
-            raise SpecError(None, f"a float ({v!r}) reached the spec's arithmetic: write constants as "
-                                  f"B.c(p, q) or B.c('0.044715') so they stay exact")
-        raise SpecError(None, f"a {type(v).__name__} ({v!r}) reached the spec's arithmetic; "
-                              f"use the backend B for numbers")
+            refuse(f"a float ({v!r}) reached the spec's arithmetic: write constants as "
+                   f"B.c(p, q) or B.c('0.044715') so they stay exact")
+        refuse(f"a {type(v).__name__} ({v!r}) reached the spec's arithmetic; use the backend B for numbers")
 
     def is_const(self, q=None) -> bool:
         return self.op == "const" and (q is None or self.value == q)
@@ -102,7 +101,7 @@ class Node:
         a = Node.lift(a)
         if isinstance(k, Node):
             if k.op != "const":
-                raise SpecError(None, "x ** y with a non-constant exponent is not supported; use B.exp/B.log")
+                refuse("x ** y with a non-constant exponent is not supported; use B.exp/B.log")
             k = k.value
         k = Fraction(k) if not isinstance(k, Fraction) else k
         if k.denominator == 1:
@@ -122,9 +121,9 @@ class Node:
             return Node.inv(Node.unary("sqrt", a))
         if a.op == "const":
             if a.value <= 0:
-                raise SpecError(None, f"{a.value} ** {k} is not real")
+                refuse(f"{a.value} ** {k} is not real")
             return Node("cpow", (a,), k)       # an algebraic constant such as 10000 ** (-1/3)
-        raise SpecError(None, f"x ** {k} is not supported; use B.sqrt or integer powers")
+        refuse(f"x ** {k} is not supported; use B.sqrt or integer powers")
 
     @staticmethod
     def unary(kind: str, a) -> "Node":
@@ -173,20 +172,25 @@ class Node:
     def __bool__(self):
         if self.op == "const":
             return self.value != 0
-        raise SpecError(None, "a branch or comparison depends on a traced value (a kink?): specs must "
-                              "be branch-free in their inputs; use masks built from shapes, not values")
+        refuse("a branch depends on a traced value (if, and, or, np.where on values, any/all): specs "
+               "must be branch-free in their inputs; build masks from shapes or structural params")
 
     def _no_compare(self, other):
-        raise SpecError(None, "a comparison (max, abs, <, ...) depends on a traced value: specs must be "
-                              "branch-free in their inputs")
+        refuse("a comparison (==, !=, <, <=, >, >=, max, abs, sort, ...) of traced values: specs must be "
+               "branch-free in their inputs (a comparison is a kink or a branch the proof cannot follow)")
 
-    __lt__ = __le__ = __gt__ = __ge__ = _no_compare
-    __eq__ = object.__eq__          # identity, so numpy and dicts behave
-    __hash__ = object.__hash__
+    # Comparisons never answer: `==` on a traced value is not "equal as numbers" (it would be object
+    # identity, always False for two entries, so an np.where on it would silently take one branch).
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _no_compare
+    __hash__ = object.__hash__      # identity: dicts, sets and numpy's bookkeeping keep working
+
+    def __abs__(self):
+        refuse("abs() of a traced value: |x| has a kink at 0 and the proof cannot follow it; "
+               "write the op without it or declare the kink (kinks=...)")
 
     def __float__(self):
-        raise SpecError(None, "float() or math.* was applied to a traced value: use B.exp, B.sqrt, ... "
-                              "so the spec runs on every backend")
+        refuse("float() or math.* was applied to a traced value: use B.exp, B.sqrt, ... "
+               "so the spec runs on every backend")
 
     __int__ = __index__ = __complex__ = __float__
 

@@ -4,11 +4,14 @@ bad spec (wrong output shape, wrong number or shape of cotangents, a Python floa
 """
 from __future__ import annotations
 
+import os
+import traceback
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 
-from vjpcert.core.registry import Op, SpecError
+from vjpcert.core.registry import Op, SpecError, take_refusals
 from vjpcert.core.trace import TRACE, Leaf, Node, leaf_array
 
 _UFUNC_HINT = " (a numpy function such as np.exp was applied to traced values: use B.exp, B.sqrt, ...)"
@@ -22,16 +25,53 @@ def _as_array(value, what: str, op: Op) -> np.ndarray:
     return value.astype(object)
 
 
+_MACHINERY = (str(Path(__file__).resolve().parent), str(Path(np.__file__).resolve().parent))
+
+
+def spec_location(tb) -> str:
+    """``file:line`` of the innermost frame of a traceback that is the spec's own code (not vjpcert's
+    machinery, not numpy), or "" when there is none."""
+    where = ""
+    for frame in traceback.extract_tb(tb):
+        path = str(Path(frame.filename).resolve()) if not frame.filename.startswith("<") else ""
+        if path and not path.startswith(_MACHINERY):
+            try:
+                shown = os.path.relpath(path)
+            except ValueError:
+                shown = path
+            where = f"{shown if not shown.startswith('..') else path}:{frame.lineno}"
+    return where
+
+
 def _call(op: Op, fn, role: str, values: dict):
+    """Run spec code under the tracer. Anything it cannot follow is bad input, named with the spec's
+    file and line -- also when the spec caught the refusal and carried on (``core.registry.refuse``)."""
+    take_refusals()
     try:
-        return op.bind(fn, TRACE, values)
+        out = op.bind(fn, TRACE, values)
     except SpecError as exc:
-        raise SpecError(op.name, f"{role}: {exc.problem}") from None
+        take_refusals()
+        where = spec_location(exc.__traceback__)
+        raise SpecError(op.name, f"{role}: {where + ': ' if where else ''}{exc.problem}") from None
+    except ValueError as exc:
+        take_refusals()
+        where = spec_location(exc.__traceback__)
+        if "read-only" in str(exc):
+            raise SpecError(op.name, f"{role}: {where + ': ' if where else ''}writes into an input (or a "
+                                     f"view of one) in place; inputs are read-only to spec code: compute a "
+                                     f"new array instead (x = x - m, not x -= m)") from None
+        raise SpecError(op.name, f"{role}: {where + ': ' if where else ''}raised ValueError: {exc}") from None
     except Exception as exc:
-        msg = f"{role} raised {type(exc).__name__}: {exc}"
+        take_refusals()
+        where = spec_location(exc.__traceback__)
+        msg = f"{role}: {where + ': ' if where else ''}raised {type(exc).__name__}: {exc}"
         if "ufunc" in str(exc) or "callable" in str(exc):
             msg += _UFUNC_HINT
         raise SpecError(op.name, msg) from None
+    swallowed = take_refusals()
+    if swallowed:
+        raise SpecError(op.name, f"{role}: caught and carried on after a refusal: {swallowed[0]}")
+    return out
 
 
 def primal_values(op: Op, dims: dict, param_overrides=None) -> dict:
@@ -103,6 +143,9 @@ def trace_law(op: Op, law_name: str, values: dict, y: np.ndarray):
     except ValueError:
         raise SpecError(op.name, f"law {law.name}: its two sides have shapes {lhs.shape} and "
                                  f"{rhs.shape}") from None
+    if lhs.size == 0:
+        raise SpecError(op.name, f"law {law.name} returned an empty array (an empty slice?): it states "
+                                 f"nothing, so proving it would say nothing")
     return np.array(lhs, dtype=object), np.array(rhs, dtype=object)
 
 

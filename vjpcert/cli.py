@@ -342,16 +342,18 @@ def _fail_bad_input(msg: str) -> int:
 
 
 _STOP_SIGNALS = None
+_IN_FORK = [False]
 
 
 def _interruptible():
     """Ctrl-C and `kill` both stop a run cleanly (finished certificates stay, reports are rendered),
     even when the shell started us with SIGINT ignored, as it does for background jobs.
 
-    Forks are made signal-safe: a signal that reaches a child while os.fork() runs its after-fork
-    hooks would run *our* handler there and print "Exception ignored in _after_fork". So the stop
-    signals are blocked across every fork; the child resets them to their defaults before unblocking
-    (a pending stop then ends it silently), the parent unblocks and handles them as usual."""
+    Forks are made signal-safe. Exceptions raised inside os.fork()'s at-fork hooks are printed and
+    ignored ("Exception ignored in _after_fork"), so: the stop signals are blocked across every fork;
+    the child resets them to their defaults before unblocking (a pending stop then ends it silently);
+    the parent unblocks, and a stop that arrives while it is still inside the hook only sets the stop
+    flag, which every wait and the runner poll (``core.budget.stop_requested``)."""
     import os
     import signal
 
@@ -361,7 +363,8 @@ def _interruptible():
 
     def stop(signum, frame):
         request_stop()                    # remembered even where the exception below is swallowed
-        raise KeyboardInterrupt(f"signal {signum}")
+        if not _IN_FORK[0]:
+            raise KeyboardInterrupt(f"signal {signum}")
     try:
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
@@ -370,13 +373,25 @@ def _interruptible():
     if _STOP_SIGNALS is None and hasattr(os, "register_at_fork"):
         _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
+        def before():
+            _IN_FORK[0] = True
+            signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+
+        def parent():
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+            _poll()                       # a call: pending Python handlers run here, flag-only
+            _IN_FORK[0] = False
+
         def child():
             for s in _STOP_SIGNALS:
                 signal.signal(s, signal.SIG_DFL)
+            _IN_FORK[0] = False
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
-        os.register_at_fork(before=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS),
-                            after_in_parent=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS),
-                            after_in_child=child)
+        os.register_at_fork(before=before, after_in_parent=parent, after_in_child=child)
+
+
+def _poll():
+    """Nothing: calling a Python function is a point where pending signal handlers run."""
 
 
 def main(argv=None) -> int:

@@ -38,5 +38,5 @@ def _(B, Q, K, V):
     from vjpcert.specs.softmax import softmax
     tape["P"] = softmax(B, tape["S"])
     tape["O"] = tape["P"] @ V
-    return np.concatenate([np.ravel(np.asarray(tape[k], dtype=object if B.dtype == object else None))
+    return np.concatenate([np.ravel(tape[k])
                            for k in graph.order])
