@@ -32,17 +32,18 @@ class SpecError(Exception):
 # identity, ...) are refused. Every refusal is also *recorded*: a spec that catches the SpecError
 # (try/except around a comparison) must not get to take another path unnoticed, so whoever runs spec
 # code checks the record afterwards (``core.validate``).
-_REFUSALS: list[str] = []
+_REFUSALS: list[tuple[str, list]] = []
 
 
 def refuse(problem: str):
-    """Raise SpecError(problem), and remember that it was raised."""
-    _REFUSALS.append(problem)
+    """Raise SpecError(problem), and remember that it was raised (with the stack that raised it)."""
+    import traceback
+    _REFUSALS.append((problem, traceback.extract_stack()[:-1]))
     raise SpecError(None, problem)
 
 
-def take_refusals() -> list[str]:
-    """The refusals recorded since the last call (and forget them)."""
+def take_refusals() -> list[tuple[str, list]]:
+    """The refusals recorded since the last call, as (problem, stack), and forget them."""
     out = list(_REFUSALS)
     _REFUSALS.clear()
     return out
@@ -68,6 +69,8 @@ class Param:
 # its nodes only through this namespace, the prover can swap every node for an opaque map and check
 # the wiring alone (``symbolic.composition``).
 LAW_EXTRAS = ("dy", "forward", "backward", "nodes")
+# Claim names the checkers add to every op (the numeric tier's float references).
+RESERVED_CLAIMS = ("reference",)
 
 
 @dataclass(frozen=True)
@@ -188,8 +191,10 @@ class Op:
         def register(f):
             self._check_signature(f, "law", extra=LAW_EXTRAS)
             law_name = name or f.__name__
-            if law_name in {l.name for l in self.laws} or law_name.startswith("vjp["):
-                raise SpecError(self.name, f"law name {law_name!r} is used twice")
+            if law_name in {l.name for l in self.laws} or law_name.startswith("vjp[") \
+                    or law_name in RESERVED_CLAIMS:
+                raise SpecError(self.name, f"law name {law_name!r} is used twice (or is reserved: "
+                                           f"{', '.join(RESERVED_CLAIMS)})")
             self.laws.append(Law(law_name, f, inspect.getdoc(f) or "", dict(params or {}),
                                  "dy" in inspect.signature(f).parameters))
             return f

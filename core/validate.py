@@ -29,10 +29,11 @@ _MACHINERY = (str(Path(__file__).resolve().parent), str(Path(np.__file__).resolv
 
 
 def spec_location(tb) -> str:
-    """``file:line`` of the innermost frame of a traceback that is the spec's own code (not vjpcert's
-    machinery, not numpy), or "" when there is none."""
+    """``file:line`` of the innermost frame of a traceback (or an extracted stack) that is the spec's
+    own code (not vjpcert's machinery, not numpy), or "" when there is none."""
     where = ""
-    for frame in traceback.extract_tb(tb):
+    frames = tb if isinstance(tb, list) else traceback.extract_tb(tb)
+    for frame in frames:
         path = str(Path(frame.filename).resolve()) if not frame.filename.startswith("<") else ""
         if path and not path.startswith(_MACHINERY):
             try:
@@ -70,7 +71,10 @@ def _call(op: Op, fn, role: str, values: dict):
         raise SpecError(op.name, msg) from None
     swallowed = take_refusals()
     if swallowed:
-        raise SpecError(op.name, f"{role}: caught and carried on after a refusal: {swallowed[0]}")
+        problem, stack = swallowed[0]
+        where = spec_location(stack)
+        raise SpecError(op.name, f"{role}: {where + ': ' if where else ''}{problem} (the spec caught "
+                                 f"this and carried on; a checker cannot follow that path faithfully)")
     return out
 
 
