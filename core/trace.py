@@ -230,15 +230,29 @@ ONE = Node("const", (), Fraction(1))
 
 
 class TraceBackend:
-    """The ``B`` under which a spec builds a DAG of ``Node``s."""
+    """The ``B`` under which a spec builds a DAG of ``Node``s.
+
+    ``B.max_shift`` is 0 here, as in every exact backend. With ``free_shift`` it is instead a free
+    symbol per row -- one per distinct row it is called on, as in floats, where the shift is a
+    function of the row's values -- so the claim ``max_shift_free`` can prove that the forward and
+    the backward do not depend on it: then the proofs made with shift 0 hold for the row maximum the
+    float references subtract. Nodes of a composite always run with shift 0 (each node op carries
+    its own claim)."""
 
     name = "trace"
     dtype = object
 
-    def __init__(self):
+    def __init__(self, free_shift: bool = False):
         self.pi = Node("pi")
+        self.free_shift = free_shift
+        self.shifts: dict = {}          # (ids of a row's entries, mask) -> its shift leaf
+        self._alive: list = []          # keeps keyed rows alive, so their ids stay unique
         for kind in TRANSCENDENTAL:
             setattr(self, kind, self._elementwise(kind))
+
+    @property
+    def node_backend(self) -> "TraceBackend":
+        return TRACE
 
     @staticmethod
     def _elementwise(kind):
@@ -258,14 +272,27 @@ class TraceBackend:
         out.fill(ZERO)
         return out
 
-    def max_shift(self, x, mask=None):
-        """No shift in exact arithmetic (see vjpcert.core.backends.FloatBackend.max_shift)."""
-        return self.zeros(np.shape(x)[:-1] + (1,))
-
     def array(self, values):
         return np.array(values, dtype=object)
 
-
+    def max_shift(self, x, mask=None):
+        """0 in exact arithmetic (see vjpcert.core.backends.FloatBackend.max_shift), or a free
+        symbol per row with ``free_shift``."""
+        if not self.free_shift:
+            return self.zeros(np.shape(x)[:-1] + (1,))
+        x = np.asarray(x, dtype=object)
+        m = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), x.shape)
+        out = np.empty(x.shape[:-1] + (1,), dtype=object)
+        for idx in np.ndindex(*x.shape[:-1]):
+            row = x[idx]
+            key = (tuple(id(v) for v in row), None if m is None else tuple(m[idx].tolist()))
+            leaf = self.shifts.get(key)
+            if leaf is None:
+                leaf = Node("leaf", (), Leaf(f"shift{len(self.shifts)}", "shift"))
+                self.shifts[key] = leaf
+                self._alive.append(row)
+            out[idx + (0,)] = leaf
+        return out
 TRACE = TraceBackend()
 
 

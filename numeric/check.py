@@ -14,11 +14,11 @@ import numpy as np
 
 from vjpcert.numeric import tolerances as tol
 from vjpcert.numeric.derivatives import METHODS, derivative
-from vjpcert.numeric.sampling import cotangent, kink_distance, sample_point
+from vjpcert.numeric.sampling import cotangent, kink_distance, rng_for, sample_point
 from vjpcert.core.backends import MpmathBackend
 from vjpcert.core.certificate import Certificate, sources_sha256, versions
 from vjpcert.core.tolerance import digits as _digits
-from vjpcert.core.registry import Op, SpecError
+from vjpcert.core.registry import SHIFT_CLAIM, Op, SpecError
 from vjpcert.core.validate import validate
 
 CHECKER_SHA256 = sources_sha256(Path(__file__).parent.glob("*.py"))
@@ -164,14 +164,54 @@ def fd_scale(x: np.ndarray) -> float:
     return float(np.clip(spread.min(), 1e-12, 1.0))
 
 
-def _compare_law(op: Op, law_name: str, point: dict, dy: np.ndarray, dps: int):
+class _ShiftedMpmath(MpmathBackend):
+    """mpmath whose ``B.max_shift`` is a random constant per distinct row (as in floats, where it is
+    a function of the row); a composite's nodes run unshifted (they carry their own claim)."""
+
+    def __init__(self, dps: int, seed: int):
+        super().__init__(dps)
+        self.node_backend = MpmathBackend(dps)
+        self._rng = rng_for(seed, "max_shift")
+        self._shifts: dict = {}
+
+    def max_shift(self, x, mask=None):
+        x = np.asarray(x, dtype=object)
+        m = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), x.shape)
+        out = np.empty(x.shape[:-1] + (1,), dtype=object)
+        for idx in np.ndindex(*x.shape[:-1]):
+            key = (tuple(x[idx].tolist()), None if m is None else tuple(m[idx].tolist()))
+            if key not in self._shifts:
+                self._shifts[key] = self.convert([self._rng.uniform(-tol.LARGE_SCALE, tol.LARGE_SCALE)])[0]
+            out[idx + (0,)] = self._shifts[key]
+        return out
+
+
+def _shift_sides(op: Op, point: dict, dy: np.ndarray, work: int, seed: int):
+    """The forward and every cotangent with B.max_shift random per row, and with it 0."""
+    sides = []
+    for B in (_ShiftedMpmath(work, seed), MpmathBackend(work)):
+        values = _mp_values(op, B, point)
+        with B.strict():
+            y = np.asarray(op.bind(op.forward, B, values), dtype=object)
+            cots = op.bind(op.vjp, B, {**values, "dy": B.convert(dy)})
+        side = np.concatenate([np.ravel(np.asarray(a, dtype=object)) for a in [y, *cots]])
+        sides.append(_check_clean(op, side, f"law {SHIFT_CLAIM}", B.ctx))
+    to_plain = np.frompyfunc(B.ctx.mpf, 1, 1)          # one context for the comparison
+    return to_plain(sides[0]).astype(object), sides[1], B
+
+
+def _compare_law(op: Op, law_name: str, point: dict, dy: np.ndarray, dps: int, seed: int = 0):
     law = op.get_law(law_name)
-    B = MpmathBackend(dps + tol.GUARD_DIGITS)
-    values = _mp_values(op, B, point, law.params)
-    if law.needs_dy:
-        values["dy"] = B.convert(dy)
-    with B.strict():
-        out = op.bind(law.fn, B, values)
+    if law_name == SHIFT_CLAIM:
+        lhs, rhs, B = _shift_sides(op, point, dy, dps + tol.GUARD_DIGITS, seed)
+        out = (lhs, rhs)
+    else:
+        B = MpmathBackend(dps + tol.GUARD_DIGITS)
+        values = _mp_values(op, B, point, law.params)
+        if law.needs_dy:
+            values["dy"] = B.convert(dy)
+        with B.strict():
+            out = op.bind(law.fn, B, values)
     lhs, rhs = out if isinstance(out, tuple) else (out, 0)
     lhs = _check_clean(op, np.asarray(lhs, dtype=object), f"law {law_name}", B.ctx)
     rhs = _check_clean(op, np.broadcast_to(np.asarray(rhs, dtype=object), lhs.shape), f"law {law_name}", B.ctx)
@@ -243,7 +283,7 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
             if float(info["vjp_max"]) <= tol.TINY_VJP * max(1.0, float(np.abs(dy).max())):
                 warnings.append(f"{case}: the VJP is ~0 at this point; the check proves little there")
         else:
-            digits, info = _compare_law(op, claim, pt, dy, dps)
+            digits, info = _compare_law(op, claim, pt, dy, dps, seed)
         per_case[case] = {"digits": round(digits, 1), **info}
 
     # the worst case is the one with the least margin over what its conditioning allows
@@ -276,7 +316,7 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
             evidence["confirm_independent"] = {"method": "mpmath-diff", "dps": dps2, "digits": round(alt, 1)}
             persists = alt < required_digits("mpmath-diff", dps)
     else:
-        digits2, info2 = _compare_law(op, claim, pt, dy, dps2)
+        digits2, info2 = _compare_law(op, claim, pt, dy, dps2, seed)
         persists = digits2 <= worst + tol.PERSIST_GAIN
     evidence["confirm"] = {"dps": dps2, "digits": round(digits2, 1)}
     if persists:

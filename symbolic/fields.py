@@ -69,6 +69,9 @@ class RingField:
         self.zero, self.one = self.ctx.constant(0), self.ctx.constant(1)
         # variables known to be >= 0 at every point: sqrt(u v) = sqrt(u) sqrt(v) may split over them
         self.nonneg = {i for i, leaf in enumerate(self.leaves) if leaf.positive}
+        # B.max_shift's free symbols (claim max_shift_free): always split off exp's argument, so
+        # exp(x - c) = E(x) / E(c) and the shift can cancel in the ring itself
+        self.shift_vars = {i for i, leaf in enumerate(self.leaves) if leaf.role == "shift"}
 
     # -------------------------------------------------------------- atoms
     def _atom(self, kind: str, arg, key_arg=None):
@@ -190,9 +193,29 @@ class RingField:
             return -a, (-1 if kind in self.ODD else 1)
         return a, 1
 
+    def _split_shifts(self, a):
+        """(rest, factor): exp(a) = exp(rest) * factor, with every term k * shift (k an integer) of
+        a taken out as E(shift)^k -- exp(x + y) = exp(x) exp(y) is exact for real arguments."""
+        factor, rest = self.one, a
+        for exps, c in a.terms():
+            nz = [i for i, e in enumerate(exps) if e]
+            if len(nz) == 1 and nz[0] in self.shift_vars and exps[nz[0]] == 1:
+                c = _frac(c)
+                if c.denominator != 1:
+                    continue
+                var = nz[0]
+                e = self._atom("exp", self.gens[var])
+                factor = factor * (e ** c.numerator if c > 0 else self.inv(e) ** (-c.numerator))
+                rest = rest - self.ctx.constant(_fmpq(c)) * self.gens[var]
+        return rest, factor
+
     def exp(self, a):
         if a.is_zero():
             return self.one
+        if self.shift_vars and not self.split_exp:
+            rest, factor = self._split_shifts(a)
+            if not factor.is_one():
+                return factor * (self._atom("exp", rest) if not rest.is_zero() else self.one)
         if not self.split_exp:
             return self._atom("exp", a)
         out = self.one
@@ -207,7 +230,45 @@ class RingField:
         return out
 
     def log(self, a):
+        """log(E(t)^k * w^j * P) = k t - j s + log(P) for exp atoms E(t) and reciprocals w = 1/E(s)
+        of exp atoms (all positive, so log of the product is the sum of logs); the rest one atom."""
+        if not a.is_zero() and not a.is_constant():
+            content = a.term_content()
+            exps = content.monoms()[0]
+            if any(exps):
+                linear, keep = self.zero, True
+                for var, e in enumerate(exps):
+                    if not e:
+                        continue
+                    d = self._def_of(var)
+                    if d and d[1] == "exp":
+                        linear = linear + e * d[2]
+                    elif var in self.recip_of and self._is_exp_atom(self.recip_of[var]):
+                        linear = linear - e * self._def_of(self._var_of(self.recip_of[var]))[2]
+                    else:
+                        keep = False
+                        break
+                if keep:
+                    rest, rem = divmod(a, content)
+                    assert rem.is_zero()
+                    return linear + (self._atom("log", rest) if not rest.is_one() else self.zero)
         return self._atom("log", a)
+
+    def _def_of(self, var):
+        for d in self.defs:
+            if d[0] == var:
+                return d
+        return None
+
+    def _var_of(self, poly):
+        exps = poly.monoms()[0]
+        return exps.index(1)
+
+    def _is_exp_atom(self, poly) -> bool:
+        if len(poly) != 1 or poly.total_degree() != 1 or not poly.leading_coefficient() == 1:
+            return False
+        d = self._def_of(self._var_of(poly))
+        return bool(d) and d[1] == "exp"
 
     def _sqrt_const(self, q: Fraction):
         """sqrt(p/q) = s/q * prod sqrt(prime): one atom per prime, so sqrt(2 pi) = sqrt(2) sqrt(pi)."""

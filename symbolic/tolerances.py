@@ -28,7 +28,7 @@ WITNESS_MAX_LEAVES = 200
 # A nonzero polynomial vanishes at a random point of a large grid with probability <= degree / grid.
 EXACT_WITNESS_POINTS = 3
 EXACT_WITNESS_POINTS_WIDE = 24      # when the relations step has shown the rational residual is nonzero
-EXACT_TEXT_MAX_CHARS = 200     # longer exact rationals are shown to 30 digits (the point is exact)
+EXACT_TEXT_MAX_CHARS = 2000    # longer exact rationals are shown to 30 digits (the point stays exact)
 
 # Randomised exact test over GF(p), a fresh random 63-bit prime per trial: independent trials, each
 # a false pass with probability <= degree / p + (prime divides the coefficients) + (atoms collide);

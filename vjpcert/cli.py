@@ -81,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", action="append", default=[], metavar="FILE",
                    help="a user spec file whose ops the reports hold (repeatable)")
     p.add_argument("--no-missing", action="store_true", help="do not require the certificates of `vjpcert all`")
+    p.add_argument("--replay", action="store_true",
+                   help="re-derive each certificate's verdict by running its claim again (the digest only "
+                        "detects accidental edits; replay detects forged verdicts)")
+    p.add_argument("--sample", type=int, metavar="K", help="with --replay: replay K certificates drawn at random")
+    p.add_argument("--replay-seed", type=int, help="with --sample: the draw (default: a fresh one, printed)")
     p = sub.add_parser("mutate", help="run every tier on every mutant and write the kill matrix")
     _targets(p)
     p.add_argument("--reports", default="reports")
@@ -318,10 +323,29 @@ def cmd_verify(args) -> int:
         plan_args = build_parser().parse_args(["all", "--reports", args.reports])
         tasks, _ = _plan(plan_args, ("symbolic", "numeric", "kernel"))
         expected = [task_relpath(t, ops[t.op.name].base_name) for t in tasks]
+    if args.sample is not None and (args.sample < 1 or not args.replay):
+        return _fail_bad_input("--sample K needs --replay and K >= 1")
     try:
         problems = verify(Path(args.reports), ops, expected)
     except NotAReportDir as exc:
         return _fail_bad_input(str(exc))
+    if args.replay:
+        import random
+
+        from vjpcert.ops import OpRef
+        from vjpcert.verify import replay, sample_paths
+        refs = {n: OpRef(n) for n in builtin_ops()}
+        for f in args.spec:
+            refs.update({o.name: OpRef(o.name, str(Path(f).resolve())) for o in load_file(f)})
+        seed = args.replay_seed if args.replay_seed is not None else random.SystemRandom().randrange(10**6)
+        paths = sample_paths(Path(args.reports), args.sample, seed)
+        print(f"vjpcert verify: replaying {len(paths)} certificate(s)"
+              + (f" (sample of {args.sample}, --replay-seed {seed})" if args.sample else ""))
+
+        def shown(rel, record, fresh):
+            mark = "same" if fresh.verdict == record["verdict"] and fresh.method == record["method"] else "DIFFERS"
+            print(f"  replayed {rel}: {record['verdict']} -> {fresh.verdict} ({mark})")
+        problems += replay(Path(args.reports), refs, paths, on_result=shown)
     for p in problems:
         print(p)
     if problems:
