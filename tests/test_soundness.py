@@ -4,15 +4,12 @@ checkers were hardened -- the construct got `proved`, `checked` or `checked-prob
 correct spec got `failed` -- and must stay green.
 """
 import json
-import random
 import textwrap
 from fractions import Fraction
 
-import numpy as np
 import pytest
 
 from vjpcert.cli import main
-from vjpcert.core.registry import SpecError, load_file
 
 
 def _file(tmp_path, body: str, name="my_ops.py"):
