@@ -431,13 +431,15 @@ REGISTRY: dict[str, Op] = {}
 
 def op(*, inputs: Mapping[str, tuple], output: tuple, dims: list[Dims], nondiff=None, params=None,
        large_dims=None, check_dims=None, assumptions=(), constraints=None, name=None, tags=(),
-       kinks=None, sample=None, nodes=None, proofs=("monolithic",)):
+       kinks=None, sample=None, nodes=None, proofs=("monolithic",), compositional_dims=None):
     """Declare an op. ``dims`` is the ladder of shapes at which proofs run by default (smallest first;
     prefer non-square sizes, a transposed gradient can hide at m = d); ``check_dims`` is where the
     numeric tier works. ``kinks(B, **inputs)`` returns each entry's distance to a point where the op
     is not differentiable (samplers stay away); ``sample`` gives custom samplers for some inputs.
     ``nodes`` names the sub-ops of a composite; ``proofs`` says how its VJP claims are proved:
-    "monolithic" (the whole op at once) and/or "compositional" (nodes, then the wiring)."""
+    "monolithic" (the whole op at once) and/or "compositional" (nodes, then the wiring);
+    ``compositional_dims`` are further (realistic) sizes at which only the compositional VJP proofs
+    run: the wiring is proved there directly, the nodes rest on their every-size proofs."""
     if not dims:
         raise SpecError(name, "an op needs at least one entry in dims")
 
@@ -448,6 +450,9 @@ def op(*, inputs: Mapping[str, tuple], output: tuple, dims: list[Dims], nondiff=
                sample=sample)
         o.nodes = dict(nodes or {})
         o.proofs = tuple(proofs)
+        o.compositional_dims = [dict(d) for d in (compositional_dims or [])]
+        if o.compositional_dims and "compositional" not in o.proofs:
+            raise SpecError(o.name, "compositional_dims need proofs=(..., 'compositional')")
         if "compositional" in o.proofs and not o.nodes:
             raise SpecError(o.name, "a compositional proof needs nodes=...")
         old = REGISTRY.get(o.name)

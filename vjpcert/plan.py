@@ -63,6 +63,12 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
     else:
         ladder = dims_ladder(op, overrides, large)
     tasks = []
+    if tier == "symbolic" and fixed_dims is None and not overrides and not large:
+        for dims in getattr(op, "compositional_dims", []):          # realistic sizes: composition only
+            dims = op.resolve_dims(dims)
+            tasks += [make_task(tier, ref, claim, dims, method="compositional", seed=seed,
+                                **({"budget": budget} if budget is not None else {}))
+                      for claim in op.claims() if claim.startswith("vjp[")]
     for dims in ladder:
         validate(op, dims)
         if tier == "symbolic":
