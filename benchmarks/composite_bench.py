@@ -55,7 +55,7 @@ def main():
             f"(wiring proved there, nodes on every-size proofs; cold)", "-", s,
             f"{sum(c.verdict == 'proved-compositional' for c in certs)}/{len(certs)} proved-compositional")
         certs, s = timed(lambda: [prove_compositional(vit, c, big) for c in vit.claims()])
-        add(f"... the same, node proofs cached (the wiring alone)", "-", s,
+        add("... the same, node proofs cached (the wiring alone)", "-", s,
             f"{sum(c.verdict == 'proved-compositional' for c in certs)}/{len(certs)}")
     dims = {"m": 4, "D": 8, "F": 16}
     certs, s = timed(lambda: [check_claim(vit, c, dims, cases=("random",)) for c in vit.claims()])
