@@ -17,12 +17,12 @@ from vjpcert.numeric import tolerances as tol
 from vjpcert.numeric.derivatives import METHODS, derivative
 from vjpcert.numeric.sampling import cotangent, kink_distance, rng_for, sample_point
 from vjpcert.core.backends import MpmathBackend
-from vjpcert.core.certificate import Certificate, sources_sha256, versions
+from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.tolerance import digits as _digits
 from vjpcert.core.registry import SHIFT_CLAIM, Op, SpecError
 from vjpcert.core.validate import validate
 
-CHECKER_SHA256 = sources_sha256(Path(__file__).parent.glob("*.py"))
+CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
 
 
 class Contamination(SpecError):
@@ -266,14 +266,13 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
     need = required_digits(method, dps) if is_vjp else dps - tol.LAW_MARGIN_DIGITS
 
     def certificate(verdict, evidence):
-        return Certificate(op=op.base_name, claim=claim, tier="numeric", verdict=verdict,
+        return Certificate.issue(op, claim=claim, tier="numeric", verdict=verdict,
                            method=f"{method}@{dps}" if is_vjp else f"mpmath-eval@{dps}", dims=dims,
                            assumptions=[f"{n} = {p.default}" + (f" (and {other_params(op)[n]} at the point "
                                                                 f"'{OTHER_PARAMS}')" if p.symbolic else "")
                                         for n, p in op.params.items()]
                            + [f"evaluated at sampled points ({', '.join(cases) if point is None else 'given point'})"],
-                           evidence=evidence, seconds=time.perf_counter() - start,
-                           spec_sha256=op.spec_sha256, checker_sha256=CHECKER_SHA256, versions=versions())
+                           evidence=evidence, seconds=time.perf_counter() - start, checker_sha256=CHECKER_SHA256)
 
     points = {}
     if point is not None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 
 from vjpcert.core.budget import run_with_budget
-from vjpcert.core.certificate import Certificate, versions
+from vjpcert.core.certificate import Certificate
 from vjpcert.core.registry import Op, Param, SpecError
 from vjpcert.symbolic import tolerances as tol
 from vjpcert.symbolic.wiring import node_signatures, prove_wiring
@@ -99,14 +99,14 @@ def prove_compositional(op: Op, claim: str, dims: dict, *, budget: float = tol.D
     else:
         verdict = "inconclusive"
         evidence["reason"] = "a node or the wiring was not proved within the budget"
-    return Certificate(op=op.base_name, claim=claim, tier="symbolic", verdict=verdict, method="compositional",
+    return Certificate.issue(op, claim=claim, tier="symbolic", verdict=verdict, method="compositional",
                        dims=dims, assumptions=assumptions_of(op, {}) + [
                            "the wiring holds for every differentiable function at every node call "
                            "(a node call is its whole point: every argument and parameter)",
                            "each node's claim rests on the certificate listed (an every-size proof covers "
                            "these dims)"],
-                       evidence=evidence, seconds=time.perf_counter() - start, spec_sha256=op.spec_sha256,
-                       checker_sha256=CHECKER_SHA256, versions=versions())
+                       evidence=evidence, seconds=time.perf_counter() - start,
+                       checker_sha256=CHECKER_SHA256)
 
 
 def _real_witness(op, claim, dims, budget, seed, evidence, failed_node, wiring) -> str:
