@@ -17,7 +17,8 @@ from pathlib import Path
 from vjpcert.core.certificate import atomic_write
 from vjpcert.ops import OpRef, select_ops
 
-TIERS = ("symbolic", "numeric", "fd64", "gradcheck", "jax")
+# the kill matrix's columns: our two tiers that judge backwards, and the peers people use today
+COLUMNS = ("symbolic", "numeric", "fd64", "gradcheck", "jax")
 OURS = ("symbolic", "numeric")
 
 
@@ -113,7 +114,7 @@ def summarise(rows: list[dict]) -> dict:
     mutants = [r for r in rows if r["mutant"] != "(correct)"]
     correct = [r for r in rows if r["mutant"] == "(correct)"]
     out = {"mutants": len(mutants), "ops": len(correct)}
-    for tier in TIERS:
+    for tier in COLUMNS:
         col = [r["tiers"][tier] for r in mutants if r["tiers"][tier] is not None]
         if not col:
             out[tier] = None
@@ -135,7 +136,7 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def render_md(rows: list[dict], summary: dict) -> str:
-    cols = [t for t in TIERS if summary.get(t)]
+    cols = [t for t in COLUMNS if summary.get(t)]
     head = {"symbolic": "ours: symbolic", "numeric": "ours: mpmath 50", "fd64": "float64 FD (gradcheck defaults)",
             "gradcheck": "torch gradcheck", "jax": "jax check_grads"}
     lines = ["# Mutation suite: kill matrix", "",
@@ -143,7 +144,7 @@ def render_md(rows: list[dict], summary: dict) -> str:
              "reported it wrong. Rows marked (correct) are the real backwards: a kill there is a false kill.",
              "Command: `vjpcert mutate`.", "", "| checker | killed | kill rate | false kills | seconds |",
              "|---|---|---|---|---|"]
-    for t in TIERS:
+    for t in COLUMNS:
         s = summary.get(t)
         lines.append(f"| {head[t]} | " + (f"{s['killed']}/{s['of']} | {s['kill_rate']:.0%} | {len(s['false_kills'])} | {s['seconds']}"
                                            if s else "not installed | - | - | -") + " |")
@@ -169,7 +170,7 @@ def render_png(rows: list[dict], summary: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-    cols = [t for t in TIERS if summary.get(t)]
+    cols = [t for t in COLUMNS if summary.get(t)]
     muts = [r for r in rows if r["mutant"] != "(correct)"]
     grid = np.array([[1.0 if r["tiers"][c]["killed"] else 0.0 for c in cols] for r in muts])
     fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(cols), 0.16 * len(muts) + 1.2), dpi=100)

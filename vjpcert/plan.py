@@ -7,22 +7,13 @@ from pathlib import Path
 
 from vjpcert.core.certificate import SCHEMA_VERSION, cert_relpath, record_digest
 from vjpcert.core.registry import Op, SpecError
-from vjpcert.core.validate import validate
-from vjpcert.ops import OpRef, dims_ladder
-from vjpcert.runner import Task, make_task
-
-TIERS = ("symbolic", "numeric", "kernel")
-
+from vjpcert.ops import OpRef
+from vjpcert.runner import Task
 
 def checker_sha256(tier: str) -> str:
     """The hash of the code that issues a tier's certificates (a change makes them stale)."""
-    if tier == "symbolic":
-        from vjpcert.symbolic.prover import CHECKER_SHA256
-    elif tier == "numeric":
-        from vjpcert.numeric.check import CHECKER_SHA256
-    else:
-        from vjpcert.cuda_kernels.check import CHECKER_SHA256
-    return CHECKER_SHA256
+    from vjpcert.tiers import checker_sha256 as of
+    return of(tier)
 
 
 def variant_of(task: Task) -> str:
@@ -39,11 +30,8 @@ def task_relpath(task: Task, op_name: str) -> Path:
 
 
 def kernel_available() -> bool:
-    try:
-        import vjpcert.cuda_kernels.check  # noqa: F401
-        return True
-    except Exception:        # numba-cuda missing, or a kernel module that does not import
-        return False
+    from vjpcert.tiers import TIERS
+    return TIERS["kernel"].available()
 
 
 def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, seed: int,
@@ -52,58 +40,14 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
     """Every task of one tier for one op, validating the spec at each dims. Each task carries the
     code hashes it was planned with (``Task.expect``)."""
     import dataclasses
-    tasks = _tier_tasks(tier, ref, op, overrides=overrides, large=large, seed=seed, budget=budget, dps=dps,
-                        method=method, point=point, fixed_dims=fixed_dims, general=general)
+
+    from vjpcert.tiers import Planning
+    from vjpcert.tiers import tier as tier_of
+    tasks = tier_of(tier).plans(ref, op, Planning(overrides=overrides, large=large, seed=seed, budget=budget,
+                                                  dps=dps, method=method, point=point, fixed_dims=fixed_dims,
+                                                  general=general))
     expect = (op.spec_sha256, checker_sha256(tier)) if tasks else ()
     return [dataclasses.replace(t, expect=expect) for t in tasks]
-
-
-def _tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, seed: int,
-                budget: float | None, dps: int, method: str, point, fixed_dims, general: bool) -> list[Task]:
-    opts = {"seed": seed}
-    if tier == "kernel":
-        from vjpcert.cuda_kernels.check import detect_mode, kernel_claims, kernel_dims
-        claims = kernel_claims(op)
-        if not claims:
-            return []
-        ladder = [fixed_dims] if fixed_dims else kernel_dims(op, detect_mode())
-        return [make_task("kernel", ref, c, d, **opts) for d in ladder for c in claims]
-    if fixed_dims is not None:
-        ladder = [fixed_dims]
-    elif tier == "numeric" and not overrides and not large:
-        from vjpcert.numeric.check import numeric_dims
-        ladder = numeric_dims(op)
-    else:
-        ladder = dims_ladder(op, overrides, large)
-    tasks = []
-    if tier == "symbolic" and fixed_dims is None and not overrides and not large:
-        for dims in getattr(op, "compositional_dims", []):          # realistic sizes: composition only
-            dims = op.resolve_dims(dims)
-            tasks += [make_task(tier, ref, claim, dims, method="compositional", seed=seed,
-                                **({"budget": budget} if budget is not None else {}))
-                      for claim in op.claims() if claim.startswith("vjp[")]
-    for dims in ladder:
-        validate(op, dims)
-        if tier == "symbolic":
-            if budget is not None:
-                opts["budget"] = budget
-            for claim in op.claims():
-                if "monolithic" in op.proofs or not claim.startswith("vjp["):
-                    tasks.append(make_task(tier, ref, claim, dims, **opts))
-                if "compositional" in op.proofs and claim.startswith("vjp["):
-                    tasks.append(make_task(tier, ref, claim, dims, method="compositional", **opts))
-        else:
-            nopts = {**opts, "dps": dps, "method": method}
-            if point is not None:
-                nopts["point"] = point
-            from vjpcert.numeric.check import numeric_claims
-            tasks += [make_task(tier, ref, claim, dims, **nopts) for claim in numeric_claims(op)]
-    if tier == "symbolic" and general and op.general:
-        from vjpcert.symbolic.general import general_dims
-        gopts = {**opts, **({"budget": budget} if budget is not None else {})}
-        tasks += [make_task(tier, ref, claim, general_dims(op, claim), method="general", **gopts)
-                  for claim in op.general]
-    return tasks
 
 
 def read_record(path: Path) -> dict | None:

@@ -9,10 +9,16 @@ from pathlib import Path
 from vjpcert.core.certificate import CERTIFICATE_SCHEMA, SCHEMA_VERSION, TRUST, Certificate, atomic_write
 from vjpcert.core.registry import Op
 
-TIERS = ("symbolic", "numeric", "kernel")
+from vjpcert.tiers import TIERS
 # worst first: a tier's summary shows the worst verdict among its claims
 SEVERITY = ["failed", "inconclusive", "checked", "checked-probabilistic", "kernel-match",
             "proved-compositional", "proved", "proved-general"]
+
+
+def _tiers(certs) -> list[str]:
+    """The tiers, in table order, that have certificates here."""
+    present = {c.tier for c in certs}
+    return [t for t in TIERS if t in present]
 
 
 class ReportError(Exception):
@@ -143,9 +149,9 @@ def render_index(certs: list[Certificate], command: str, has_resources: bool = F
              f"(schema: `schema/certificate-v{SCHEMA_VERSION}.schema.json`); this page, the per-op pages and",
              "`index.html` (self-contained) are rendered from them. `vjpcert verify` checks that every",
              "certificate still matches the spec and checker code that issued it.", "",
-             "| op | " + " | ".join(TIERS) + " |", "|---|" + "---|" * len(TIERS)]
+             "| op | " + " | ".join(_tiers(certs)) + " |", "|---|" + "---|" * len(_tiers(certs))]
     for name in sorted(by_op):
-        cells = [_summary([c for c in by_op[name] if c.tier == t]) for t in TIERS]
+        cells = [_summary([c for c in by_op[name] if c.tier == t]) for t in _tiers(certs)]
         lines.append(f"| [{name}]({name}.md) | " + " | ".join(cells) + " |")
     if has_resources:
         lines += ["", "Kernel resources on sm_90 (registers, spills, shared memory): [kernels/resources.md](kernels/resources.md)."]

@@ -75,7 +75,7 @@ def _check_code(task: Task, op) -> None:
         raise CodeChanged(f"the code of {op.name} this worker loaded ({', '.join(p.name for p in op.source_files)}) "
                           f"is not the code the run was planned with: it changed on disk, or this is a "
                           f"long-lived worker that imported it before; rerun (restart the workers)")
-    from vjpcert.plan import checker_sha256
+    from vjpcert.tiers import checker_sha256
     if checker_sha256(task.tier) != checker:
         raise CodeChanged(f"this worker runs other {task.tier} checker code than the run was planned with "
                           f"(another vjpcert version?)")
@@ -89,26 +89,8 @@ def _execute(task: Task) -> Certificate:
     try:
         op = task.op.resolve()
         _check_code(task, op)
-        opts = dict(task.options)
-        if task.tier == "symbolic":
-            method = opts.pop("method", "monolithic")
-            if method == "compositional":
-                from vjpcert.symbolic.composition import prove_compositional
-                return prove_compositional(op, task.claim, task.dims_dict, **opts)
-            if method == "general":
-                from vjpcert.symbolic.general import prove_general
-                return prove_general(op, task.claim, **opts)
-            from vjpcert.symbolic.prover import prove_claim
-            return prove_claim(op, task.claim, task.dims_dict, **opts)
-        if task.tier == "numeric":
-            from vjpcert.numeric.check import check_claim
-            if "point" in opts:
-                opts["point"] = dict(opts["point"])
-            return check_claim(op, task.claim, task.dims_dict, **opts)
-        if task.tier == "kernel":
-            from vjpcert.cuda_kernels.check import check_kernel_claim
-            return check_kernel_claim(op, task.claim, task.dims_dict, **opts)
-        raise ValueError(f"unknown tier {task.tier!r}")
+        from vjpcert.tiers import tier
+        return tier(task.tier).runs(op, task)
     except Exception as exc:
         return Certificate(op=task.op.name, claim=task.claim, tier=task.tier, verdict="inconclusive",
                            method=dict(task.options).get("method", "error"), dims=task.dims_dict, assumptions=[],

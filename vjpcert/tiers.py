@@ -18,11 +18,26 @@ from typing import Callable
 
 
 @dataclass(frozen=True)
+class Planning:
+    """What a command asked for, as every tier's planner reads it."""
+    overrides: dict             # --dims
+    large: bool                 # --large
+    seed: int
+    budget: float | None        # --timeout
+    dps: int
+    method: str                 # the numeric derivative method
+    point: tuple | None         # --point (frozen)
+    fixed_dims: dict | None     # the dims a --point fixes
+    general: bool               # every-size proofs too
+
+
+@dataclass(frozen=True)
 class Tier:
     name: str
     title: str                  # a column of the summary table
     checker: str                # the module whose CHECKER_SHA256 is this tier's checker hash
     runs: Callable              # (op, task) -> Certificate
+    plans: Callable             # (ref, op, Planning) -> [Task], validating the spec at every dims
     requires: str = ""          # what to install when the checker does not import
 
     def checker_sha256(self) -> str:
@@ -62,16 +77,84 @@ def _run_kernel(op, task):
     return check_kernel_claim(op, task.claim, task.dims_dict, **dict(task.options))
 
 
+def _budget(p: Planning) -> dict:
+    return {"budget": p.budget} if p.budget is not None else {}
+
+
+def _plan_symbolic(ref, op, p: Planning):
+    """Each claim at each dims of the ladder (monolithic and/or compositional as the op says), the
+    compositional VJP claims at the op's realistic dims, and the every-size claims."""
+    from vjpcert.core.validate import validate
+    from vjpcert.ops import dims_ladder
+    from vjpcert.runner import make_task
+    opts = {"seed": p.seed, **_budget(p)}
+    tasks = []
+    if p.fixed_dims is None and not p.overrides and not p.large:
+        for dims in op.compositional_dims:                      # realistic sizes: composition only
+            dims = op.resolve_dims(dims)
+            tasks += [make_task("symbolic", ref, claim, dims, method="compositional", **opts)
+                      for claim in op.claims() if claim.startswith("vjp[")]
+    ladder = [p.fixed_dims] if p.fixed_dims is not None else dims_ladder(op, p.overrides, p.large)
+    for dims in ladder:
+        validate(op, dims)
+        for claim in op.claims():
+            if "monolithic" in op.proofs or not claim.startswith("vjp["):
+                tasks.append(make_task("symbolic", ref, claim, dims, **opts))
+            if "compositional" in op.proofs and claim.startswith("vjp["):
+                tasks.append(make_task("symbolic", ref, claim, dims, method="compositional", **opts))
+    if p.general and op.general:
+        from vjpcert.symbolic.general import general_dims
+        tasks += [make_task("symbolic", ref, claim, general_dims(op, claim), method="general", **opts)
+                  for claim in op.general]
+    return tasks
+
+
+def _plan_numeric(ref, op, p: Planning):
+    """Every claim and the float references, at the check dims and long rows (or as asked)."""
+    from vjpcert.core.validate import validate
+    from vjpcert.numeric.check import numeric_claims, numeric_dims
+    from vjpcert.ops import dims_ladder
+    from vjpcert.runner import make_task
+    if p.fixed_dims is not None:
+        ladder = [p.fixed_dims]
+    elif not p.overrides and not p.large:
+        ladder = numeric_dims(op)
+    else:
+        ladder = dims_ladder(op, p.overrides, p.large)
+    opts = {"seed": p.seed, "dps": p.dps, "method": p.method, **({"point": p.point} if p.point is not None else {})}
+    tasks = []
+    for dims in ladder:
+        validate(op, dims)
+        tasks += [make_task("numeric", ref, claim, dims, **opts) for claim in numeric_claims(op)]
+    return tasks
+
+
+def _plan_kernel(ref, op, p: Planning):
+    """Every kernel claim of the op at the kernel tier's sizes for this mode (simulator or GPU)."""
+    from vjpcert.cuda_kernels.check import detect_mode, kernel_claims, kernel_dims
+    from vjpcert.runner import make_task
+    claims = kernel_claims(op)
+    if not claims:
+        return []
+    ladder = [p.fixed_dims] if p.fixed_dims else kernel_dims(op, detect_mode())
+    return [make_task("kernel", ref, c, d, seed=p.seed) for d in ladder for c in claims]
+
+
+def _plan_nothing(ref, op, p: Planning):
+    return []
+
+
 def _run_implementation(op, task):
     raise ValueError("implementation certificates are made by `vjpcert check --impl`, not replayed "
                      "from a plan (the implementation is not part of the report)")
 
 
 TIERS: dict[str, Tier] = {t.name: t for t in (
-    Tier("symbolic", "symbolic", "vjpcert.symbolic.prover", _run_symbolic),
-    Tier("numeric", "numeric", "vjpcert.numeric.check", _run_numeric),
-    Tier("kernel", "kernel", "vjpcert.cuda_kernels.check", _run_kernel, requires="pip install -e '.[cuda]'"),
-    Tier("implementation", "implementation", "vjpcert.impl", _run_implementation),
+    Tier("symbolic", "symbolic", "vjpcert.symbolic.prover", _run_symbolic, _plan_symbolic),
+    Tier("numeric", "numeric", "vjpcert.numeric.check", _run_numeric, _plan_numeric),
+    Tier("kernel", "kernel", "vjpcert.cuda_kernels.check", _run_kernel, _plan_kernel,
+         requires="pip install -e '.[cuda]'"),
+    Tier("implementation", "implementation", "vjpcert.impl", _run_implementation, _plan_nothing),
 )}
 PLANNED = ("symbolic", "numeric", "kernel")        # the tiers `vjpcert all` plans
 

@@ -41,7 +41,7 @@ def _validator():
 
 
 def verify(root: Path, ops: dict[str, Op], expected: list[Path] | None = None) -> list[Problem]:
-    from vjpcert.plan import checker_sha256
+    from vjpcert.tiers import checker_sha256
     root = Path(root)
     if not root.is_dir() or not (root / "certificates").is_dir():
         raise NotAReportDir(f"{root} is not a report directory (it has no certificates/ folder)")
