@@ -1,7 +1,9 @@
 """Certificates: one JSON record per (op, claim, tier, method, dims).
 
-Records carry no timestamps, so a report diffs cleanly; ``spec_sha256`` and ``checker_sha256`` let
-``vjpcert verify`` tell a current certificate from a stale one.
+Records carry no timestamps and no timings -- how long a claim took lives in the run's
+``timings.json`` beside the reports (not committed) -- so a rerun of unchanged code writes the same
+bytes and a report diffs cleanly; ``spec_sha256`` and ``checker_sha256`` let ``vjpcert verify`` tell a
+current certificate from a stale one.
 """
 from __future__ import annotations
 
@@ -67,7 +69,6 @@ class Certificate:
     dims: dict
     assumptions: list
     evidence: dict
-    seconds: float
     spec_sha256: str
     checker_sha256: str
     versions: dict
@@ -76,6 +77,7 @@ class Certificate:
     options: dict = field(default_factory=dict)   # what the run was asked for: seed, dps, budget, ...
     sources: list = field(default_factory=list)   # the spec-code files spec_sha256 covers
     digest: str = ""                              # sha256 of the record itself: hand edits show
+    seconds: float = field(default=0.0, compare=False)   # this run's time: shown, never recorded
 
     @classmethod
     def issue(cls, op, **fields) -> "Certificate":
@@ -116,6 +118,8 @@ class Certificate:
 
     def to_json(self) -> str:
         record = json.loads(json.dumps(asdict(self), default=str))
+        record.pop("seconds")
+        record["evidence"] = _without_timings(record["evidence"])
         record.pop("digest")
         record["digest"] = record_digest(record)
         self.digest = record["digest"]
@@ -127,10 +131,24 @@ class Certificate:
         d.pop("trust", None)
         return cls(**d)
 
+
+# Evidence keys that hold how long something took: measured, not certified; they differ from run to
+# run and machine to machine, so a certificate never records them.
+TIMING_KEYS = frozenset({"seconds", "timings"})
+
+
+def _without_timings(value):
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if k not in TIMING_KEYS}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
     def _repr_markdown_(self) -> str:
         ev = ", ".join(f"{k}={v}" for k, v in self.evidence.items() if k != "witness")
         return (f"**{self.op}** · `{self.claim}` at {self.dims}: **{self.verdict}** ({self.trust}) "
-                f"by *{self.method}* in {self.seconds:.3g} s" + (f"<br>{ev}" if ev else ""))
+                f"by *{self.method}*" + (f" in {self.seconds:.3g} s" if self.seconds else "")
+                + (f"<br>{ev}" if ev else ""))
 
 
 def record_digest(record: dict) -> str:
@@ -145,20 +163,19 @@ CERTIFICATE_SCHEMA = {
     "title": "vjpcert certificate",
     "description": "One record per (op, claim, tier/method, dims). JSON is the source of truth.",
     "type": "object",
-    "required": ["op", "claim", "tier", "verdict", "method", "dims", "assumptions", "evidence", "seconds",
+    "required": ["op", "claim", "tier", "verdict", "method", "dims", "assumptions", "evidence",
                  "spec_sha256", "checker_sha256", "versions", "schema", "trust", "options", "sources",
                  "digest"],
     "additionalProperties": False,
     "properties": {
         "op": {"type": "string", "minLength": 1},
         "claim": {"type": "string", "minLength": 1},
-        "tier": {"enum": ["symbolic", "numeric", "kernel"]},
+        "tier": {"enum": ["symbolic", "numeric", "kernel", "implementation"]},
         "verdict": {"enum": list(VERDICTS)},
         "method": {"type": "string"},
         "dims": {"type": "object"},
         "assumptions": {"type": "array", "items": {"type": "string"}},
         "evidence": {"type": "object"},
-        "seconds": {"type": "number", "minimum": 0},
         "spec_sha256": {"type": "string"},
         "checker_sha256": {"type": "string"},
         "versions": {"type": "object", "additionalProperties": {"type": "string"}},

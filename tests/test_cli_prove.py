@@ -40,9 +40,11 @@ def test_builtin_op_writes_json_markdown_and_index(tmp_path):
     assert len(certs) == len(planned) and any(t.claim == "max_shift_free" for t in planned)
     assert {dict(t.options).get("method") for t in planned} == {None, "general"}
     record = json.loads(certs[0].read_text())
-    for key in ("op", "claim", "verdict", "method", "dims", "assumptions", "evidence", "seconds",
+    for key in ("op", "claim", "verdict", "method", "dims", "assumptions", "evidence",
                 "spec_sha256", "sources", "versions", "schema"):
         assert key in record
+    assert "seconds" not in record and '"seconds"' not in json.dumps(record)   # timings live apart
+    assert json.loads((reports / "timings.json").read_text())
     assert "proved" in (reports / "softmax.md").read_text()
     assert "[softmax](softmax.md)" in (reports / "README.md").read_text()
     assert not list(reports.rglob(".tmp-*")), "a temporary file was left behind"

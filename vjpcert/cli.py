@@ -189,7 +189,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
 
     from vjpcert.core.certificate import Certificate
     from vjpcert.plan import read_record, split_current
-    from vjpcert.reports import TIERS, _summary, write_certificate, write_reports
+    from vjpcert.reports import TIERS, _summary, record_timings, write_certificate, write_reports
     from vjpcert.runner import exit_code, run_tasks
 
     root = Path(args.reports)
@@ -231,6 +231,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
                             console.print(f"[yellow]warning[/yellow]: no plot for {op.name}: "
                                           f"{type(exc).__name__}: {exc}")
             except KeyboardInterrupt:
+                record_timings(root, done)
                 write_reports(root, ops, command)
                 console.print(f"interrupted: {len(done)} of {len(todo)} certificates written to {root}/; "
                               f"run the same command again to resume")
@@ -241,6 +242,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     if not tasks:
         console.print("nothing to do: no claims for the selected ops and tiers")
         return EXIT_OK
+    record_timings(root, done)
     write_reports(root, ops, command)
     # the verdicts of this plan: the fresh results, and the current certificates that were skipped
     final = done + [Certificate.from_dict(read_record(root / _rel(t, ops))) for t in current]

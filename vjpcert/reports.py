@@ -31,6 +31,23 @@ def write_certificate(cert: Certificate, root: Path) -> Path:
     return path
 
 
+TIMINGS = "timings.json"      # beside the reports, not committed: how long each claim took, last run
+
+
+def record_timings(root: Path, certs: list[Certificate]) -> None:
+    """Merge this run's times into ``timings.json`` (certificates do not carry them: see
+    ``core.certificate``)."""
+    if not certs:
+        return
+    path = Path(root) / TIMINGS
+    try:
+        times = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        times = {}
+    times.update({str(c.relpath()): round(c.seconds, 3) for c in certs})
+    atomic_write(path, json.dumps(times, indent=1, sort_keys=True) + "\n")
+
+
 def load_certificates(root: Path, *, strict: bool = True) -> list[Certificate]:
     """Every certificate under root/certificates. A malformed file raises ReportError naming it."""
     root = Path(root)
@@ -91,11 +108,11 @@ def render_op(name: str, certs: list[Certificate], op: Op | None, plots: list[st
         if not rows:
             continue
         lines += [f"## {tier.capitalize()} tier", "",
-                  "| claim | dims | verdict | trust | method | evidence | seconds |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| claim | dims | verdict | trust | method | evidence |",
+                  "|---|---|---|---|---|---|"]
         for c in rows:
             lines.append(f"| `{c.claim}` | {_dims(c.dims)} | **{c.verdict}** | {TRUST[c.verdict]} | "
-                         f"{c.method} | {_evidence_brief(c)} | {c.seconds:.3g} |")
+                         f"{c.method} | {_evidence_brief(c)} |")
         lines.append("")
     general = [c for c in certs if c.method == "general" and c.evidence.get("formula")]
     if general:
