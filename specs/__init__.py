@@ -8,11 +8,16 @@ down, in ``vjpcert.core`` (ARCHITECTURE.md).
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 from vjpcert.core.registry import Op, SpecError, load_file
 
-BUILTIN_MODULES = ("softmax", "log_softmax", "rope", "rmsnorm", "layernorm", "gelu", "linear", "scaled_dot",
-                   "attention", "attention_tape", "rotary_attention", "mhsa", "mlp", "vit")
+def _modules(folder: Path) -> tuple[str, ...]:
+    """The spec files of a folder, by name: adding an op is adding a file, nothing is listed."""
+    return tuple(sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")))
+
+
+BUILTIN_MODULES = _modules(Path(__file__).parent)
 
 
 def builtin_ops() -> dict[str, Op]:
