@@ -24,6 +24,7 @@ from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.registry import Op
 from vjpcert.symbolic import strategies, tolerances as tol
 from vjpcert.symbolic.claims import trace_claim
+from vjpcert.symbolic.formulas import formulas
 from vjpcert.core.trace import dag_size
 
 CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
@@ -66,6 +67,9 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
 
     def certificate(verdict: str, method: str, evidence: dict) -> Certificate:
         evidence = {**evidence, "strategies": log, "dag_nodes": dag_size(traced.roots())}
+        shown = formulas(op, claim, traced.dims, traced)
+        if shown:
+            evidence["formulas"] = shown
         return Certificate.issue(op, claim=claim, tier="symbolic", verdict=verdict, method=method,
                            dims=traced.dims, assumptions=assumptions_of(op, traced.overrides),
                            evidence=evidence, seconds=time.perf_counter() - start, checker_sha256=CHECKER_SHA256)

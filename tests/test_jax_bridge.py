@@ -8,11 +8,15 @@ from vjpcert.numeric.jax_bridge import check_grads  # noqa: E402
 from vjpcert.numeric.sampling import sample_point  # noqa: E402
 
 
-@pytest.mark.parametrize("name", ["softmax", "layernorm", "attention", "linear"])
-def test_check_grads_passes_the_spec_and_fails_a_sign_flip(name):
+# each op's own gross bug (not one below finite differences' floor): check_grads must fail every one
+GROSS = {"softmax": "sign_flip", "layernorm": "dropped_mean_term", "attention": "dK_missing_scale",
+         "linear": "bias_gradient_mean_not_sum"}
+
+
+@pytest.mark.parametrize("name", list(GROSS))
+def test_check_grads_passes_the_spec_and_fails_a_gross_bug(name):
     op = OPS[name]
     pt = sample_point(op, op.check_dims, "random", 0)
     assert check_grads(op, pt)
-    flip = next(m for m in OPS["softmax"].mutants if m.name == "sign_flip")
-    if name == "softmax":
-        assert not check_grads(op.with_mutant(flip), pt)
+    bug = next(m for m in op.mutants if m.name == GROSS[name])
+    assert not check_grads(op.with_mutant(bug), pt)

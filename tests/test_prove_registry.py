@@ -14,7 +14,7 @@ def test_every_claim_is_proved_at_every_default_dims(name, claim):
     for dims in op.dims:
         cert = prove_claim(op, claim, dims)
         assert cert.verdict == "proved", (dims, cert.evidence)
-        assert cert.evidence.get("residual_terms", 0) >= 0
+        assert cert.method.startswith(("flint-atoms", "sympy")), cert.method   # an exact normalisation
         assert "vacuous" not in cert.evidence, "a proof that both sides are 0 proves nothing"
 
 

@@ -189,7 +189,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
 
     from vjpcert.core.certificate import Certificate
     from vjpcert.plan import read_record, split_current
-    from vjpcert.reports import TIERS, _summary, record_timings, write_certificate, write_reports
+    from vjpcert.reports import TIERS, record_timings, summary, write_certificate, write_reports
     from vjpcert.runner import exit_code, run_tasks
 
     root = Path(args.reports)
@@ -252,7 +252,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     for t in tiers:
         table.add_column(t)
     for name in sorted({c.op for c in final}):
-        table.add_row(name, *[_summary([c for c in final if c.op == name and c.tier == t]).replace("**", "")
+        table.add_row(name, *[summary([c for c in final if c.op == name and c.tier == t]).replace("**", "")
                               for t in tiers])
     console.print(table)
     console.print(f"reports: {root}/README.md and {root}/index.html")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from vjpcert.core.certificate import TRUST, VERDICTS, Certificate
 from vjpcert.core.registry import Op
+from vjpcert.report_data import SEVERITY, load_resources, summary
 
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -19,45 +20,6 @@ th{background:#f3f3f3}.v-proved,.v-proved-general,.v-proved-compositional{backgr
 .v-failed{background:#f9d0d0;font-weight:bold}pre{background:#f7f7f7;padding:.6em;overflow-x:auto}
 math{font-size:1.05em}img{max-width:100%}details{margin:.3em 0}
 """
-
-
-MAX_DAG_SHOWN = 400     # traced nodes of forward + backward beyond which no formula is rendered
-
-
-def _math(expr) -> str:
-    """A block of presentation MathML (SymPy prints the inside of the <math> element)."""
-    import re
-
-    from sympy.printing.mathml import mathml
-    inner = re.sub(r"<mi>\{([^<]*)\}</mi>", r"<mi>\1</mi>", mathml(expr, printer="presentation"))
-    return f'<math xmlns="http://www.w3.org/1998/Math/MathML" display="block">{inner}</math>'
-
-
-def _mathml(op: Op, max_ops: int = 400) -> list[tuple[str, str]]:
-    """(label, MathML) of the forward and the backward at the op's smallest dims, when they are
-    small enough to read."""
-    import sympy
-
-    from vjpcert.symbolic.api import forward, vjp
-    from vjpcert.core.trace import dag_size, leaf_array
-    from vjpcert.core.validate import primal_values, trace_forward, trace_vjp
-    out = []
-    try:
-        dims = op.resolve_dims(op.dims[0])
-        values = primal_values(op, dims)      # a cheap trace first: SymPy on a ViT block would take minutes
-        y0 = trace_forward(op, values, dims)
-        if dag_size([y0, *trace_vjp(op, values, leaf_array(y0.shape, "dy", "dy"), dims)]) > MAX_DAG_SHOWN:
-            return out
-        y = forward(op, **dims)
-        if sympy.count_ops(y) <= max_ops:
-            out.append((f"forward at {dims}", _math(sympy.Matrix(y.tolist()) if y.rank() > 1 else y)))
-        if op.vjp is not None:
-            for name, m in vjp(op, **dims).items():
-                if sympy.count_ops(m) <= max_ops:
-                    out.append((f"backward d{name} at {dims}", _math(m)))
-    except Exception:  # a formula that cannot be shown is not a reason to lose the report
-        return out
-    return out
 
 
 def render_html(certs: list[Certificate], ops: dict[str, Op], root: Path, command: str) -> str:
@@ -71,19 +33,17 @@ def render_html(certs: list[Certificate], ops: dict[str, Op], root: Path, comman
              f"<p>Made by <code>{e(command)}</code> from {len(certs)} certificates. JSON certificates under "
              f"<code>certificates/</code> are the source of truth; <code>vjpcert verify</code> checks they are current.</p>",
              "<h2>Verdict matrix</h2><table><tr><th>op</th>" + "".join(f"<th>{t}</th>" for t in tiers) + "</tr>"]
-    from vjpcert.reports import SEVERITY, _summary
     for name in sorted(by_op):
         cells = []
         for t in tiers:
             group = [c for c in by_op[name] if c.tier == t]
             worst = min((c.verdict for c in group), key=SEVERITY.index) if group else ""
-            cells.append(f"<td class='v-{worst}'>{e(_summary(group)).replace('**', '')}</td>")
+            cells.append(f"<td class='v-{worst}'>{e(summary(group)).replace('**', '')}</td>")
         parts.append(f"<tr><td><a href='#op-{e(name)}'>{e(name)}</a></td>{''.join(cells)}</tr>")
     parts.append("</table><h2>Verdicts and trust</h2><table><tr><th>verdict</th><th>trust</th><th>meaning</th></tr>")
     parts += [f"<tr><td class='v-{v}'>{v}</td><td>{e(TRUST[v])}</td><td>{e(m)}</td></tr>" for v, m in VERDICTS.items()]
     parts.append("</table>")
-    from vjpcert.reports import _load_resources
-    res = _load_resources(root)
+    res = load_resources(root)
     if res:
         parts.append(f"<h2>Kernel resources ({e(res.get('arch', 'sm_90'))})</h2><table><tr><th>kernel</th>"
                      "<th>registers</th><th>spill bytes</th><th>static shared bytes</th><th>.f64</th></tr>")
@@ -96,8 +56,14 @@ def render_html(certs: list[Certificate], ops: dict[str, Op], root: Path, comman
         parts.append(f"<h2 id='op-{e(name)}'>{e(name)}</h2>")
         if op is not None:
             parts.append(f"<pre>{e(op.doc.strip())}</pre>")
-            for i, (label, ml) in enumerate(_mathml(op)):
-                parts.append(f"<details{' open' if i == 0 else ''}><summary>{e(label)} (SymPy)</summary>{ml}</details>")
+        shown = [c for c in by_op[name] if c.tier == "symbolic" and c.evidence.get("formulas")]
+        if shown:                                   # written by the prover: rendering runs no SymPy
+            f = shown[0].evidence["formulas"]
+            parts.append(f"<details open><summary>forward at {e(str(f['dims']))} (SymPy)</summary>"
+                         f"{f['forward_mathml']}</details>")
+            for c in sorted(shown, key=lambda c: c.claim):
+                parts.append(f"<details><summary>backward {e(c.claim)} at {e(str(f['dims']))} (SymPy)</summary>"
+                             f"{c.evidence['formulas']['backward_mathml']}</details>")
         general = [c for c in by_op[name] if c.method == "general" and c.evidence.get("formula")]
         for c in general:
             parts.append(f"<p>General form ({e(c.claim)}, {e(c.verdict)}): <code>{e(str(c.evidence['formula']))}</code></p>")

@@ -9,20 +9,14 @@ from pathlib import Path
 from vjpcert.core.certificate import CERTIFICATE_SCHEMA, SCHEMA_VERSION, TRUST, Certificate, atomic_write
 from vjpcert.core.registry import Op
 
+from vjpcert.report_data import (SEVERITY, ReportError, dims_text, load_certificates, load_resources,  # noqa: F401
+                                 summary, tiers_present)
 from vjpcert.tiers import TIERS
 # worst first: a tier's summary shows the worst verdict among its claims
-SEVERITY = ["failed", "inconclusive", "checked", "checked-probabilistic", "kernel-match",
-            "proved-compositional", "proved", "proved-general"]
 
 
-def _tiers(certs) -> list[str]:
-    """The tiers, in table order, that have certificates here."""
-    present = {c.tier for c in certs}
-    return [t for t in TIERS if t in present]
 
 
-class ReportError(Exception):
-    pass
 
 
 def write_certificate(cert: Certificate, root: Path) -> Path:
@@ -48,33 +42,10 @@ def record_timings(root: Path, certs: list[Certificate]) -> None:
     atomic_write(path, json.dumps(times, indent=1, sort_keys=True) + "\n")
 
 
-def load_certificates(root: Path, *, strict: bool = True) -> list[Certificate]:
-    """Every certificate under root/certificates. A malformed file raises ReportError naming it."""
-    root = Path(root)
-    out = []
-    for path in sorted((root / "certificates").rglob("*.json")):
-        try:
-            out.append(Certificate.from_dict(json.loads(path.read_text(encoding="utf-8"))))
-        except (json.JSONDecodeError, TypeError, ValueError, UnicodeDecodeError) as exc:
-            if strict:
-                raise ReportError(f"{path}: not a valid certificate ({type(exc).__name__}: {exc})") from None
-    return out
 
 
-def _dims(d: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(d.items())) or "-"
 
 
-def _summary(certs: list[Certificate]) -> str:
-    if not certs:
-        return "-"
-    counts = defaultdict(int)
-    for c in certs:
-        counts[c.verdict] += 1
-    worst = min(counts, key=SEVERITY.index)
-    if worst in ("failed", "inconclusive"):
-        return f"**{worst}** {counts[worst]}/{len(certs)}"
-    return ", ".join(f"{v} ({counts[v]})" for v in sorted(counts, key=SEVERITY.index, reverse=True))
 
 
 def _evidence_brief(c: Certificate) -> str:
@@ -111,7 +82,7 @@ def render_op(name: str, certs: list[Certificate], op: Op | None, plots: list[st
                   "| claim | dims | verdict | trust | method | evidence |",
                   "|---|---|---|---|---|---|"]
         for c in rows:
-            lines.append(f"| `{c.claim}` | {_dims(c.dims)} | **{c.verdict}** | {TRUST[c.verdict]} | "
+            lines.append(f"| `{c.claim}` | {dims_text(c.dims)} | **{c.verdict}** | {TRUST[c.verdict]} | "
                          f"{c.method} | {_evidence_brief(c)} |")
         lines.append("")
     general = [c for c in certs if c.method == "general" and c.evidence.get("formula")]
@@ -133,16 +104,11 @@ def render_op(name: str, certs: list[Certificate], op: Op | None, plots: list[st
     if failed:
         lines += ["## Witnesses", ""]
         for c in failed:
-            lines += [f"### `{c.claim}` ({c.tier}, {_dims(c.dims)})", "", "```json",
+            lines += [f"### `{c.claim}` ({c.tier}, {dims_text(c.dims)})", "", "```json",
                       json.dumps(c.evidence["witness"], indent=2)[:4000], "```", ""]
     return "\n".join(lines)
 
 
-def _load_resources(root: Path) -> dict | None:
-    try:
-        return json.loads((Path(root) / "kernels" / "resources.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def render_resources(res: dict) -> str:
@@ -166,9 +132,9 @@ def render_index(certs: list[Certificate], command: str, has_resources: bool = F
              f"(schema: `schema/certificate-v{SCHEMA_VERSION}.schema.json`); this page, the per-op pages and",
              "`index.html` (self-contained) are rendered from them. `vjpcert verify` checks that every",
              "certificate still matches the spec and checker code that issued it.", "",
-             "| op | " + " | ".join(_tiers(certs)) + " |", "|---|" + "---|" * len(_tiers(certs))]
+             "| op | " + " | ".join(tiers_present(certs)) + " |", "|---|" + "---|" * len(tiers_present(certs))]
     for name in sorted(by_op):
-        cells = [_summary([c for c in by_op[name] if c.tier == t]) for t in _tiers(certs)]
+        cells = [summary([c for c in by_op[name] if c.tier == t]) for t in tiers_present(certs)]
         lines.append(f"| [{name}]({name}.md) | " + " | ".join(cells) + " |")
     if has_resources:
         lines += ["", "Kernel resources on sm_90 (registers, spills, shared memory): [kernels/resources.md](kernels/resources.md)."]
@@ -189,7 +155,7 @@ def write_reports(root: Path, ops: dict[str, Op], command: str = "vjpcert", html
     for name, group in by_op.items():
         plots = [f"plots/{name}-fd.png"] if (root / "plots" / f"{name}-fd.png").exists() else []
         atomic_write(root / f"{name}.md", render_op(name, group, ops.get(name), plots))
-    resources = _load_resources(root)
+    resources = load_resources(root)
     if resources:
         atomic_write(root / "kernels" / "resources.md", render_resources(resources))
     atomic_write(root / "README.md", render_index(certs, command, has_resources=bool(resources)))
