@@ -22,6 +22,7 @@ from vjpcert.core.registry import SpecError, refuse
 # to spec code: a spec that could read the backend's name, precision or dtype could take one path in
 # the exact and mpmath backends (where it is proved and checked) and another in floats (what kernels
 # and implementations are compared with).
+TRANSCENDENTAL = ("exp", "log", "sqrt", "erf", "tanh", "sin", "cos")
 SPEC_API = frozenset({"exp", "log", "sqrt", "erf", "tanh", "sin", "cos", "pi", "c", "zeros", "array",
                       "max_shift"})
 
@@ -109,13 +110,8 @@ class SympyBackend(ObjectBackend):
     def __init__(self):
         import sympy
         self.sympy = sympy
-        self.exp = _elementwise(sympy.exp)
-        self.log = _elementwise(sympy.log)
-        self.sqrt = _elementwise(sympy.sqrt)
-        self.erf = _elementwise(sympy.erf)
-        self.tanh = _elementwise(sympy.tanh)
-        self.sin = _elementwise(sympy.sin)
-        self.cos = _elementwise(sympy.cos)
+        for kind in TRANSCENDENTAL:
+            setattr(self, kind, _elementwise(getattr(sympy, kind)))
         self.pi = sympy.pi
 
     def c(self, p, q=1):
@@ -135,13 +131,8 @@ class MpmathBackend(ObjectBackend):
         ctx.dps = dps
         self.dps = dps
         self.mpf = ctx.mpf
-        self.exp = _elementwise(ctx.exp)
-        self.log = _elementwise(ctx.log)
-        self.sqrt = _elementwise(ctx.sqrt)
-        self.erf = _elementwise(ctx.erf)
-        self.tanh = _elementwise(ctx.tanh)
-        self.sin = _elementwise(ctx.sin)
-        self.cos = _elementwise(ctx.cos)
+        for kind in TRANSCENDENTAL:
+            setattr(self, kind, _elementwise(getattr(ctx, kind)))
 
     @contextlib.contextmanager
     def strict(self):

@@ -48,7 +48,7 @@ def _sqrt_rational(q: Fraction):
     return Fraction(int(n), int(d)) if rn == 0 and rd == 0 else None
 
 
-class RingField:
+class RingField(_OperatorField):
     """Polynomials over Q in leaves and atoms. ``split_exp`` writes exp(a + 2b) as E(a) E(b)^2, which
     exposes exp's additivity to the relation step (and costs variables, so the fast path keeps it off)."""
 
@@ -131,15 +131,6 @@ class RingField:
 
     def leaf(self, leaf):
         return self.gens[self.leaf_index[leaf]]
-
-    def add(self, a, b):
-        return a + b
-
-    def mul(self, a, b):
-        return a * b
-
-    def neg(self, a):
-        return -a
 
     def pow(self, a, k: int):
         return a ** k if k >= 0 else self.inv(a) ** (-k)

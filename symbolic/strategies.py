@@ -90,6 +90,25 @@ def random_point(leaves: list[Leaf], rng: random.Random, scale=1) -> dict[Leaf, 
     return point
 
 
+def _points(claim: TracedClaim, rng: random.Random, points: int, evaluate):
+    """(point, evaluate(point)) for ``points`` random exact points at the witness scales, resampling a
+    point where the evaluation hits a pole (ZeroDivisionError); (None, None) once 10x too many did."""
+    leaves = claim.leaves()
+    tries = done = 0
+    while done < points:
+        tries += 1
+        if tries > 10 * points:
+            yield None, None
+            return
+        point = random_point(leaves, rng, tol.WITNESS_SCALES[done % len(tol.WITNESS_SCALES)])
+        try:
+            result = evaluate(point)
+        except ZeroDivisionError:
+            continue
+        done += 1
+        yield point, result
+
+
 def _rel_residuals(claim: TracedClaim, point: dict, dps: int):
     F = MpField(dps, point)
     pairs = claim.components(F)
@@ -105,22 +124,15 @@ def witness(claim: TracedClaim, *, seed: int = 0, points: int = tol.WITNESS_POIN
     a residual far above rounding at LOW digits that persists at HIGH digits; `zero` means agreement
     to near HIGH digits at every point (numeric evidence only)."""
     rng = random.Random(seed)
-    leaves = claim.leaves()
     labels = claim.component_labels()
     worst_digits = float(tol.HIGH_DPS)
-    tries = 0
-    done = 0
-    while done < points:
-        tries += 1
-        if tries > 10 * points:
+
+    def at(point):
+        return _rel_residuals(claim, point, tol.LOW_DPS), _rel_residuals(claim, point, tol.HIGH_DPS)
+    for point, found in _points(claim, rng, points, at):
+        if found is None:
             return {"status": "unknown", "reason": "every sampled point hit a pole"}
-        point = random_point(leaves, rng, tol.WITNESS_SCALES[done % len(tol.WITNESS_SCALES)])
-        try:
-            lo, scale_lo, _ = _rel_residuals(claim, point, tol.LOW_DPS)
-            hi, scale_hi, pairs = _rel_residuals(claim, point, tol.HIGH_DPS)
-        except ZeroDivisionError:
-            continue
-        done += 1
+        (lo, scale_lo, _), (hi, scale_hi, pairs) = found
         j = max(range(len(hi)), key=lambda k: abs(hi[k]))
         rel_lo = abs(lo[j]) / scale_lo
         rel_hi = abs(hi[j]) / scale_hi
@@ -150,21 +162,14 @@ def exact_witness(claim: TracedClaim, *, seed: int = 0, points: int = tol.EXACT_
     difference (a backward off by 1e-90 x is as wrong as one off by x). `not-rational` when the claim
     has a transcendental (the exact value is then out of reach; the mpmath witness takes over)."""
     rng = random.Random(seed)
-    leaves = claim.leaves()
     labels = claim.component_labels()
-    tries = done = 0
-    while done < points:
-        tries += 1
-        if tries > 10 * points:
+    try:
+        sampled = list(_points(claim, rng, points, lambda point: claim.components(QField(point))))
+    except NotRational as exc:
+        return {"status": "not-rational", "reason": f"the claim has a non-rational term ({exc})"}
+    for point, pairs in sampled:
+        if pairs is None:
             return {"status": "unknown", "reason": "every sampled point hit a pole"}
-        point = random_point(leaves, rng, tol.WITNESS_SCALES[done % len(tol.WITNESS_SCALES)])
-        try:
-            pairs = claim.components(QField(point))
-        except ZeroDivisionError:
-            continue
-        except NotRational as exc:
-            return {"status": "not-rational", "reason": f"the claim has a non-rational term ({exc})"}
-        done += 1
         for j, (a, b) in enumerate(pairs):
             if a != b:
                 side = ("backward", "J^T dy") if claim.kind == "vjp" else ("lhs", "rhs")
@@ -176,7 +181,7 @@ def exact_witness(claim: TracedClaim, *, seed: int = 0, points: int = tol.EXACT_
                     "point_truncated": len(point) > tol.WITNESS_MAX_LEAVES,
                     "seed": seed,
                 }}
-    return {"status": "zero", "points": done}
+    return {"status": "zero", "points": len(sampled)}
 
 
 def _exact(q: Fraction) -> str:
