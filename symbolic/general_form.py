@@ -442,8 +442,11 @@ def assumptions_of(stmt: Statement) -> list[str]:
     out = [f"{s} >= 1 (an integer)" for s in G.dim_symbols]
     out += [f"{name} = {expr} ({'even' if G.multiple[name] == 2 else f'a multiple of {G.multiple[name]}'})"
             for name, expr in G.dim_exprs.items() if name in G.even]
+    at = op.get_law(stmt.claim).params if stmt.kind == "law" else {}
     for name, p in op.params.items():
-        if p.symbolic:
+        if name in at:
+            out.append(f"{name} = {at[name]!r} (the law is stated there)")
+        elif p.symbolic:
             out.append(f"{name} > 0" if p.positive else f"{name} real (any value)")
         else:
             out.append(f"{name} = {p.default!r}")

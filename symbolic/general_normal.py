@@ -398,6 +398,10 @@ class Normaliser:
                 return sp.Integer(1)
             if self._neg(hi):
                 return sp.Integer(0)
+            if sp.expand(hi) == 0:                          # arg <= 0 always: arg >= 0 iff arg = 0
+                return self.delta(arg, sp.Integer(0))
+            if sp.expand(lo) == -1:                         # arg >= -1 always: arg >= 0 iff arg != -1
+                return 1 - self.delta(arg, sp.Integer(-1))
         return Ind(arg)
 
     def odd_even(self, atom, arg):

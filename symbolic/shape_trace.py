@@ -1104,7 +1104,12 @@ def _band(A, k, lower: bool):
     A = lift(A)
     if A.ndim < 2:
         refuse("np.tril/np.triu of an array of rank < 2")
-    k = _bound(k, sp.Integer(0), "diagonal offset") if isinstance(k, Dim) else sp.Integer(int(_bound(k, 0, "diagonal offset")))
+    if isinstance(k, Dim):
+        k = k.expr
+    elif isinstance(k, numbers.Integral) and not isinstance(k, (bool, np.bool_)):
+        k = sp.Integer(int(k))
+    else:
+        refuse(f"a diagonal offset {k!r} that is neither an int nor a dim")
     pieces = []
     for P in A.pieces:
         (ai, bi, _), (aj, bj, _) = P.maps[-2], P.maps[-1]

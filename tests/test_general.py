@@ -30,6 +30,7 @@ REQUIRED = {
     "rope_half": {"vjp[x]", "inverse_rotation", "backward_inverts_forward"},
     "scaled_dot": {"vjp[q]", "vjp[k]", "euler_homogeneity"},
     "attention": {"vjp[Q]", "vjp[K]", "vjp[V]"},
+    "attention_causal": {"vjp[Q]", "vjp[K]", "vjp[V]", "first_row_sees_only_itself", "fully_masked_row_is_zero"},
 }
 GENERAL = [(name, claim) for name, o in OPS.items() for claim in general_claims(o)]
 PER_CLAIM_SECONDS = 30     # measured here: 0.2-3 s each; a generous ceiling for a loaded CI machine
@@ -498,6 +499,11 @@ def test_indicators_are_decided_by_index_bounds_only():
     assert not zero(Ind(j - 1) - 1, j=(0, n - 1))                    # false at j = 0
     assert zero(Ind(j - 1) ** 2 - Ind(j - 1), j=(0, n - 1))          # an indicator is 0 or 1
     assert not zero(Ind(j - 1) - Ind(j - 2), j=(0, n - 1))
+    assert zero(Sum(x[k] * Ind(-k), (k, 0, n - 1)) - x[0])            # -k >= 0 only at k = 0
+    causal = Sum(x[k] * Ind(j - k), (k, 0, n - 1))                      # sum over k <= j
+    assert zero(causal - Sum(x[l] * Ind(j - l), (l, 0, n - 1)), j=(0, n - 1))
+    assert not zero(causal - Sum(x[k] * Ind(j - k - 1), (k, 0, n - 1)), j=(0, n - 1))   # off by one
+    assert not zero(causal - Sum(x[k], (k, 0, n - 1)), j=(0, n - 1))
 
 
 def test_a_derivation_is_deterministic():
