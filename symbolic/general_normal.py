@@ -228,9 +228,9 @@ class Normaliser:
         return num
 
     def _reduce_indicators(self, num):
-        """Ind^k = Ind for k >= 1 (an indicator is 0 or 1). Exact."""
+        """Ind^k = Ind and delta^k = delta for k >= 1 (each is 0 or 1). Exact."""
         for s in sorted(num.free_symbols, key=str):
-            if isinstance(self._back.get(s), Ind):
+            if isinstance(self._back.get(s), (Ind, KroneckerDelta)):
                 poly = sp.Poly(num, s)
                 if poly.degree() > 1:
                     num = sp.expand(sp.Add(*[c * (s if e >= 1 else 1) for (e,), c in poly.terms()]))
@@ -542,7 +542,7 @@ class Normaliser:
                 continue
             coeff, mono = term.as_coeff_Mul()
             factors = [(self.restore(b), k) for b, k in mono.as_powers_dict().items() if b != 1]
-            factors = [(b, 1 if isinstance(b, Ind) and k >= 1 else k) for b, k in factors]
+            factors = [(b, 1 if isinstance(b, (Ind, KroneckerDelta)) and k >= 1 else k) for b, k in factors]
             out.append((coeff, factors))
         return out
 
