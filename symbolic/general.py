@@ -6,28 +6,36 @@ the claim is proved once for all of them:
 
     for every size and every input index (s, j):   sum_out dy[out] * d y[out] / d x[s, j]  ==  dx[s, j]
 
-The left side is *derived* (``sympy.diff`` of the indexed forward gives KroneckerDelta terms), the
-right side is the hand-written backward in index form, and the difference is reduced to 0 by the
-exact normal form of ``symbolic.general_normal`` (sums expanded by linearity, deltas evaluated under
-proven index bounds, each remaining sum and transcendental subterm an atom, then a rational-function
-zero test). Nothing else may say ``proved-general``.
+Both sides come from the spec itself: ``symbolic.shape_trace`` runs the op's forward, backward (or
+law) with symbolic dimensions and hands over y[out] and dx[s, j] as expressions in the indices. The
+left side is then *derived* (``sympy.diff`` of the indexed forward gives KroneckerDelta terms) and
+the difference is reduced to 0 by the exact normal form of ``symbolic.general_normal`` (sums
+expanded by linearity, deltas and mask indicators evaluated under proven index bounds, each
+remaining sum and transcendental subterm an atom, then a rational-function zero test). Nothing else
+may say ``proved-general``.
 
-A layout written as pieces (RoPE's x[r, 2p + c] or x[r, p + h]) is also proved to tile its array
-for every size (indices in range, maps injective, pieces disjoint, sizes adding up).
+A layout written as pieces (RoPE's x[r, 2p + c] or x[r, p + h], a concatenation) is also proved to
+tile its array for every size (indices in range, maps injective, pieces disjoint, sizes adding up).
 
-A general form is a second transcription of the op, so guards tie it to the spec that the rest of
-the project checks:
-  * cross-check: the general forward and backward (or law) are *instantiated* at several concrete
-    sizes (n = 1, 2, 3, 5 by default) and compared, entry by entry and exactly, with ``op.forward`` /
-    ``op.vjp`` / the law run on the SymPy backend; the fixed-dims prover (``prove_claim``) proves the
-    spec at the same sizes. A mismatch means the proof is about another formula, and a refutation
-    there contradicts the general proof: either way never ``proved-general``.
-  * negative controls (``specs/mutants/general.py``): wrong general backwards that must not prove.
-What is proved for every size is the general form's identity; that the general form *is* the spec
-is shown exactly at the cross-check sizes (the spec itself is array code at fixed sizes). For
-elementwise ops (GELU) the general form calls the spec's own forward and backward on one entry.
+What guards the derivation:
+  * refusal: Python control flow on a size (``if n % 4``, ``range(n)``), a slice or an index that
+    does not fit every size (``x[..., :2048]``), a layout that cannot be aligned, constraints on a
+    dim other than "every size" or "every multiple of k": the derivation stops, and the claim is
+    ``inconclusive`` with the reason and the spec's file:line -- never proved;
+  * cross-check (the tracer's self-check): the derived statement is *instantiated* at several
+    concrete sizes (n = 1, 2, 3, 5, and the op's own dims) and compared, entry by entry and exactly,
+    with ``op.forward`` / ``op.vjp`` / the law run on the SymPy backend; the fixed-dims prover
+    (``prove_claim``) proves the spec at the ladder's sizes. A mismatch means the tracer derived
+    another formula, and a refutation there contradicts the general proof: either way never
+    ``proved-general``. (A size where the spec is undefined for every input -- a variance at n = 1
+    with eps = 0 -- is not compared; at least three sizes must be.)
+  * negative controls (``specs/mutants/general.py`` and every spec mutant): wrong specs must be
+    refused or fail with a witness; hand-written statements about another formula must be refused
+    by the cross-check.
 
-How general forms are written: ``symbolic.general_form``.
+``prove_general(op, claim, form=builder)`` proves a hand-written statement instead (``general_form``
+describes the builder ``G``); the tests use it for negative controls, and its certificate says it
+was not derived from the spec.
 
 Public API: ``prove_general(op, claim, *, budget=60.0, seed=0, form=None) -> Certificate``,
 ``general_claims(op) -> list[str]`` and ``general_dims(op, claim) -> dict`` (the certificate's dims,

@@ -1,11 +1,12 @@
-"""General forms: an op's claims with symbolic dimensions, as ``symbolic.general`` proves them.
+"""Statements with symbolic dimensions, as ``symbolic.general`` proves them: the builder ``G`` and
+``build_statement``.
 
-Writing a general form
-----------------------
-In a spec file, after the op::
+The statements of the built-in ops are *derived* from their spec code (``symbolic.shape_trace``
+builds them through ``G``); nobody writes them. A hand-written statement (``prove_general(...,
+form=builder)``) uses the same builder and is what the negative controls of the cross-check are made
+of (``specs/mutants/general.py``)::
 
-    @softmax.general_form("vjp[x]")
-    def _(G):
+    def form(G):
         n = G.dim("n")
         x, dy = G.array("x"), G.array("dy")
 
@@ -19,6 +20,7 @@ In a spec file, after the op::
 The builder signature is ``builder(G) -> G.vjp(...) | G.law(...)``; ``G`` is a ``GeneralBuilder``:
 
 * ``G.dim(name)`` -- a spec dimension as an integer symbol >= 1; ``G.even_dim("d", "h")`` -- d = 2h;
+  ``G.multiple_dim("d", k, "h")`` -- d = k h;
 * ``G.param(name)`` -- a scalar parameter: a symbol (eps > 0, c real) or, for structural parameters
   such as RoPE's base, its value;
 * ``G.array(name)`` -- an ``IndexedBase`` for an input, a non-differentiable input or ``"dy"``;
@@ -29,7 +31,7 @@ The builder signature is ``builder(G) -> G.vjp(...) | G.law(...)``; ``G`` is a `
 * ``G.vjp(wrt, forward=..., backward=...)`` -- forward(*output_index) and backward(*input_index), or
   lists of ``G.piece(index, sizes, value)`` when a layout splits an axis (RoPE: x[2p + c]);
 * ``G.law(value, over)`` -- value(*free) must be 0 (or a pair (lhs, rhs)) for free indices ranging
-  over the dims in ``over``; ``G.backward(wrt)`` is the backward of the registered ``vjp[wrt]`` form;
+  over the dims in ``over``, or a list of pieces that must be 0, tiling an array of shape ``over``;
 * ``@G.let("rstd")`` -- names an intermediate for the rendered formulas (the proof sees through it);
 * ``G.check_at([...])`` -- the concrete sizes (spec dim names) for the cross-check, when the default
   ladder (1, 2, 3, 5) is too expensive.
@@ -253,15 +255,6 @@ class GeneralBuilder:
         """value(*free) must be 0 (or a pair (lhs, rhs)) for free indices ranging over ``over``; or a
         list of ``G.piece``s that must be 0, tiling an array of shape ``over``."""
         return GeneralLaw(value, tuple(self.size(s) for s in over))
-
-    def backward(self, wrt: str) -> Callable:
-        claim = f"vjp[{wrt}]"
-        if claim not in self.op.general:
-            raise SpecError(self.op.name, f"general form: no general form for {claim}")
-        form = self.op.general[claim](self)
-        if len(form.backward) != 1 or form.backward[0].index is not None:
-            raise SpecError(self.op.name, "G.backward needs a backward written as one function")
-        return form.backward[0].value
 
     @staticmethod
     def _pieces(spec, shape) -> list:
