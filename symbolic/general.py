@@ -60,7 +60,7 @@ from vjpcert.core.registry import Op, SpecError
 from vjpcert.symbolic import tolerances as tol
 from vjpcert.symbolic.general_form import (GeneralBuilder, Statement, _cot_name, _entry, assumptions_of,  # noqa: F401
                                    build_statement, general_claims, general_dims, render)
-from vjpcert.symbolic.general_normal import NormalFormError, Normaliser, expand_sums
+from vjpcert.symbolic.general_normal import NormalFormError, Normaliser, expand_sums, plainly_zero
 from vjpcert.symbolic.shape_trace import DerivationRefused, derive, source_of, spec_line
 # The symbolic tier's checker hash (it covers every file of symbolic/, these two included), so the
 # report planner tells a current general certificate from a stale one as for every other symbolic claim.
@@ -106,13 +106,27 @@ def normalise_statement(stmt: Statement) -> dict:
                 layouts[label] = lay
         for ident in stmt.identities:
             t = time.perf_counter()
-            zero, info = N.is_zero(ident.lhs - ident.rhs)
+            # a free index over a range of constant length (rope_pair's 2 components) takes each value
+            const = [s for s in ident.free if sp.expand(G.ranges[s][1] - G.ranges[s][0]).is_Integer
+                     and int(G.ranges[s][1] - G.ranges[s][0]) < MAX_ENUMERATED]
+            cases = [dict(zip(const, vals)) for vals in
+                     itertools.product(*[range(int(G.ranges[s][0]), int(G.ranges[s][1]) + 1) for s in const])]
+            zero, info, vacuous, shown = True, {}, True, None
+            for case in cases:
+                diff = (ident.lhs - ident.rhs).xreplace(case)
+                z, info = N.is_zero(diff)
+                vacuous &= z and stmt.kind == "vjp" and N(ident.rhs.xreplace(case)) == 0
+                if not z and shown is None:
+                    shown = sp.sstr(N(diff))[:400]
+                zero &= z
             info["free"] = [str(s) for s in ident.free]
-            if zero and stmt.kind == "vjp" and N(ident.rhs) == 0:
+            if const:
+                info["enumerated"] = {str(s): f"{G.ranges[s][0]}..{G.ranges[s][1]}" for s in const}
+            if zero and vacuous:
                 info["vacuous"] = "the backward and J^T dy are both identically 0"
             info["seconds"] = round(time.perf_counter() - t, 4)
             if not zero:
-                info["normal_form"] = sp.sstr(N(ident.lhs - ident.rhs))[:400]
+                info["normal_form"] = shown
             results.append(info)
             proved &= zero
     except NormalFormError as exc:
@@ -263,7 +277,7 @@ def _agree(a, b, rng: random.Random, N: Normaliser) -> str:
     """'exact' when a - b normalises to 0, 'mismatch' when it is far from 0 at a random exact point
     at 50 digits, else 'numeric' (agreement at 50 digits, not proved)."""
     a, b = sp.sympify(a), sp.sympify(b)
-    if a == b:                         # the same expression tree (a derived statement usually is)
+    if a == b or plainly_zero(a - b):  # the same tree, or the same up to + - * / of equal subterms
         return "exact"
     try:
         if N.is_zero(a - b)[0]:
@@ -351,6 +365,7 @@ def cross_check(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
 UNDEFINED = ("the spec is undefined at these sizes (a denominator vanishes for every input, e.g. a variance "
              "at n = 1 with eps = 0): not compared")
 MIN_COMPARED = 3               # sizes at which the statement must be compared with the spec
+MAX_ENUMERATED = 8             # a free index over a constant range of up to this many values is enumerated
 
 
 def _undefined(*arrays) -> bool:

@@ -33,6 +33,7 @@ import sympy as sp
 from sympy import Indexed, KroneckerDelta, Sum
 
 MAX_PERMUTATIONS_VARS = 6       # canonical naming tries every order of a sum's indices up to this many
+MAX_WRITTEN_OUT = 8             # a sum over a range of constant length up to this is written out term by term
 
 
 class NormalFormError(Exception):
@@ -115,11 +116,13 @@ class Stats:
     sums_flattened: int = 0
     sums_split: int = 0
     relation_reductions: int = 0
+    sums_written_out: int = 0
 
     def as_dict(self) -> dict:
         return {"sums_normalised": self.sums_seen, "deltas_evaluated": self.deltas_evaluated,
                 "deltas_zero": self.deltas_zero, "sums_flattened": self.sums_flattened,
-                "sums_split": self.sums_split, "relation_reductions": self.relation_reductions}
+                "sums_split": self.sums_split, "relation_reductions": self.relation_reductions,
+                "sums_written_out": self.sums_written_out}
 
 
 class Normaliser:
@@ -519,6 +522,13 @@ class Normaliser:
 
     def norm_sum(self, e: Sum):
         self.stats.sums_seen += 1
+        for pos, (v, lo, hi) in enumerate(e.limits):        # a range of constant length: written out
+            size = sp.expand(self.norm(hi) - self.norm(lo) + 1)
+            if size.is_Integer and 0 <= size <= MAX_WRITTEN_OUT:
+                rest = e.limits[:pos] + e.limits[pos + 1:]
+                terms = [e.function.xreplace({v: sp.expand(self.norm(lo) + k)}) for k in range(int(size))]
+                self.stats.sums_written_out += 1
+                return self.norm(sp.Add(*[Sum(t, *rest) if rest else t for t in terms]))
         body, rename, V = e.function, {}, []
         for v, lo, hi in e.limits:
             lo, hi = self.norm(lo), self.norm(hi)
@@ -694,18 +704,46 @@ class Normaliser:
 
 
 # ----------------------------------------------------------------------------- the zero test
-def rational_function_is_zero(a) -> bool:
+def rational_function_is_zero(a, opaque: bool = False) -> bool:
     """Whether an expression built from + * and integer powers of symbols and rationals is the zero
     rational function: evaluated as (numerator, denominator) polynomials in python-flint, exactly.
-    (SymPy's ``together`` is the same test, two orders of magnitude slower on large cross-checks.)"""
+    (SymPy's ``together`` is the same test, two orders of magnitude slower on large cross-checks.)
+    With ``opaque``, every other subterm (exp(...), sqrt(...)) is a variable of its own, keyed by the
+    subterm as SymPy built it."""
     import flint
-    syms = sorted(a.free_symbols, key=str)
-    if not syms:
-        return a == 0
-    ctx = flint.fmpq_mpoly_ctx.get(("a", len(syms)), "degrevlex")
-    gens = dict(zip(syms, ctx.gens()))
-    one = ctx.constant(1)
+    a = sp.sympify(a)
+    variables: dict = {}
     memo: dict = {}
+
+    def var(e):
+        if e not in variables:
+            variables[e] = len(variables)
+
+    # first pass: which subterms are variables (a symbol, or an opaque subterm)
+    seen: set = set()
+
+    def scan(e):
+        if e.is_Rational or e in seen:
+            return
+        seen.add(e)
+        if isinstance(e, (sp.Add, sp.Mul)):
+            for t in e.args:
+                scan(t)
+            return
+        if isinstance(e, sp.Pow) and e.exp.is_Integer:
+            scan(e.base)
+            return
+        if e.is_Number:
+            raise NormalFormError(f"inexact number {e}")
+        if not (opaque or isinstance(e, sp.Symbol)):
+            raise NormalFormError(f"not a rational function of atoms: {type(e).__name__}")
+        var(e)
+    scan(a)
+    if not variables:
+        return a == 0
+    ctx = flint.fmpq_mpoly_ctx.get(("a", len(variables)), "degrevlex")
+    gens = ctx.gens()
+    one = ctx.constant(1)
 
     def ev(e):
         hit = memo.get(e)
@@ -713,8 +751,6 @@ def rational_function_is_zero(a) -> bool:
             return hit
         if e.is_Rational:
             out = (ctx.constant(flint.fmpq(int(e.p), int(e.q))), one)
-        elif e in gens:
-            out = (gens[e], one)
         elif isinstance(e, sp.Add):
             n, d = ev(e.args[0])
             for t in e.args[1:]:
@@ -736,10 +772,21 @@ def rational_function_is_zero(a) -> bool:
                 n, d, k = d, n, -k
             out = (n ** k, d ** k)
         else:
-            raise NormalFormError(f"not a rational function of atoms: {type(e).__name__}")
+            out = (gens[variables[e]], one)
         memo[e] = out
         return out
     return ev(a)[0] == 0
+
+
+def plainly_zero(expr) -> bool:
+    """True when ``expr`` is 0 as a rational function of its non-rational subterms, each taken as it
+    is (exp(...), sqrt(...), erf(...) as opaque atoms, equal only when SymPy builds them equal). Exact
+    but not complete: False says nothing (``Normaliser.is_zero`` relates the atoms). Cheap: two
+    evaluations of one spec built by the same operations are usually this close."""
+    try:
+        return rational_function_is_zero(expr, opaque=True)
+    except NormalFormError:
+        return False
 
 
 # ----------------------------------------------------------------------------- instantiation
