@@ -190,7 +190,8 @@ def default_check_dims(stmt: Statement) -> list[dict]:
     # a point whose coupled dims are large (attention at m = 5, d = 3) costs seconds to write out;
     # it is dropped as long as MIN_COMPARED points remain
     small = [d for size, d in out if size <= CROSS_CHECK_MAX_SIZE]
-    return small if len(small) >= MIN_COMPARED else [d for _, d in out]
+    chosen = small if len(small) >= MIN_COMPARED else [d for _, d in out]
+    return [d for k, d in enumerate(chosen) if d not in chosen[:k]]        # rows alone repeat (1, 2)
 
 
 def own_dims(stmt: Statement) -> list[dict]:

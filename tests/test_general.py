@@ -26,6 +26,8 @@ REQUIRED = {
     "linear": {"vjp[x]", "vjp[W]", "vjp[b]", "adjoint_x", "adjoint_W"},
     "gelu_erf": {"vjp[x]", "derivative_formula", "odd_part_is_identity"},
     "gelu_tanh": {"vjp[x]", "derivative_formula", "odd_part_is_identity"},
+    "log_softmax": {"vjp[x]", "cotangent_sums_to_zero", "exp_rows_sum_to_one"},
+    "rope_pair": {"vjp[x]", "inverse_rotation", "backward_inverts_forward", "preserves_norm"},
     "rope_interleaved": {"vjp[x]", "inverse_rotation", "backward_inverts_forward"},
     "rope_half": {"vjp[x]", "inverse_rotation", "backward_inverts_forward"},
     "scaled_dot": {"vjp[q]", "vjp[k]", "euler_homogeneity"},
