@@ -62,8 +62,12 @@ def test_every_general_claim_is_proved_from_the_spec_s_own_code(name, claim):
     # the dimension variables and the assumptions are stated
     assert ev["dimension_variables"] and set(cert.dims) == o.dim_names()
     assert any(">= 1" in a for a in cert.assumptions)
-    if any(p.positive for p in o.params.values()):
-        assert "eps > 0" in cert.assumptions
+    at = o.get_law(claim).params if not claim.startswith("vjp[") else {}
+    for pname, p in o.params.items():
+        if pname in at:
+            assert f"{pname} = {at[pname]!r} (the law is stated there)" in cert.assumptions
+        elif p.positive:
+            assert f"{pname} > 0" in cert.assumptions
     assert (ev.get("backward_latex") or ev.get("law_latex")) and ev["statement"]
     assert ev["formula"] and ev["formula_latex"]
     assert cert.dims == general_dims(o, claim)             # where the planner expects the file
@@ -293,7 +297,7 @@ def test_unknown_claims_are_refused():
     with pytest.raises(SpecError):
         OPS["softmax"].every_size("no_such_law")
     with pytest.raises(SpecError):
-        prove_general(OPS["rope_pair"], "vjp[x]")              # not declared for every size
+        prove_general(OPS["softmax"], "max_shift_free")        # not declared for every size
 
 
 def test_a_broken_general_form_is_inconclusive_with_its_error():
