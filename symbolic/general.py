@@ -52,7 +52,6 @@ from typing import Callable
 
 import numpy as np
 import sympy as sp
-from sympy import Indexed
 
 from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate, versions
@@ -88,6 +87,10 @@ CROSS_CHECK_MAX_SIZE = 9       # ... dropping those whose non-batch dims multipl
 WITNESS_MAX_ENTRIES = 48       # entries of the cotangent evaluated when looking for a witness
 SHARE = {"normalise": 0.5, "cross-check": 0.8, "witness": 0.7}
 FIXED_DIMS_BUDGET_S = 10.0     # per size; measured here: 0.01-0.07 s each at the cross-check sizes
+MIN_COMPARED = 3               # sizes at which the statement must be compared with the spec
+MAX_ENUMERATED = 8             # a free index over a constant range of up to this many values is enumerated
+UNDEFINED = ("the spec is undefined at these sizes (a denominator vanishes for every input, e.g. a variance "
+             "at n = 1 with eps = 0): not compared")
 
 
 def normalise_statement(stmt: Statement) -> dict:
@@ -233,21 +236,6 @@ def _spec_values(op: Op, spec_dims: dict, overrides: dict | None = None) -> tupl
     return values, dims
 
 
-def _substitute_arrays(expr, arrays: dict):
-    subs = {}
-    for ind in expr.atoms(Indexed):
-        name = ind.base.label.name
-        idx = tuple(ind.indices)
-        if not all(i.is_Integer for i in idx):
-            raise NormalFormError(f"{ind}: index not concrete after instantiation")
-        arr = np.asarray(arrays[name], dtype=object)
-        idx = tuple(int(i) for i in idx)
-        if len(idx) != arr.ndim or any(not 0 <= i < n for i, n in zip(idx, arr.shape)):
-            raise NormalFormError(f"{ind} is outside the array {name} of shape {arr.shape}")
-        subs[ind] = arr[idx]
-    return expr.xreplace(subs)
-
-
 def instantiate(pieces: list, shape: tuple, dimvals: dict, arrays: dict) -> np.ndarray:
     """The pieces written out at concrete dims as one array; every entry must be covered once."""
     out = np.empty(shape, dtype=object)
@@ -363,10 +351,6 @@ def cross_check(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
     return {"status": status, "at": rows}
 
 
-UNDEFINED = ("the spec is undefined at these sizes (a denominator vanishes for every input, e.g. a variance "
-             "at n = 1 with eps = 0): not compared")
-MIN_COMPARED = 3               # sizes at which the statement must be compared with the spec
-MAX_ENUMERATED = 8             # a free index over a constant range of up to this many values is enumerated
 
 
 def _undefined(*arrays) -> bool:

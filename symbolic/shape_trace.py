@@ -898,7 +898,7 @@ def getitem(A: SymArray, key) -> SymArray:
 
 def _select(ctx: _Context, P: Piece, plan):
     """The part of piece P that the index plan keeps, as a piece of the result (None: nothing)."""
-    maps, steps = [], []            # steps: per output axis, how its local index maps back
+    maps = []                       # the new piece's axis maps
     fixed: dict[int, sp.Expr] = {}  # old axis -> its old local index as an expression of new locals
     out_axis = 0
     for item in plan:
