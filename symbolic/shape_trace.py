@@ -977,10 +977,10 @@ def _slice_piece(ctx: _Context, a, b, z, start, stop, step, L, u):
         if a == 1 and step == 1:
             if ctx.nonneg(start - b) and ctx.nonneg(last - stop + 1):     # the piece covers the slice
                 return (1, 0, L), u + start - b
-            if ctx.nonneg(start - b) and ctx.nonneg(stop - 1 - last):     # overlaps its left end
-                return (1, 0, last - start + 1), u + start - b
-            if ctx.nonneg(b - start) and ctx.nonneg(last - stop + 1):     # overlaps its right end
-                return (1, b - start, stop - b), u
+            if ctx.nonneg(start - b) and ctx.nonneg(stop - 1 - last) and ctx.nonneg(last - start + 1):
+                return (1, 0, last - start + 1), u + start - b                # overlaps its left end
+            if ctx.nonneg(b - start) and ctx.nonneg(last - stop + 1) and ctx.nonneg(stop - b):
+                return (1, b - start, stop - b), u                            # overlaps its right end
         refuse("a slice cuts a part of the array where the cut is not known for every size")
     if a == 1 and ctx.nonneg(start - b) and ctx.nonneg(last - stop + 1):
         return (1, 0, L), start - b + step * u                        # a strided slice of a contiguous part
