@@ -22,7 +22,9 @@ SCHEMA_VERSION = 2
 VERDICTS = {
     "proved": "exact: an exact normalisation of backward - J^T dy (or of the law) returned 0, "
               "for all inputs at the stated dims",
-    "proved-general": "exact for every size: the statement was proved with symbolic dimensions",
+    "proved-general": "exact for every size: the statement, derived from the spec's own code by a "
+                      "shape-polymorphic trace, was proved with symbolic dimensions under the stated "
+                      "assumptions",
     "proved-compositional": "exact by composition: every node proved, and the assembly of node "
                             "Jacobians proved equal to the transpose of the chain",
     "checked-probabilistic": "a randomised exact identity test (Schwartz-Zippel) passed; the "
@@ -36,7 +38,7 @@ PASSING = {"proved", "proved-general", "proved-compositional", "checked-probabil
            "kernel-match"}
 TRUST = {  # how much a reader may rely on a verdict, in words
     "proved": "exact proof at these dims",
-    "proved-general": "exact proof for all sizes",
+    "proved-general": "exact proof for every size, derived from the spec's code",
     "proved-compositional": "exact proof by composition",
     "checked-probabilistic": "randomised exact test",
     "checked": "numeric evidence",

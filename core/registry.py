@@ -174,7 +174,7 @@ class Op:
         self.vjp: Callable | None = None
         self.laws: list[Law] = []
         self.mutants: list[Mutant] = []
-        self.general: dict[str, Callable] = {}   # claim -> builder of its symbolic-dimension form
+        self.general: dict[str, None] = {}       # claims proved for every size (``every_size``)
         self.module = inspect.getmodule(fn)
         self.doc = inspect.getdoc(fn) or (inspect.getdoc(self.module) if self.module else "") or ""
         self.base_name = self.name      # a mutant twin keeps the name of the op it mutates
@@ -218,15 +218,15 @@ class Op:
             return f
         return register(fn) if fn is not None else register
 
-    def general_form(self, claim: str):
-        """Register how ``claim`` is stated with symbolic dimensions (IndexedBase / Sum), for a proof
-        that holds for every size (``symbolic.general``)."""
-        def register(f):
+    def every_size(self, *claims: str):
+        """Ask for proofs of ``claims`` for every size (verdict ``proved-general``). The statement is
+        derived from the spec's own code by a shape-polymorphic trace (``symbolic.shape_trace``):
+        nothing is written twice."""
+        for claim in claims:
             if claim not in self.claims():
-                raise SpecError(self.name, f"general form for unknown claim {claim!r}")
-            self.general[claim] = f
-            return f
-        return register
+                raise SpecError(self.name, f"every_size: unknown claim {claim!r}; it has {self.claims()}")
+            self.general[claim] = None
+        return self
 
     def mutant(self, name: str, *, kills=(), replaces: str = "vjp", doc: str | None = None, evades=(),
                refused: bool = False, exact_only: bool = False):

@@ -82,48 +82,10 @@ def fully_masked_row_is_zero(B, Q, K, V, dy, forward, backward):
     return np.concatenate([forward(Q, K, V)[0], dQ[0]])
 
 
-# ------------------------------------------------------------------ general forms (every m, d)
-def general_attention(G):
-    """Attention in index form with symbolic m (sequence) and d (head width), c = 1/sqrt(d):
-    S[i, j] = c sum_k Q[i, k] K[j, k],  P[i, j] = exp(S[i, j]) / sum_j' exp(S[i, j']),
-    O[i, l] = sum_j P[i, j] V[j, l], and the backward of the docstring entry by entry."""
-    m, d = G.dim("m"), G.dim("d")
-    Q, K, V, dO = G.array("Q"), G.array("K"), G.array("V"), G.array("dy")
-    c = 1 / G.sqrt(d)
-
-    @G.let("S")
-    def S(i, j):
-        return c * G.sum(lambda k: Q[i, k] * K[j, k], d)
-
-    @G.let("P")
-    def P(i, j):
-        return G.exp(S(i, j)) / G.sum(lambda j2: G.exp(S(i, j2)), m)
-
-    def O(i, l):
-        return G.sum(lambda j: P(i, j) * V[j, l], m)
-
-    @G.let("dP")
-    def dP(i, j):
-        return G.sum(lambda l: dO[i, l] * V[j, l], d)
-
-    @G.let("dS")
-    def dS(i, j):
-        return P(i, j) * (dP(i, j) - G.sum(lambda j2: P(i, j2) * dP(i, j2), m))
-
-    def dQ(a, b):
-        return c * G.sum(lambda j: dS(a, j) * K[j, b], m)
-
-    def dK(a, b):
-        return c * G.sum(lambda i: dS(i, a) * Q[i, b], m)
-
-    def dV(a, b):
-        return G.sum(lambda i: P(i, a) * dO[i, b], m)
-    G.check_at([{"m": 1, "d": 2}, {"m": 2, "d": 3}, {"m": 3, "d": 2}])
-    return dict(m=m, d=d, c=c, S=S, P=P, O=O, dP=dP, dS=dS, dQ=dQ, dK=dK, dV=dV)
-
-
-for _wrt in ("Q", "K", "V"):
-    @attention.general_form(f"vjp[{_wrt}]")
-    def _(G, _wrt=_wrt):
-        f = general_attention(G)
-        return G.vjp(_wrt, forward=f["O"], backward=f["d" + _wrt])
+# Proved for every m and d: the statement is derived from the code above (symbolic.shape_trace).
+attention.every_size("vjp[Q]", "vjp[K]", "vjp[V]")
+# Causal: every m and d at the default offset 0, and the fully-masked-row law at offset 1. The mask
+# becomes an indicator [j <= i - offset] in the statement, decided by the index bounds where they
+# decide it (symbolic.general_normal.Ind).
+attention_causal.every_size("vjp[Q]", "vjp[K]", "vjp[V]", "first_row_sees_only_itself",
+                            "fully_masked_row_is_zero")

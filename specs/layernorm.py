@@ -49,54 +49,5 @@ def dx_orthogonal_to_xhat(B, x, gamma, beta, dy, backward):
     return (dx * xc).sum(-1)
 
 
-# ------------------------------------------------------------------ general forms (every size n)
-def general_layernorm(G):
-    """LayerNorm in index form with symbolic n and rows (the formulas of the docstring, entry by entry)."""
-    n, rows = G.dim("n"), G.dim("rows")
-    x, gamma, beta, dy, eps = G.array("x"), G.array("gamma"), G.array("beta"), G.array("dy"), G.param("eps")
-
-    @G.let("mu")
-    def mu(r):
-        return G.mean(lambda k: x[r, k], n)
-
-    @G.let("rstd")
-    def rstd(r):
-        return 1 / G.sqrt(G.mean(lambda k: (x[r, k] - mu(r)) * (x[r, k] - mu(r)), n) + eps)
-
-    @G.let("xhat")
-    def xh(r, i):
-        return (x[r, i] - mu(r)) * rstd(r)
-
-    def y(r, i):
-        return xh(r, i) * gamma[i] + beta[i]
-
-    def dx(s, j):
-        def g(l):
-            return dy[s, l] * gamma[l]
-        return rstd(s) * (g(j) - G.mean(g, n) - xh(s, j) * G.mean(lambda l: g(l) * xh(s, l), n))
-
-    def dgamma(j):
-        return G.sum(lambda r: dy[r, j] * xh(r, j), rows)
-
-    def dbeta(j):
-        return G.sum(lambda r: dy[r, j], rows)
-    return dict(n=n, rows=rows, x=x, gamma=gamma, dy=dy, eps=eps, mu=mu, rstd=rstd, xh=xh, y=y,
-                dx=dx, dgamma=dgamma, dbeta=dbeta)
-
-
-@layernorm.general_form("vjp[x]")
-def _(G):
-    f = general_layernorm(G)
-    return G.vjp("x", forward=f["y"], backward=f["dx"])
-
-
-@layernorm.general_form("vjp[gamma]")
-def _(G):
-    f = general_layernorm(G)
-    return G.vjp("gamma", forward=f["y"], backward=f["dgamma"])
-
-
-@layernorm.general_form("vjp[beta]")
-def _(G):
-    f = general_layernorm(G)
-    return G.vjp("beta", forward=f["y"], backward=f["dbeta"])
+# Proved for every size n and rows: the statement is derived from the code above (symbolic.shape_trace).
+layernorm.every_size("vjp[x]", "vjp[gamma]", "vjp[beta]", "dx_sums_to_zero", "dx_orthogonal_to_xhat")

@@ -6,28 +6,36 @@ the claim is proved once for all of them:
 
     for every size and every input index (s, j):   sum_out dy[out] * d y[out] / d x[s, j]  ==  dx[s, j]
 
-The left side is *derived* (``sympy.diff`` of the indexed forward gives KroneckerDelta terms), the
-right side is the hand-written backward in index form, and the difference is reduced to 0 by the
-exact normal form of ``symbolic.general_normal`` (sums expanded by linearity, deltas evaluated under
-proven index bounds, each remaining sum and transcendental subterm an atom, then a rational-function
-zero test). Nothing else may say ``proved-general``.
+Both sides come from the spec itself: ``symbolic.shape_trace`` runs the op's forward, backward (or
+law) with symbolic dimensions and hands over y[out] and dx[s, j] as expressions in the indices. The
+left side is then *derived* (``sympy.diff`` of the indexed forward gives KroneckerDelta terms) and
+the difference is reduced to 0 by the exact normal form of ``symbolic.general_normal`` (sums
+expanded by linearity, deltas and mask indicators evaluated under proven index bounds, each
+remaining sum and transcendental subterm an atom, then a rational-function zero test). Nothing else
+may say ``proved-general``.
 
-A layout written as pieces (RoPE's x[r, 2p + c] or x[r, p + h]) is also proved to tile its array
-for every size (indices in range, maps injective, pieces disjoint, sizes adding up).
+A layout written as pieces (RoPE's x[r, 2p + c] or x[r, p + h], a concatenation) is also proved to
+tile its array for every size (indices in range, maps injective, pieces disjoint, sizes adding up).
 
-A general form is a second transcription of the op, so guards tie it to the spec that the rest of
-the project checks:
-  * cross-check: the general forward and backward (or law) are *instantiated* at several concrete
-    sizes (n = 1, 2, 3, 5 by default) and compared, entry by entry and exactly, with ``op.forward`` /
-    ``op.vjp`` / the law run on the SymPy backend; the fixed-dims prover (``prove_claim``) proves the
-    spec at the same sizes. A mismatch means the proof is about another formula, and a refutation
-    there contradicts the general proof: either way never ``proved-general``.
-  * negative controls (``specs/mutants/general.py``): wrong general backwards that must not prove.
-What is proved for every size is the general form's identity; that the general form *is* the spec
-is shown exactly at the cross-check sizes (the spec itself is array code at fixed sizes). For
-elementwise ops (GELU) the general form calls the spec's own forward and backward on one entry.
+What guards the derivation:
+  * refusal: Python control flow on a size (``if n % 4``, ``range(n)``), a slice or an index that
+    does not fit every size (``x[..., :2048]``), a layout that cannot be aligned, constraints on a
+    dim other than "every size" or "every multiple of k": the derivation stops, and the claim is
+    ``inconclusive`` with the reason and the spec's file:line -- never proved;
+  * cross-check (the tracer's self-check): the derived statement is *instantiated* at several
+    concrete sizes (n = 1, 2, 3, 5, and the op's own dims) and compared, entry by entry and exactly,
+    with ``op.forward`` / ``op.vjp`` / the law run on the SymPy backend; the fixed-dims prover
+    (``prove_claim``) proves the spec at the ladder's sizes. A mismatch means the tracer derived
+    another formula, and a refutation there contradicts the general proof: either way never
+    ``proved-general``. (A size where the spec is undefined for every input -- a variance at n = 1
+    with eps = 0 -- is not compared; at least three sizes must be.)
+  * negative controls (``specs/mutants/general.py`` and every spec mutant): wrong specs must be
+    refused or fail with a witness; hand-written statements about another formula must be refused
+    by the cross-check.
 
-How general forms are written: ``symbolic.general_form``.
+``prove_general(op, claim, form=builder)`` proves a hand-written statement instead (``general_form``
+describes the builder ``G``); the tests use it for negative controls, and its certificate says it
+was not derived from the spec.
 
 Public API: ``prove_general(op, claim, *, budget=60.0, seed=0, form=None) -> Certificate``,
 ``general_claims(op) -> list[str]`` and ``general_dims(op, claim) -> dict`` (the certificate's dims,
@@ -44,7 +52,6 @@ from typing import Callable
 
 import numpy as np
 import sympy as sp
-from sympy import Indexed
 
 from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate
@@ -52,7 +59,8 @@ from vjpcert.core.registry import Op, SpecError
 from vjpcert.symbolic import tolerances as tol
 from vjpcert.symbolic.general_form import (GeneralBuilder, Statement, _cot_name, _entry, assumptions_of,  # noqa: F401
                                    build_statement, general_claims, general_dims, render)
-from vjpcert.symbolic.general_normal import NormalFormError, Normaliser, expand_sums
+from vjpcert.symbolic.general_normal import NormalFormError, Normaliser, expand_sums, plainly_zero
+from vjpcert.symbolic.shape_trace import DerivationRefused, derive, source_of, spec_line
 # The symbolic tier's checker hash (it covers every file of symbolic/, these two included), so the
 # report planner tells a current general certificate from a stale one as for every other symbolic claim.
 from vjpcert.symbolic.prover import CHECKER_SHA256
@@ -65,15 +73,24 @@ NORMALISATION = ("sums expanded by linearity (independent factors pulled out, ne
                  "with canonically named indices; exp/erf/tanh/sin/cos and radicals opaque atoms "
                  "(radicals reduced by u^q = b); zero test: numerator of the rational function in "
                  "the atoms expands to 0")
-SCOPE = ("the general form's identity is proved for every size; the general form is shown to be the "
-         "spec's formula exactly at the cross-check sizes, where the fixed-dims prover also proves the spec")
+SCOPE = ("the statement was derived from the spec's own code (the functions named in derived_from) by a "
+         "shape-polymorphic trace with symbolic dimensions, and proved for every size allowed by the "
+         "assumptions; the cross-check instantiates it at concrete sizes and compares it exactly with the "
+         "spec run there (a self-check of the tracer), where the fixed-dims prover also proves the spec")
+SCOPE_FORM = ("a hand-written general form (not derived from the spec): its identity is proved for every size; "
+              "that it is the spec's formula is shown exactly at the cross-check sizes only")
 LADDER = (1, 2, 3, 5)          # default cross-check sizes: 1 catches off-by-one ranges, 5 is not square
 BATCH_LADDER = (1, 2)          # dims that only repeat rows (no coupling across them)
 BATCH_DIMS = ("rows", "batch")
 CROSS_CHECK_POINTS = 4         # how many concrete sizes the cross-check instantiates by default
+CROSS_CHECK_MAX_SIZE = 9       # ... dropping those whose non-batch dims multiply to more than this
 WITNESS_MAX_ENTRIES = 48       # entries of the cotangent evaluated when looking for a witness
 SHARE = {"normalise": 0.5, "cross-check": 0.8, "witness": 0.7}
 FIXED_DIMS_BUDGET_S = 10.0     # per size; measured here: 0.01-0.07 s each at the cross-check sizes
+MIN_COMPARED = 3               # sizes at which the statement must be compared with the spec
+MAX_ENUMERATED = 8             # a free index over a constant range of up to this many values is enumerated
+UNDEFINED = ("the spec is undefined at these sizes (a denominator vanishes for every input, e.g. a variance "
+             "at n = 1 with eps = 0): not compared")
 
 
 def normalise_statement(stmt: Statement) -> dict:
@@ -84,21 +101,35 @@ def normalise_statement(stmt: Statement) -> dict:
     results, proved = [], True
     try:
         layouts = {}
-        if stmt.kind == "vjp":
-            for label, pieces, shape in (("output", stmt.forward, G.shape("y")),
-                                         (stmt.form.wrt, stmt.backward, G.shape(stmt.form.wrt))):
-                lay = layout_proof(N, pieces, shape)
-                if lay is not None:
-                    layouts[label] = lay
+        groups = ((("output", stmt.forward, G.shape("y")), (stmt.form.wrt, stmt.backward, G.shape(stmt.form.wrt)))
+                  if stmt.kind == "vjp" else (("law", stmt.law, stmt.law_shape),))
+        for label, pieces, shape in groups:
+            lay = layout_proof(N, pieces, shape)
+            if lay is not None:
+                layouts[label] = lay
         for ident in stmt.identities:
             t = time.perf_counter()
-            zero, info = N.is_zero(ident.lhs - ident.rhs)
+            # a free index over a range of constant length (rope_pair's 2 components) takes each value
+            const = [s for s in ident.free if sp.expand(G.ranges[s][1] - G.ranges[s][0]).is_Integer
+                     and int(G.ranges[s][1] - G.ranges[s][0]) < MAX_ENUMERATED]
+            cases = [dict(zip(const, vals)) for vals in
+                     itertools.product(*[range(int(G.ranges[s][0]), int(G.ranges[s][1]) + 1) for s in const])]
+            zero, info, vacuous, shown = True, {}, True, None
+            for case in cases:
+                diff = (ident.lhs - ident.rhs).xreplace(case)
+                z, info = N.is_zero(diff)
+                vacuous &= z and stmt.kind == "vjp" and N(ident.rhs.xreplace(case)) == 0
+                if not z and shown is None:
+                    shown = sp.sstr(N(diff))[:400]
+                zero &= z
             info["free"] = [str(s) for s in ident.free]
-            if zero and stmt.kind == "vjp" and N(ident.rhs) == 0:
+            if const:
+                info["enumerated"] = {str(s): f"{G.ranges[s][0]}..{G.ranges[s][1]}" for s in const}
+            if zero and vacuous:
                 info["vacuous"] = "the backward and J^T dy are both identically 0"
             info["seconds"] = round(time.perf_counter() - t, 4)
             if not zero:
-                info["normal_form"] = sp.sstr(N(ident.lhs - ident.rhs))[:400]
+                info["normal_form"] = shown
             results.append(info)
             proved &= zero
     except NormalFormError as exc:
@@ -157,7 +188,26 @@ def default_check_dims(stmt: Statement) -> list[dict]:
             else:
                 vals[s] = LADDER[(t + pos) % len(LADDER)]
                 pos += 1
-        out.append({name: int(expr.xreplace(vals)) for name, expr in G.dim_exprs.items()})
+        size = int(np.prod([v for s, v in vals.items() if str(s) not in BATCH_DIMS]))
+        out.append((size, {name: int(expr.xreplace(vals)) for name, expr in G.dim_exprs.items()}))
+    # a point whose coupled dims are large (attention at m = 5, d = 3) costs seconds to write out;
+    # it is dropped as long as MIN_COMPARED points remain
+    small = [d for size, d in out if size <= CROSS_CHECK_MAX_SIZE]
+    chosen = small if len(small) >= MIN_COMPARED else [d for _, d in out]
+    return [d for k, d in enumerate(chosen) if d not in chosen[:k]]        # rows alone repeat (1, 2)
+
+
+def own_dims(stmt: Statement) -> list[dict]:
+    """The op's own dims (its fixed-dims ladder) that the statement's dim forms allow."""
+    out = []
+    for d in stmt.op.dims:
+        try:
+            _dim_values(stmt.G, stmt.op.resolve_dims({**stmt.op.dims[0], **d}))
+        except Exception:  # a size the statement does not cover (an odd d): not compared
+            continue
+        d = {k: v for k, v in stmt.op.resolve_dims({**stmt.op.dims[0], **d}).items() if k in stmt.G.dim_exprs}
+        if d not in out:
+            out.append(d)
     return out
 
 
@@ -186,25 +236,12 @@ def _spec_values(op: Op, spec_dims: dict, overrides: dict | None = None) -> tupl
     return values, dims
 
 
-def _substitute_arrays(expr, arrays: dict):
-    subs = {}
-    for ind in expr.atoms(Indexed):
-        name = ind.base.label.name
-        idx = tuple(ind.indices)
-        if not all(i.is_Integer for i in idx):
-            raise NormalFormError(f"{ind}: index not concrete after instantiation")
-        arr = np.asarray(arrays[name], dtype=object)
-        idx = tuple(int(i) for i in idx)
-        if len(idx) != arr.ndim or any(not 0 <= i < n for i, n in zip(idx, arr.shape)):
-            raise NormalFormError(f"{ind} is outside the array {name} of shape {arr.shape}")
-        subs[ind] = arr[idx]
-    return expr.xreplace(subs)
-
-
 def instantiate(pieces: list, shape: tuple, dimvals: dict, arrays: dict) -> np.ndarray:
     """The pieces written out at concrete dims as one array; every entry must be covered once."""
     out = np.empty(shape, dtype=object)
     count = np.zeros(shape, dtype=int)
+    arrays = {k: np.asarray(v, dtype=object) for k, v in arrays.items() if isinstance(v, np.ndarray)}
+    memo: dict = {}
     for p in pieces:
         sizes = [int(sp.sympify(z).xreplace(dimvals)) for z in p.sizes]
         for vals in itertools.product(*[range(z) for z in sizes]):
@@ -215,7 +252,7 @@ def instantiate(pieces: list, shape: tuple, dimvals: dict, arrays: dict) -> np.n
             idx = tuple(int(i) for i in idx)
             if len(idx) != len(shape) or any(not 0 <= i < n for i, n in zip(idx, shape)):
                 raise NormalFormError(f"piece index {idx} is outside the shape {shape}")
-            out[idx] = _substitute_arrays(expand_sums(p.value, m), arrays)
+            out[idx] = expand_sums(p.value, m, memo, arrays)
             count[idx] += 1
     if (count != 1).any():
         missing = [tuple(map(int, i)) for i in np.argwhere(count == 0)[:3]]
@@ -229,6 +266,8 @@ def _agree(a, b, rng: random.Random, N: Normaliser) -> str:
     """'exact' when a - b normalises to 0, 'mismatch' when it is far from 0 at a random exact point
     at 50 digits, else 'numeric' (agreement at 50 digits, not proved)."""
     a, b = sp.sympify(a), sp.sympify(b)
+    if a == b or plainly_zero(a - b):  # the same tree, or the same up to + - * / of equal subterms
+        return "exact"
     try:
         if N.is_zero(a - b)[0]:
             return "exact"
@@ -274,6 +313,10 @@ def cross_check(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
                 y_spec = np.asarray(op.bind(op.forward, SYMPY, values), dtype=object)
                 cots = op.bind(op.vjp, SYMPY, values)
                 dx_spec = np.asarray(cots[list(op.inputs).index(wrt)], dtype=object)
+                if _undefined(y_spec, dx_spec):
+                    row["undefined"] = UNDEFINED
+                    rows.append(row)
+                    continue
                 y_gen = instantiate(stmt.forward, y_spec.shape, dimvals, values)
                 dx_gen = instantiate(stmt.backward, values[wrt].shape, dimvals, values)
                 row["forward"] = _compare(y_gen, y_spec, "y", rng)
@@ -285,6 +328,10 @@ def cross_check(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
                 if isinstance(res, tuple):
                     res = np.asarray(res[0], dtype=object) - np.asarray(res[1], dtype=object)
                 res = np.asarray(res, dtype=object)
+                if _undefined(res):
+                    row["undefined"] = UNDEFINED
+                    rows.append(row)
+                    continue
                 gen = instantiate(stmt.law, res.shape, dimvals, values)
                 row["law"] = _compare(gen, res, stmt.claim, rng)
         except Exception as exc:  # a general form that cannot be instantiated is not the spec's formula
@@ -292,13 +339,22 @@ def cross_check(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
         row["seconds"] = round(time.perf_counter() - t, 4)
         rows.append(row)
     statuses = [v["status"] for r in rows for k, v in r.items() if k in ("forward", "backward", "law")]
+    compared = [r for r in rows if "undefined" not in r and "error" not in r]
     if "mismatch" in statuses:
         status = "mismatch"
     elif any("error" in r for r in rows):
         status = "error"
+    elif len(compared) < min(MIN_COMPARED, len(rows)):
+        status, rows = "error", rows + [{"error": f"only {len(compared)} of {len(rows)} sizes could be compared"}]
     else:
         status = "numeric" if "numeric" in statuses else "exact"
     return {"status": status, "at": rows}
+
+
+
+
+def _undefined(*arrays) -> bool:
+    return any(sp.sympify(v).has(sp.zoo, sp.nan, sp.oo, -sp.oo) for a in arrays for v in np.ravel(a))
 
 
 # ============================================================================ 3. witness
@@ -339,7 +395,7 @@ def find_witness(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
                 jt = sum((values["dy"][o] * sp.diff(y[o], X[e]) for o in np.ndindex(*y.shape)), sp.Integer(0))
                 pairs.append((_entry(_cot_name(wrt), e), dx[e], jt))
         else:
-            law = instantiate(stmt.law, tuple(int(sp.sympify(z).xreplace(dimvals)) for z in stmt.law[0].sizes),
+            law = instantiate(stmt.law, tuple(int(sp.sympify(z).xreplace(dimvals)) for z in stmt.law_shape),
                               dimvals, values)
             pairs = [(_entry(stmt.claim, e), law[e], sp.Integer(0)) for e in np.ndindex(*law.shape)]
         free = set().union(*[sp.sympify(a).free_symbols | sp.sympify(b).free_symbols for _, a, b in pairs])
@@ -381,9 +437,10 @@ def prove_general(op: Op, claim: str, *, budget: float = 60.0, seed: int = 0,
       a witness, or a general form that is not the spec's formula).
     """
     start = time.perf_counter()
-    builder = form or op.general.get(claim)
-    if builder is None:
-        raise SpecError(op.name, f"no general form for {claim!r}; general claims: {general_claims(op)}")
+    if form is None and claim not in op.general:
+        raise SpecError(op.name, f"{claim!r} is not proved for every size; every-size claims: "
+                                 f"{general_claims(op)} (declare them with op.every_size(...))")
+    builder = form or derive(op, claim)
     deadline = time.monotonic() + budget
     log: list[dict] = []
     timings: dict = {}
@@ -401,17 +458,27 @@ def prove_general(op: Op, claim: str, *, budget: float = 60.0, seed: int = 0,
         return entry
 
     t = time.perf_counter()
+    origin = derived_from(op, claim) if form is None else {"general_form": _where(builder)}
     try:
         stmt = build_statement(op, claim, builder)
         shown = render(stmt, builder)
+    except DerivationRefused as exc:
+        # Python control flow on a size, a slice that does not fit every size, ...: never proved
+        return _certificate(op, claim, "inconclusive", general_dims(op, claim), [], {
+            **origin, "reason": f"refused: the every-size statement cannot be derived from the spec: "
+                                f"{exc.reason}"[:500], "refused_at": exc.where,
+            "refused_code": source_of(exc.where)}, start, builder)
     except Exception as exc:  # a broken general form is the form's problem, named in the certificate
         return _certificate(op, claim, "inconclusive", {}, [], {
-            "reason": f"the general form could not be built: {type(exc).__name__}: {exc}"[:400]},
+            **origin, "reason": f"the general form could not be built: {type(exc).__name__}: {exc}"[:400]},
             start, builder)
     timings["build"] = round(time.perf_counter() - t, 4)
     dims_list = default_check_dims(stmt)
+    # a derived statement is also compared at the op's own dims (where the fixed-dims tier proves the
+    # spec): a path a Python identity test (`n is 16`) takes only there shows up as a mismatch
+    op_dims = [d for d in (own_dims(stmt) if form is None else []) if d not in dims_list]
     evidence = {**shown, "dimension_variables": [str(s) for s in stmt.G.dim_symbols],
-                "normalisation": NORMALISATION, "general_form": _where(builder), "scope": SCOPE}
+                "normalisation": NORMALISATION, **origin, "scope": SCOPE if form is None else SCOPE_FORM}
 
     def done(verdict: str, extra: dict) -> Certificate:
         steps = [{k: e[k] for k in ("step", "status", "seconds", "error") if k in e} for e in log]
@@ -431,9 +498,9 @@ def prove_general(op: Op, claim: str, *, budget: float = 60.0, seed: int = 0,
 
     p = attempt("normalise", lambda: normalise_statement(stmt), SHARE["normalise"])
     if p["status"] == "proved":
-        x = attempt("cross-check", lambda: cross_check(stmt, dims_list, seed), SHARE["cross-check"])
+        x = attempt("cross-check", lambda: cross_check(stmt, dims_list + op_dims, seed), SHARE["cross-check"])
         if x["status"] in ("exact", "numeric"):
-            fx = fixed(dims_list)
+            fx = fixed([r["dims"] for r in x["at"] if "undefined" not in r and r["dims"] in dims_list])
             x["fixed_dims_prover"] = fx
             refuted = [r["dims"] for r in fx if r["verdict"] == "failed"]
             if refuted:
@@ -496,6 +563,27 @@ def _mismatch(x: dict) -> str:
         if "error" in row:
             return f"at {row['dims']} it could not be instantiated: {row['error']}"
     return f"{x.get('status', '?')}{': ' + x['error'] if x.get('error') else ''}"
+
+
+def derived_from(op: Op, claim: str) -> dict:
+    """Which spec functions the statement is traced from, as file:line (name)."""
+    fns = [("forward", op.forward)]
+    if claim.startswith("vjp["):
+        fns.append(("backward", op.vjp))
+    else:
+        law = op.get_law(claim)
+        uses = inspect.signature(law.fn).parameters
+        fns = [(f"law {claim}", law.fn)] + [(r, f) for r, f in (("forward", op.forward), ("backward", op.vjp))
+                                             if r in uses]
+    out = []
+    for role, fn in fns:
+        try:
+            line = inspect.getsourcelines(fn)[1]
+            where = spec_line([type("F", (), {"filename": inspect.getsourcefile(fn), "lineno": line})()])
+        except (TypeError, OSError):
+            where = "?"
+        out.append(f"{role}: {where} ({getattr(fn, '__qualname__', '?')})")
+    return {"derived_from": out, "derivation": "shape-polymorphic trace of the spec's code (symbolic.shape_trace)"}
 
 
 def _where(builder) -> str:

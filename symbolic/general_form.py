@@ -1,11 +1,12 @@
-"""General forms: an op's claims with symbolic dimensions, as ``symbolic.general`` proves them.
+"""Statements with symbolic dimensions, as ``symbolic.general`` proves them: the builder ``G`` and
+``build_statement``.
 
-Writing a general form
-----------------------
-In a spec file, after the op::
+The statements of the built-in ops are *derived* from their spec code (``symbolic.shape_trace``
+builds them through ``G``); nobody writes them. A hand-written statement (``prove_general(...,
+form=builder)``) uses the same builder and is what the negative controls of the cross-check are made
+of (``specs/mutants/general.py``)::
 
-    @softmax.general_form("vjp[x]")
-    def _(G):
+    def form(G):
         n = G.dim("n")
         x, dy = G.array("x"), G.array("dy")
 
@@ -19,6 +20,7 @@ In a spec file, after the op::
 The builder signature is ``builder(G) -> G.vjp(...) | G.law(...)``; ``G`` is a ``GeneralBuilder``:
 
 * ``G.dim(name)`` -- a spec dimension as an integer symbol >= 1; ``G.even_dim("d", "h")`` -- d = 2h;
+  ``G.multiple_dim("d", k, "h")`` -- d = k h;
 * ``G.param(name)`` -- a scalar parameter: a symbol (eps > 0, c real) or, for structural parameters
   such as RoPE's base, its value;
 * ``G.array(name)`` -- an ``IndexedBase`` for an input, a non-differentiable input or ``"dy"``;
@@ -29,7 +31,7 @@ The builder signature is ``builder(G) -> G.vjp(...) | G.law(...)``; ``G`` is a `
 * ``G.vjp(wrt, forward=..., backward=...)`` -- forward(*output_index) and backward(*input_index), or
   lists of ``G.piece(index, sizes, value)`` when a layout splits an axis (RoPE: x[2p + c]);
 * ``G.law(value, over)`` -- value(*free) must be 0 (or a pair (lhs, rhs)) for free indices ranging
-  over the dims in ``over``; ``G.backward(wrt)`` is the backward of the registered ``vjp[wrt]`` form;
+  over the dims in ``over``, or a list of pieces that must be 0, tiling an array of shape ``over``;
 * ``@G.let("rstd")`` -- names an intermediate for the rendered formulas (the proof sees through it);
 * ``G.check_at([...])`` -- the concrete sizes (spec dim names) for the cross-check, when the default
   ladder (1, 2, 3, 5) is too expensive.
@@ -52,15 +54,23 @@ JACOBIAN_SHOWN_CHARS = 1500    # the derived Jacobian entry is shown when it is 
 
 
 def general_claims(op: Op) -> list[str]:
-    """The claims of ``op`` that have a general (symbolic-dimension) form, in the op's claim order."""
+    """The claims of ``op`` to be proved for every size (``op.every_size(...)``), in the op's claim order."""
     return [c for c in op.claims() if c in op.general]
 
 
 def general_dims(op: Op, claim: str, form: Callable | None = None) -> dict:
     """The ``dims`` a general certificate of ``claim`` carries (spec dim -> its symbol, e.g.
     {"n": "n", "rows": "rows"}, RoPE {"d": "2h", ...}): where its file goes (``Certificate.relpath``).
-    Cheap: runs the builder, derives nothing."""
-    return build_statement(op, claim, form or op.general[claim], display=True).dims
+    Cheap: read off the op's declared shapes and constraints, nothing is traced or derived (so a
+    spec the trace refuses still has a certificate, saying why)."""
+    if form is not None:
+        return build_statement(op, claim, form, display=True).dims
+    from vjpcert.symbolic.shape_trace import DerivationRefused, dim_forms
+    try:
+        forms = dim_forms(op)
+    except DerivationRefused:
+        forms = {name: (1, name) for name in op.dim_names()}
+    return {name: (name if k == 1 else f"{k}{sub}") for name, (k, sub) in sorted(forms.items())}
 
 
 # ============================================================================ the builder (G)
@@ -90,7 +100,7 @@ class GeneralVJP:
 
 @dataclass
 class GeneralLaw:
-    value: Callable
+    value: object             # value(*free), or a list of pieces (a law whose array is split into parts)
     over: tuple
     kind: str = "law"
 
@@ -105,7 +115,8 @@ class GeneralBuilder:
         self.sin, self.cos, self.pi = sp.sin, sp.cos, sp.pi
         self.dim_exprs: dict[str, sp.Expr] = {}      # spec dim name -> expression in the dim symbols
         self.dim_symbols: list[sp.Symbol] = []
-        self.even: dict[str, sp.Symbol] = {}
+        self.even: dict[str, sp.Symbol] = {}         # dim name -> the symbol it is a multiple of
+        self.multiple: dict[str, int] = {}            # dim name -> k (d = k * sub)
         self.ranges: dict[sp.Symbol, tuple] = {}
         self.check_dims: list[dict] | None = None
         self._names: set[str] = set()
@@ -132,13 +143,18 @@ class GeneralBuilder:
             self.dim_exprs[name] = self._new_dim(name)
         return self.dim_exprs[name]
 
+    def multiple_dim(self, name: str, k: int, sub: str) -> sp.Expr:
+        """A dimension ``name`` = k * ``sub`` with sub >= 1 (k = 2: RoPE's even head width d = 2h)."""
+        if name not in self.dim_exprs:
+            s = self._new_dim(sub)
+            self.even[name] = s
+            self.multiple[name] = int(k)
+            self.dim_exprs[name] = int(k) * s
+        return self.dim_exprs[name]
+
     def even_dim(self, name: str, half: str) -> sp.Expr:
         """An even dimension ``name`` = 2 * ``half`` (RoPE's head width)."""
-        if name not in self.dim_exprs:
-            h = self._new_dim(half)
-            self.even[name] = h
-            self.dim_exprs[name] = 2 * h
-        return self.dim_exprs[name]
+        return self.multiple_dim(name, 2, half)
 
     def size(self, entry) -> sp.Expr:
         if isinstance(entry, (int, sp.Basic)):
@@ -235,17 +251,10 @@ class GeneralBuilder:
         self.array(wrt)
         return GeneralVJP(wrt, self._pieces(forward, self.shape("y")), self._pieces(backward, self.shape(wrt)))
 
-    def law(self, value: Callable, over=()) -> GeneralLaw:
+    def law(self, value, over=()) -> GeneralLaw:
+        """value(*free) must be 0 (or a pair (lhs, rhs)) for free indices ranging over ``over``; or a
+        list of ``G.piece``s that must be 0, tiling an array of shape ``over``."""
         return GeneralLaw(value, tuple(self.size(s) for s in over))
-
-    def backward(self, wrt: str) -> Callable:
-        claim = f"vjp[{wrt}]"
-        if claim not in self.op.general:
-            raise SpecError(self.op.name, f"general form: no general form for {claim}")
-        form = self.op.general[claim](self)
-        if len(form.backward) != 1 or form.backward[0].index is not None:
-            raise SpecError(self.op.name, "G.backward needs a backward written as one function")
-        return form.backward[0].value
 
     @staticmethod
     def _pieces(spec, shape) -> list:
@@ -307,6 +316,7 @@ class Statement:
     backward: list = field(default_factory=list)
     law: list = field(default_factory=list)
     jacobian: list = field(default_factory=list)      # (out piece, in piece, raw derivative)
+    law_shape: tuple = ()                             # the shape of a law's array
 
     @property
     def dims(self) -> dict:
@@ -339,12 +349,17 @@ def build_statement(op: Op, claim: str, builder: Callable, display: bool = False
         return stmt
     if not isinstance(form, GeneralLaw):
         raise SpecError(op.name, f"general form for law {claim} must return G.law(...)")
+    if isinstance(form.value, (list, tuple)):
+        law = G.materialise(list(form.value))
+        return Statement(op, claim, "law", G, form, [Identity(p.syms, p.value, sp.Integer(0)) for p in law],
+                         law=law, law_shape=form.over)
     names = _param_names(form.value, len(form.over))
     free = tuple(G.index(nm, sz) for nm, sz in zip(names, form.over))
     val = form.value(*free)
     lhs, rhs = (val if isinstance(val, tuple) else (val, sp.Integer(0)))
     law = Materialised(free, form.over, free, sp.sympify(lhs) - sp.sympify(rhs))
-    return Statement(op, claim, "law", G, form, [Identity(free, sp.sympify(lhs), sp.sympify(rhs))], law=[law])
+    return Statement(op, claim, "law", G, form, [Identity(free, sp.sympify(lhs), sp.sympify(rhs))], law=[law],
+                     law_shape=form.over)
 
 
 # ---------------------------------------------------------------------------- rendering
@@ -367,10 +382,13 @@ def render(stmt: Statement, builder: Callable) -> dict:
     """The statement as text and LaTeX, for the certificate and the reports: the forward and the
     backward entry formulas with their named intermediates (``where``), the Jacobian entry derived
     by ``sympy.diff``, and the quantified statement."""
-    try:
-        D = build_statement(stmt.op, stmt.claim, builder, display=True)
-    except Exception:  # a form that only works with full expressions is still shown, unfolded
-        D = stmt
+    if getattr(builder, "derived_from", None) is not None:
+        D = stmt                 # a derived statement has no named intermediates: nothing to redo
+    else:
+        try:
+            D = build_statement(stmt.op, stmt.claim, builder, display=True)
+        except Exception:  # a form that only works with full expressions is still shown, unfolded
+            D = stmt
     G = D.G
     ranges = lambda syms, sizes: ", ".join(f"{s} in [0, {sp.sstr(z - 1)}]" for s, z in zip(syms, sizes))
     dims = ", ".join(f"{d} >= 1" for d in G.dim_symbols)
@@ -394,10 +412,11 @@ def render(stmt: Statement, builder: Callable) -> dict:
             f"for all {dims}, {ranges(p.syms, p.sizes)}: sum over every output entry o of "
             f"dy[o] * d y[o] / d {_entry(wrt, p.idx)} = {_entry(_cot_name(wrt), p.idx)}" for p in D.backward)
     else:
-        (law,) = D.law
-        out["law"] = f"{sp.sstr(law.value)} = 0"
-        out["law_latex"] = f"{sp.latex(law.value)} = 0"
-        out["statement"] = f"for all {dims}, {ranges(law.syms, law.sizes)}: {out['law']}"
+        out["law"] = "; ".join(f"{_entry('law', p.idx)}: {sp.sstr(p.value)} = 0" if len(D.law) > 1
+                               else f"{sp.sstr(p.value)} = 0" for p in D.law)
+        out["law_latex"] = r",\quad ".join(f"{sp.latex(p.value)} = 0" for p in D.law)
+        out["statement"] = "; ".join(f"for all {dims}, {ranges(p.syms, p.sizes)}: {sp.sstr(p.value)} = 0"
+                                     for p in D.law)
     if G.definitions:
         out["where"] = [f"{n}({', '.join(map(str, a))}) = {sp.sstr(b)}" for n, (a, b) in G.definitions.items()]
         out["where_latex"] = [rf"\operatorname{{{n}}}({', '.join(map(sp.latex, a))}) = {sp.latex(b)}"
@@ -414,9 +433,13 @@ def render(stmt: Statement, builder: Callable) -> dict:
 def assumptions_of(stmt: Statement) -> list[str]:
     G, op = stmt.G, stmt.op
     out = [f"{s} >= 1 (an integer)" for s in G.dim_symbols]
-    out += [f"{name} = {expr} (even)" for name, expr in G.dim_exprs.items() if name in G.even]
+    out += [f"{name} = {expr} ({'even' if G.multiple[name] == 2 else f'a multiple of {G.multiple[name]}'})"
+            for name, expr in G.dim_exprs.items() if name in G.even]
+    at = op.get_law(stmt.claim).params if stmt.kind == "law" else {}
     for name, p in op.params.items():
-        if p.symbolic:
+        if name in at:
+            out.append(f"{name} = {at[name]!r} (the law is stated there)")
+        elif p.symbolic:
             out.append(f"{name} > 0" if p.positive else f"{name} real (any value)")
         else:
             out.append(f"{name} = {p.default!r}")

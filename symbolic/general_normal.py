@@ -34,6 +34,7 @@ import sympy as sp
 from sympy import Indexed, KroneckerDelta, Sum
 
 MAX_PERMUTATIONS_VARS = 6       # canonical naming tries every order of a sum's indices up to this many
+MAX_WRITTEN_OUT = 8             # a sum over a range of constant length up to this is written out term by term
 
 
 class NormalFormError(Exception):
@@ -69,7 +70,24 @@ class Root(sp.Function):
     nargs = 2
 
 
-OPAQUE = (Exp, Erf, Tanh, Sin, Cos, Root)
+class Log(sp.Function):
+    """log as an atom (its argument is positive wherever the spec is defined): exp(k log u) = u^k."""
+    nargs = 1
+
+
+class Ind(sp.Function):
+    """Ind(e) = 1 when the integer e >= 0, else 0: a mask built from shapes (np.tril, np.where), with e
+    affine in indices and dims. Evaluated only where the index bounds decide it."""
+    nargs = 1
+
+    @classmethod
+    def eval(cls, e):
+        if e.is_Integer:
+            return sp.Integer(1 if e >= 0 else 0)
+        return None
+
+
+OPAQUE = (Exp, Erf, Tanh, Sin, Cos, Root, Log, Ind)
 _ODD = {sp.erf: Erf, sp.tanh: Tanh, sp.sin: Sin}
 _EVEN = {sp.cos: Cos}
 _SIGN = {Erf: -1, Tanh: -1, Sin: -1, Cos: 1}   # f(-a) = sign * f(a)
@@ -99,11 +117,13 @@ class Stats:
     sums_flattened: int = 0
     sums_split: int = 0
     relation_reductions: int = 0
+    sums_written_out: int = 0
 
     def as_dict(self) -> dict:
         return {"sums_normalised": self.sums_seen, "deltas_evaluated": self.deltas_evaluated,
                 "deltas_zero": self.deltas_zero, "sums_flattened": self.sums_flattened,
-                "sums_split": self.sums_split, "relation_reductions": self.relation_reductions}
+                "sums_split": self.sums_split, "relation_reductions": self.relation_reductions,
+                "sums_written_out": self.sums_written_out}
 
 
 class Normaliser:
@@ -140,11 +160,15 @@ class Normaliser:
         (after radical relations); (False, info) otherwise -- not a disproof."""
         nf = self(expr)
         a = self.atomise(nf)
+        info = {"atoms": len(a.free_symbols)}
+        if rational_function_is_zero(a):            # fast and exact (python-flint)
+            info["numerator_terms"] = 0
+            return True, info
         num = self._numerator(a)
-        info = {"atoms": len(a.free_symbols), "numerator_terms": len(sp.Add.make_args(num)) if num != 0 else 0}
+        info["numerator_terms"] = len(sp.Add.make_args(num)) if num != 0 else 0
         if num == 0:
             return True, info
-        num = self._reduce_radicals(num)
+        num = self._reduce_indicators(self._reduce_trig(self._reduce_radicals(num)))
         info["numerator_terms_after_relations"] = len(sp.Add.make_args(num)) if num != 0 else 0
         info["remaining_atoms"] = sorted({str(self._back.get(s, s))[:80] for s in num.free_symbols})[:12]
         return num == 0, info
@@ -207,6 +231,32 @@ class Normaliser:
                 break
         return num
 
+    def _reduce_indicators(self, num):
+        """Ind^k = Ind and delta^k = delta for k >= 1 (each is 0 or 1). Exact."""
+        for s in sorted(num.free_symbols, key=str):
+            if isinstance(self._back.get(s), (Ind, KroneckerDelta)):
+                poly = sp.Poly(num, s)
+                if poly.degree() > 1:
+                    num = sp.expand(sp.Add(*[c * (s if e >= 1 else 1) for (e,), c in poly.terms()]))
+                    self.stats.relation_reductions += 1
+        return num
+
+    def _reduce_trig(self, num):
+        """sin^2 a = 1 - cos^2 a for every Sin atom: the sine's degree drops below 2. Exact."""
+        for s in sorted(num.free_symbols, key=str):
+            atom = self._back.get(s)
+            if not isinstance(atom, Sin):
+                continue
+            poly = sp.Poly(num, s)
+            if poly.degree() < 2:
+                continue
+            c = self.atom(Cos(atom.args[0]))
+            num = self._numerator(sp.Add(*[k * s ** (e % 2) * (1 - c ** 2) ** (e // 2) for (e,), k in poly.terms()]))
+            self.stats.relation_reductions += 1
+            if num == 0:
+                return num
+        return num
+
     @staticmethod
     def _numerator(a):
         num, _den = sp.fraction(sp.together(a))
@@ -249,6 +299,10 @@ class Normaliser:
                 return self.odd_even(atom, self.norm(e.args[0]))
         if isinstance(e, Root):
             return self.root(self.norm(e.args[0]), int(e.args[1]))
+        if isinstance(e, Ind):
+            return self.indicator(self.norm(e.args[0]))
+        if isinstance(e, (sp.log, Log)):
+            return self.log(self.norm(e.args[0]))
         if isinstance(e, Exp):
             return self.exp(self.norm(e.args[0]))
         if isinstance(e, (Erf, Tanh, Sin, Cos)):
@@ -257,6 +311,10 @@ class Normaliser:
 
     # ------------------------------------------------------------------ powers and functions
     def power(self, base, ex):
+        if isinstance(base, Ind):                           # Ind^k = Ind (k >= 1): it is 0 or 1
+            if ex.is_Integer and ex >= 1:
+                return base
+            raise NormalFormError(f"an indicator to the power {ex} (a division by a mask)")
         if ex.is_Integer:
             return base ** ex
         if ex.is_Rational:                                  # p/q, not an integer
@@ -313,9 +371,42 @@ class Normaliser:
                 raise NormalFormError(f"inexact coefficient {coeff} in exp")
             if rest == 1:
                 out *= Exp(coeff)
+            elif isinstance(rest, Log):                     # exp(k log u) = u^k, u > 0
+                out *= self.power(rest.args[0], coeff)
             else:
                 out *= Exp(rest / coeff.q) ** coeff.p
         return out
+
+    def log(self, arg):
+        """log of a product of Exp atoms is their exponent (real arguments); anything else an atom."""
+        parts = sp.Mul.make_args(arg)
+        if all(isinstance(b, Exp) for f in parts for b in [f.as_base_exp()[0]]) and arg != 1:
+            return self.expand(sp.Add(*[f.as_base_exp()[1] * f.as_base_exp()[0].args[0] for f in parts]))
+        if arg == 1:
+            return sp.Integer(0)
+        return Log(arg)
+
+    def indicator(self, arg):
+        """Ind(arg) decided by the index bounds where they decide it (1 when arg >= 0 for every value of
+        the indices in range, 0 when arg < 0 for every value), else kept as an atom."""
+        arg = sp.expand(arg)
+        if arg.is_Integer:
+            return sp.Integer(1 if arg >= 0 else 0)
+        aff = self._affine(arg)
+        if aff is None:
+            raise NormalFormError(f"a mask whose bound {arg} is not affine in the indices")
+        bounds = self._bounds(*aff)
+        if bounds is not None:
+            lo, hi = bounds
+            if self._nonneg(lo):
+                return sp.Integer(1)
+            if self._neg(hi):
+                return sp.Integer(0)
+            if sp.expand(hi) == 0:                          # arg <= 0 always: arg >= 0 iff arg = 0
+                return self.delta(arg, sp.Integer(0))
+            if sp.expand(lo) == -1:                         # arg >= -1 always: arg >= 0 iff arg != -1
+                return 1 - self.delta(arg, sp.Integer(-1))
+        return Ind(arg)
 
     def odd_even(self, atom, arg):
         arg = self.expand(arg)
@@ -432,6 +523,13 @@ class Normaliser:
 
     def norm_sum(self, e: Sum):
         self.stats.sums_seen += 1
+        for pos, (v, lo, hi) in enumerate(e.limits):        # a range of constant length: written out
+            size = sp.expand(self.norm(hi) - self.norm(lo) + 1)
+            if size.is_Integer and 0 <= size <= MAX_WRITTEN_OUT:
+                rest = e.limits[:pos] + e.limits[pos + 1:]
+                terms = [e.function.xreplace({v: sp.expand(self.norm(lo) + k)}) for k in range(int(size))]
+                self.stats.sums_written_out += 1
+                return self.norm(sp.Add(*[Sum(t, *rest) if rest else t for t in terms]))
         body, rename, V = e.function, {}, []
         for v, lo, hi in e.limits:
             lo, hi = self.norm(lo), self.norm(hi)
@@ -455,6 +553,7 @@ class Normaliser:
                 continue
             coeff, mono = term.as_coeff_Mul()
             factors = [(self.restore(b), k) for b, k in mono.as_powers_dict().items() if b != 1]
+            factors = [(b, 1 if isinstance(b, (Ind, KroneckerDelta)) and k >= 1 else k) for b, k in factors]
             out.append((coeff, factors))
         return out
 
@@ -605,12 +704,101 @@ class Normaliser:
         return best
 
 
+# ----------------------------------------------------------------------------- the zero test
+def rational_function_is_zero(a, opaque: bool = False) -> bool:
+    """Whether an expression built from + * and integer powers of symbols and rationals is the zero
+    rational function: evaluated as (numerator, denominator) polynomials in python-flint, exactly.
+    (SymPy's ``together`` is the same test, two orders of magnitude slower on large cross-checks.)
+    With ``opaque``, every other subterm (exp(...), sqrt(...)) is a variable of its own, keyed by the
+    subterm as SymPy built it."""
+    import flint
+    a = sp.sympify(a)
+    variables: dict = {}
+    memo: dict = {}
+
+    def var(e):
+        if e not in variables:
+            variables[e] = len(variables)
+
+    # first pass: which subterms are variables (a symbol, or an opaque subterm)
+    seen: set = set()
+
+    def scan(e):
+        if e.is_Rational or e in seen:
+            return
+        seen.add(e)
+        if isinstance(e, (sp.Add, sp.Mul)):
+            for t in e.args:
+                scan(t)
+            return
+        if isinstance(e, sp.Pow) and e.exp.is_Integer:
+            scan(e.base)
+            return
+        if e.is_Number:
+            raise NormalFormError(f"inexact number {e}")
+        if not (opaque or isinstance(e, sp.Symbol)):
+            raise NormalFormError(f"not a rational function of atoms: {type(e).__name__}")
+        var(e)
+    scan(a)
+    if not variables:
+        return a == 0
+    ctx = flint.fmpq_mpoly_ctx.get(("a", len(variables)), "degrevlex")
+    gens = ctx.gens()
+    one = ctx.constant(1)
+
+    def ev(e):
+        hit = memo.get(e)
+        if hit is not None:
+            return hit
+        if e.is_Rational:
+            out = (ctx.constant(flint.fmpq(int(e.p), int(e.q))), one)
+        elif isinstance(e, sp.Add):
+            n, d = ev(e.args[0])
+            for t in e.args[1:]:
+                n2, d2 = ev(t)
+                n, d = (n + n2, d) if d == d2 else (n * d2 + n2 * d, d * d2)
+            out = (n, d)
+        elif isinstance(e, sp.Mul):
+            n, d = one, one
+            for t in e.args:
+                n2, d2 = ev(t)
+                n, d = n * n2, d * d2
+            out = (n, d)
+        elif isinstance(e, sp.Pow) and e.exp.is_Integer:
+            n, d = ev(e.base)
+            k = int(e.exp)
+            if k < 0:
+                if n == 0:
+                    raise NormalFormError("a power of 0 with a negative exponent")
+                n, d, k = d, n, -k
+            out = (n ** k, d ** k)
+        else:
+            out = (gens[variables[e]], one)
+        memo[e] = out
+        return out
+    return ev(a)[0] == 0
+
+
+def plainly_zero(expr) -> bool:
+    """True when ``expr`` is 0 as a rational function of its non-rational subterms, each taken as it
+    is (exp(...), sqrt(...), erf(...) as opaque atoms, equal only when SymPy builds them equal). Exact
+    but not complete: False says nothing (``Normaliser.is_zero`` relates the atoms). Cheap: two
+    evaluations of one spec built by the same operations are usually this close."""
+    try:
+        return rational_function_is_zero(expr, opaque=True)
+    except NormalFormError:
+        return False
+
+
 # ----------------------------------------------------------------------------- instantiation
-def expand_sums(e, values: dict):
+def expand_sums(e, values: dict, memo: dict | None = None, arrays: dict | None = None):
     """e with the dims (and any other symbols in ``values``) replaced by integers and every Sum
-    written out term by term (innermost last): the general statement at one concrete size."""
+    written out term by term (innermost last): the general statement at one concrete size. With
+    ``arrays`` (name -> numpy array) every entry x[i, j] at concrete indices becomes the array's
+    entry. ``memo`` may be shared by the entries of one array: the same inner sum (a row mean, a
+    softmax denominator) recurs in every entry of a row."""
     e = e.xreplace(values)
-    memo: dict = {}             # the same inner sum (a row mean) recurs in every term of an outer one
+    memo = {} if memo is None else memo
 
     def walk(x):
         if not x.args:
@@ -626,6 +814,15 @@ def expand_sums(e, values: dict):
                     raise NormalFormError(f"sum bounds {lo}..{hi} are not concrete")
                 terms = [t.xreplace({v: sp.Integer(k)}) for t in terms for k in range(int(lo), int(hi) + 1)]
             out = sp.Add(*[walk(t) for t in terms])
+        elif isinstance(x, Indexed) and arrays is not None:
+            idx = tuple(walk(i) for i in x.indices)
+            if not all(i.is_Integer for i in idx):
+                raise NormalFormError(f"{x}: index not concrete after instantiation")
+            arr = arrays[x.base.label.name]
+            idx = tuple(int(i) for i in idx)
+            if len(idx) != arr.ndim or any(not 0 <= i < n for i, n in zip(idx, arr.shape)):
+                raise NormalFormError(f"{x} is outside the array {x.base.label.name} of shape {arr.shape}")
+            out = sp.sympify(arr[idx])
         else:
             args = [walk(a) for a in x.args]
             out = x if all(a is b for a, b in zip(args, x.args)) else x.func(*args)

@@ -33,6 +33,9 @@ def silu(B, x):
 def silu_vjp(B, x, dy):
     s = sigmoid(B, x)
     return (dy * s * (1 + x * (1 - s)),)
+
+
+silu.every_size("vjp[x]")
 '''
 
 SILU_MUTANTS = '''

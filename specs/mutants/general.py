@@ -1,236 +1,150 @@
-"""Wrong general forms: the negative controls of the symbolic-dimension proofs (``symbolic.general``).
+"""Negative controls of the every-size proofs (``symbolic.general``).
 
-``GENERAL_MUTANTS``: a general form whose backward (or law) is wrong, one per general claim. Most
-repeat, in index form, the mistake of a spec mutant (``pairs`` names it): proved against that mutant
-twin of the op, the general form *is* the (mutated) spec -- the cross-check passes -- so the general
-prover must return `failed` with a witness. Against the correct spec, the same form must not be
-proved either (its backward is not the spec's). A mutant without a spec twin (``pairs=None``) makes a
-mistake that numpy array code cannot make in the same way.
+``SIZE_MUTANTS``: specs that are wrong only at some sizes -- through Python control flow on a size
+(``if n % 4 == 0``, ``if n > 2048``) or a slice that fits only some sizes (``x[..., :2048]``). No
+finite set of sizes sees all of them; the every-size trace must *refuse* each (the general claim
+``inconclusive``, naming the construct and the spec's file:line), never prove it. ``fixed_dims``
+says where the fixed-dims tier kills the mutant, when one of the op's own dims reaches it. They are
+``core.registry.Mutant`` records like every other mutant (``op.with_mutant`` applies them), but kept
+out of ``op.mutants``: the per-op suites and the kill matrix check every mutant at the op's fixed
+dims, where the one wrong past n = 2048 is right by construction.
 
-``MISMATCHED``: general forms that are right about *themselves* (their backward is the VJP of their
-own forward, so the symbolic identity holds) but are not the spec's formula. Only the cross-check
-against the spec can refuse them; one differs from the spec at n = 3 alone.
+Every spec mutant of ``specs/mutants/<op>.py`` that kills a claim proved for every size is a
+negative control of the every-size prover as well: the statement derived from it is false, so the
+prover must return ``failed`` with a witness (``tests/test_general.py``).
 
-Builders take ``G`` like the registered general forms (see ``symbolic/general.py``).
+``MISMATCHED``: hand-written general forms that are true identities about *another* formula. A
+statement derived from the spec cannot be one; these show that the cross-check -- which compares a
+statement with the spec run at concrete sizes, and is the tracer's self-check -- refuses it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from vjpcert.specs.attention import attention, general_attention
-from vjpcert.specs.gelu import gelu_erf, gelu_tanh
-from vjpcert.specs.layernorm import general_layernorm, layernorm
-from vjpcert.specs.linear import general_linear, linear
-from vjpcert.core.registry import Op
-from vjpcert.specs.rmsnorm import general_rmsnorm, rmsnorm
-from vjpcert.specs.rope import general_rope, half_slot, interleaved_slot, rope_half, rope_interleaved
-from vjpcert.specs.scaled_dot import general_scaled_dot, scaled_dot
-from vjpcert.specs.softmax import general_softmax, softmax
+from vjpcert.core.registry import Mutant, Op
+from vjpcert.specs.linear import linear
+from vjpcert.specs.rope import rope_interleaved
+from vjpcert.specs.softmax import softmax
 
 
 @dataclass(frozen=True)
-class GeneralMutant:
+class SizeMutant:
     op: str
     claim: str
-    name: str
-    builder: Callable
-    pairs: str | None          # the spec mutant (op.mutants) making the same mistake, if any
-    doc: str
+    mutant: Mutant
+    construct: str                 # what the trace must refuse, in words
+    fixed_dims: dict | None        # where the fixed-dims tier kills it (None: at none of the op's dims)
 
 
-GENERAL_MUTANTS: list[GeneralMutant] = []
-MISMATCHED: list[GeneralMutant] = []
+SIZE_MUTANTS: list[SizeMutant] = []
 
 
-def general_mutant(op: Op, claim: str, name: str, *, pairs: str | None = None, mismatch: bool = False):
+def size_mutant(op: Op, claim: str, name: str, *, construct: str, fixed_dims: dict | None = None):
     def register(f):
-        if claim not in op.claims():
-            raise ValueError(f"{op.name}: no claim {claim!r}")
-        if pairs is not None and pairs not in {m.name for m in op.mutants}:
-            raise ValueError(f"{op.name}: no spec mutant {pairs!r} to pair with")
-        entry = GeneralMutant(op.name, claim, name, f, pairs, (f.__doc__ or name).strip())
-        (MISMATCHED if mismatch else GENERAL_MUTANTS).append(entry)
+        if claim not in op.general:
+            raise ValueError(f"{op.name}: {claim!r} is not proved for every size")
+        m = Mutant(name, f, "vjp", (claim,), (f.__doc__ or name).strip())
+        SIZE_MUTANTS.append(SizeMutant(op.name, claim, m, construct, fixed_dims))
         return f
     return register
 
 
-def spec_mutant(op: Op, name: str):
-    return next(m for m in op.mutants if m.name == name)
+def _softmax_backward(B, x, dy):
+    y = softmax(B, x)
+    return y * (dy - (y * dy).sum(-1, keepdims=True))
 
 
-# ------------------------------------------------------------------------------ softmax
-@general_mutant(softmax, "vjp[x]", "sign_flip", pairs="sign_flip")
-def _(G):
-    y, dx = general_softmax(G)
-    return G.vjp("x", forward=y, backward=lambda s, j: -dx(s, j))
+@size_mutant(softmax, "vjp[x]", "wrong_when_n_divisible_by_4", construct="%",
+             fixed_dims={"rows": 1, "n": 16})
+def _(B, x, dy):
+    """Twice the backward when n % 4 == 0: right at n = 1, 2, 3, 5, 7 (every size the cross-check and
+    the numeric tier use), wrong at n = 16 (the fixed-dims tier's largest softmax)."""
+    dx = _softmax_backward(B, x, dy)
+    if x.shape[-1] % 4 == 0:
+        dx = 2 * dx
+    return (dx,)
 
 
-@general_mutant(softmax, "cotangent_sums_to_zero", "missing_s_factor", pairs="missing_s_factor")
-def _(G):
-    """dx = dy - sum_l y_l dy_l (the factor y_j dropped): its entries no longer sum to 0."""
-    n, (y, _) = G.dim("n"), general_softmax(G)
-    dy = G.array("dy")
+@size_mutant(softmax, "vjp[x]", "wrong_past_2048", construct=">")
+def _(B, x, dy):
+    """The backward off by one part in a thousand for n > 2048 (a "large-row kernel path"): right at
+    every size any finite tier of this project runs."""
+    dx = _softmax_backward(B, x, dy)
+    if x.shape[-1] > 2048:
+        dx = dx * B.c(1001, 1000)
+    return (dx,)
 
-    def dx(s, j):
-        return dy[s, j] - G.sum(lambda l: y(s, l) * dy[s, l], n)
-    return G.law(lambda s: G.sum(lambda j: dx(s, j), n), over=("rows",))
+
+@size_mutant(softmax, "vjp[x]", "row_sum_of_the_first_2048", construct="slice")
+def _(B, x, dy):
+    """sum_j y_j dy_j over the first 2048 entries only: no Python control flow at all, the same as
+    the right backward for n <= 2048 (numpy clips the slice), wrong past it."""
+    y = softmax(B, x)
+    return (y * (dy - (y * dy)[..., :2048].sum(-1, keepdims=True)),)
 
 
-@general_mutant(softmax, "vjp[x]", "wrong_only_at_n3", mismatch=True)
+# ------------------------------------------------------------------------------ hand-written forms
+@dataclass(frozen=True)
+class GeneralForm:
+    op: str
+    claim: str
+    name: str
+    builder: Callable
+    doc: str
+
+
+MISMATCHED: list[GeneralForm] = []
+
+
+def mismatched(op: Op, claim: str, name: str):
+    def register(f):
+        MISMATCHED.append(GeneralForm(op.name, claim, name, f, (f.__doc__ or name).strip()))
+        return f
+    return register
+
+
+@mismatched(softmax, "vjp[x]", "wrong_only_at_n3")
 def _(G):
     """Forward and backward both scaled by k(n) = 1 + (n-1)(n-2)(n-4)(n-5): a true identity about
     another function, equal to softmax for n = 1, 2, 4, 5 and five times it at n = 3."""
-    y, dx = general_softmax(G)
-    n = G.dim("n")
+    n, _ = G.dim("n"), G.dim("rows")
+    x, dy = G.array("x"), G.array("dy")
     k = 1 + (n - 1) * (n - 2) * (n - 4) * (n - 5)
-    return G.vjp("x", forward=lambda r, i: k * y(r, i), backward=lambda s, j: k * dx(s, j))
+
+    def y(r, i):
+        return G.exp(x[r, i]) / G.sum(lambda j: G.exp(x[r, j]), n)
+
+    def dx(s, t):
+        return y(s, t) * (dy[s, t] - G.sum(lambda l: y(s, l) * dy[s, l], n))
+    return G.vjp("x", forward=lambda r, i: k * y(r, i), backward=lambda s, t: k * dx(s, t))
 
 
-# ------------------------------------------------------------------------------ RMSNorm
-@general_mutant(rmsnorm, "vjp[x]", "missing_gamma_in_dx", pairs="missing_gamma_in_dx")
-def _(G):
-    f = general_rmsnorm(G)
-    x, dy, rstd, n = f["x"], f["dy"], f["rstd"], f["n"]
-
-    def dx(s, j):
-        return rstd(s) * (dy[s, j] - x[s, j] * rstd(s) ** 2 * G.mean(lambda l: dy[s, l] * x[s, l], n))
-    return G.vjp("x", forward=f["y"], backward=dx)
-
-
-@general_mutant(rmsnorm, "vjp[gamma]", "dgamma_missing_rstd", pairs="dgamma_missing_rstd")
-def _(G):
-    f = general_rmsnorm(G)
-    x, dy = f["x"], f["dy"]
-    return G.vjp("gamma", forward=f["y"], backward=lambda j: G.sum(lambda r: dy[r, j] * x[r, j], f["rows"]))
-
-
-# ------------------------------------------------------------------------------ LayerNorm
-@general_mutant(layernorm, "vjp[x]", "dropped_mean_term", pairs="dropped_mean_term")
-def _(G):
-    f = general_layernorm(G)
-    dy, gamma, xh, rstd, n = f["dy"], f["gamma"], f["xh"], f["rstd"], f["n"]
-
-    def dx(s, j):
-        return rstd(s) * (dy[s, j] * gamma[j] - xh(s, j) * G.mean(lambda l: dy[s, l] * gamma[l] * xh(s, l), n))
-    return G.vjp("x", forward=f["y"], backward=dx)
-
-
-@general_mutant(layernorm, "vjp[gamma]", "dgamma_uses_x_not_xhat", pairs="dgamma_uses_x_not_xhat")
-def _(G):
-    f = general_layernorm(G)
-    x, dy = f["x"], f["dy"]
-    return G.vjp("gamma", forward=f["y"], backward=lambda j: G.sum(lambda r: dy[r, j] * x[r, j], f["rows"]))
-
-
-@general_mutant(layernorm, "vjp[beta]", "missing_dbeta", pairs="missing_dbeta")
-def _(G):
-    f = general_layernorm(G)
-    return G.vjp("beta", forward=f["y"], backward=lambda j: 0 * f["dbeta"](j))
-
-
-# ------------------------------------------------------------------------------ linear
-@general_mutant(linear, "vjp[x]", "sign_flip_dx", pairs="sign_flip_dx")
-def _(G):
-    f = general_linear(G)
-    return G.vjp("x", forward=f["y"], backward=lambda s, j: -f["dx"](s, j))
-
-
-@general_mutant(linear, "vjp[W]", "dW_first_row_only")
-def _(G):
-    """dW = dy[0]^T x[0]: the batch accumulation forgotten (right only when rows = 1)."""
-    f = general_linear(G)
-    x, dy = f["x"], f["dy"]
-    return G.vjp("W", forward=f["y"], backward=lambda p, q: dy[0, p] * x[0, q])
-
-
-@general_mutant(linear, "vjp[b]", "bias_gradient_mean_not_sum", pairs="bias_gradient_mean_not_sum")
-def _(G):
-    f = general_linear(G)
-    return G.vjp("b", forward=f["y"], backward=lambda p: f["db"](p) / f["rows"])
-
-
-@general_mutant(linear, "vjp[b]", "bias_doubled_consistently", mismatch=True)
+@mismatched(linear, "vjp[b]", "bias_doubled_consistently")
 def _(G):
     """y = x W^T + 2 b with db = 2 sum_rows dy: a correct VJP of a different layer."""
-    f = general_linear(G)
-    b, y = f["b"], f["y"]
-    return G.vjp("b", forward=lambda r, o: y(r, o) + b[o], backward=lambda p: 2 * f["db"](p))
+    rows, n_in, _ = G.dim("rows"), G.dim("n_in"), G.dim("n_out")
+    x, W, b, dy = G.array("x"), G.array("W"), G.array("b"), G.array("dy")
+    return G.vjp("b", forward=lambda r, o: G.sum(lambda i: x[r, i] * W[o, i], n_in) + 2 * b[o],
+                 backward=lambda p: 2 * G.sum(lambda r: dy[r, p], rows))
 
 
-# ------------------------------------------------------------------------------ GELU
-# The spec mutants are elementwise array code, so the general mutant applies them to one entry.
-def _elementwise_mutant(op: Op, name: str):
-    fn = spec_mutant(op, name).fn
-
-    @general_mutant(op, "vjp[x]", name, pairs=name)
-    def _(G):
-        x, dy = G.array("x"), G.array("dy")
-        G.dim("rows"), G.dim("n")
-        return G.vjp("x", forward=lambda r, i: op.forward(G, x[r, i]),
-                     backward=lambda s, j: fn(G, x[s, j], dy[s, j])[0])
-
-
-_elementwise_mutant(gelu_erf, "missing_pdf_term")
-_elementwise_mutant(gelu_tanh, "cubic_term_not_tripled")
-
-
-# ------------------------------------------------------------------------------ RoPE
-@general_mutant(rope_interleaved, "vjp[x]", "half_split_layout", pairs="half_split_layout")
+@mismatched(rope_interleaved, "vjp[x]", "half_split_both_ways")
 def _(G):
-    """The backward of the half-split layout on interleaved pairs."""
-    fwd, back = general_rope(G, interleaved_slot), general_rope(G, half_slot)
-    return G.vjp("x", forward=fwd["pieces"](fwd["x"], 1), backward=back["pieces"](back["dy"], -1))
+    """A correct proof of the *half-split* layout (x[r, p], x[r, p + h]) offered for the interleaved op."""
+    d, _ = G.even_dim("d", "h"), G.dim("rows")
+    h = d / 2
+    x, dy, pos = G.array("x"), G.array("dy"), G.array("pos")
 
+    def theta(r, p):
+        return pos[r] * 10000 ** (-2 * p / d)
 
-@general_mutant(rope_half, "vjp[x]", "interleaved_layout", pairs="interleaved_layout")
-def _(G):
-    """The backward of the interleaved layout on half-split pairs."""
-    fwd, back = general_rope(G, half_slot), general_rope(G, interleaved_slot)
-    return G.vjp("x", forward=fwd["pieces"](fwd["x"], 1), backward=back["pieces"](back["dy"], -1))
-
-
-@general_mutant(rope_interleaved, "vjp[x]", "half_split_both_ways", mismatch=True)
-def _(G):
-    """A correct proof of the *half-split* layout offered for the interleaved op."""
-    f = general_rope(G, half_slot)
-    return G.vjp("x", forward=f["pieces"](f["x"], 1), backward=f["pieces"](f["dy"], -1))
-
-
-# ------------------------------------------------------------------------------ scaled dot
-@general_mutant(scaled_dot, "vjp[q]", "dq_scaled_twice", pairs="dq_scaled_twice")
-def _(G):
-    f = general_scaled_dot(G)
-    return G.vjp("q", forward=f["s"], backward=lambda a, j: f["c"] * f["dq"](a, j))
-
-
-@general_mutant(scaled_dot, "vjp[k]", "dk_missing_scale", pairs="dk_missing_scale")
-def _(G):
-    f = general_scaled_dot(G)
-    return G.vjp("k", forward=f["s"], backward=lambda a, j: f["dy"][a] * f["q"][a, j])
-
-
-# ------------------------------------------------------------------------------ attention
-@general_mutant(attention, "vjp[Q]", "softmax_jacobian_missing_P", pairs="softmax_jacobian_missing_P")
-def _(G):
-    f = general_attention(G)
-    P, dP, m, c = f["P"], f["dP"], f["m"], f["c"]
-    K = G.array("K")
-
-    def dS(i, j):                       # dP - rowsum(P * dP), without the factor P
-        return dP(i, j) - G.sum(lambda j2: P(i, j2) * dP(i, j2), m)
-    return G.vjp("Q", forward=f["O"], backward=lambda a, b: c * G.sum(lambda j: dS(a, j) * K[j, b], m))
-
-
-@general_mutant(attention, "vjp[K]", "dK_missing_scale", pairs="dK_missing_scale")
-def _(G):
-    f = general_attention(G)
-    return G.vjp("K", forward=f["O"], backward=lambda a, b: f["dK"](a, b) / f["c"])
-
-
-@general_mutant(attention, "vjp[V]", "transposed_dV", pairs="transposed_dV")
-def _(G):
-    """P dO instead of P^T dO."""
-    f = general_attention(G)
-    P, m, dO = f["P"], f["m"], G.array("dy")
-    return G.vjp("V", forward=f["O"], backward=lambda a, b: G.sum(lambda i: P(a, i) * dO[i, b], m))
+    def pieces(a, sign):
+        def comp(c):
+            def value(r, p):
+                cos, sin = G.cos(theta(r, p)), sign * G.sin(theta(r, p))
+                a0, a1 = a[r, p], a[r, p + h]
+                return (a0 * cos - a1 * sin, a0 * sin + a1 * cos)[c]
+            return value
+        return [G.piece(lambda r, p, c=c: (r, p + c * h), ("rows", h), comp(c)) for c in (0, 1)]
+    return G.vjp("x", forward=pieces(x, 1), backward=pieces(dy, -1))

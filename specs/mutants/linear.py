@@ -28,3 +28,9 @@ def _(B, x, W, b, dy):
     """dW off by 1e-90 x: far below any rounding, so numerics agree to 80+ digits; but the claim is
     rational, and an exact rational witness disproves it however small the error."""
     return dy @ W, dy.T @ x + B.c(1, 10**90) * W, dy.sum(0)
+
+
+@linear.mutant("weight_gradient_first_row_only", kills=["vjp[W]", "adjoint_W"])
+def _(B, x, W, b, dy):
+    """dW = dy[0]^T x[0]: the accumulation over the batch forgotten (right only when rows = 1)."""
+    return dy @ W, dy[:1].T @ x[:1], dy.sum(0)
