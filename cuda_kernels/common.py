@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -226,27 +224,12 @@ def call(dev_fn, row_args, other_args=(), **kw):
     return res if isinstance(out, tuple) else res[0]
 
 
-@contextmanager
-def _sim_schedule():
-    """In the simulator, hand the GIL over sooner than CPython's 5 ms default: the simulated
-    threads of a block meet at barriers often, and each handover otherwise waits for the interval."""
-    if MODE != "simulator":
-        yield
-        return
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-4)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(old)
-
-
 def launch(k, grid, block, *args):
     """Launch ``k[grid, block](*args)`` (the simulator's scheduler patch is installed first)."""
     if MODE == "simulator":
         from vjpcert.cuda_kernels.simulator import install
         install()
-    with _sim_schedule(), np.errstate(all="ignore"):   # the simulator's numpy scalars warn; a GPU does not
+    with np.errstate(all="ignore"):   # the simulator's numpy scalars warn; a GPU does not
         k[grid, block](*args)
     if MODE == "gpu":
         cuda.synchronize()
