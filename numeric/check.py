@@ -16,12 +16,14 @@ from vjpcert.numeric import tolerances as tol
 from vjpcert.numeric.derivatives import METHODS, derivative
 from vjpcert.numeric.sampling import cotangent, kink_distance, sample_point
 from vjpcert.core.backends import MpmathBackend
+from vjpcert.core import input_cases as _input_cases
 from vjpcert.core.certificate import Certificate, sources_sha256, versions
 from vjpcert.core.tolerance import digits as _digits
 from vjpcert.core.registry import Op, SpecError
 from vjpcert.core.validate import validate
 
-CHECKER_SHA256 = sources_sha256(Path(__file__).parent.glob("*.py"))
+# The input cases are defined in core (shared with the kernel tier): part of this checker's code.
+CHECKER_SHA256 = sources_sha256([*Path(__file__).parent.glob("*.py"), Path(_input_cases.__file__)])
 
 
 class Contamination(SpecError):

@@ -22,10 +22,10 @@ FULL_JACOBIAN_MAX = 16      # input and output entries at most this: compare the
 DIRECTIONS = 3              # otherwise: this many random (u, v) pairs, <J u, v> against <u, J^T v>
 WITNESS_COMPONENTS_MAX = 64
 
-# Input cases. Random signed normals; large magnitudes (softmax logits ~ +-30: exp ranges over 1e26);
-# near-constant rows (softmax near-ties, norms with a variance ~ 1e-12, far below eps).
-LARGE_SCALE = 30.0
-NEAR_CONSTANT_SPREAD = 1e-6
+# Input cases, defined once for both numeric tiers in core/input_cases.py: random signed normals;
+# large magnitudes (softmax logits ~ +-30: exp ranges over 1e26); near-constant rows (softmax
+# near-ties, norms with a variance ~ 1e-12, far below eps). The kernel tier also runs the large
+# offset and mixed magnitude cases there, which target float32 overflow and cancellation.
 CASES = ("random", "large_magnitude", "near_constant")
 
 # A derivative below 10^(ZERO_GRADIENT_DIGITS - dps) of its natural size |y|/|x| is numerically 0
