@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -47,13 +48,30 @@ SIM_CONFIG = Config(block=32, tile=8, attn_tile=8, grid_cap=4, col_x=8)
 GPU_CONFIG = Config(block=256, tile=16, attn_tile=16, grid_cap=65535, col_x=32)
 
 
+_OVERRIDE: list = []          # the innermost use_config() wins
+
+
+@contextmanager
+def use_config(cfg: Config):
+    """Launch with ``cfg`` inside this block: the checker runs the GPU's own configuration in the
+    simulator this way (blocks of 256 threads, 16 x 16 tiles)."""
+    _OVERRIDE.append(cfg)
+    try:
+        yield cfg
+    finally:
+        _OVERRIDE.pop()
+
+
 def config() -> Config:
     """The configuration of this process; ``VJPCERT_BLOCK`` overrides the row-kernel block size."""
+    if _OVERRIDE:
+        return _OVERRIDE[-1]
     cfg = GPU_CONFIG if MODE in ("gpu", "compile") else SIM_CONFIG
     if os.environ.get("VJPCERT_BLOCK"):
         b = int(os.environ["VJPCERT_BLOCK"])
-        if b < 2 or b & (b - 1):
-            raise ValueError(f"VJPCERT_BLOCK={b}: must be a power of two >= 2")
+        if b < 32 or b > 1024 or b & (b - 1):
+            raise ValueError(f"VJPCERT_BLOCK={b}: must be a power of two from 32 (a warp: the block "
+                             f"reductions shuffle within warps) to 1024")
         cfg = replace(cfg, block=b, col_x=min(cfg.col_x, b))
     return cfg
 
@@ -67,33 +85,69 @@ class PtxKernel:
     py_func: object
     sig: str
     max_registers: int | None = None     # a ptxas cap (only the negative controls set one)
+    threads: int = 256                   # threads per block it is launched with (for occupancy)
+    launch_bounds: tuple | None = None   # (max threads per block, min blocks per SM) for ptxas
 
 
-def kernel(sig: str):
+def kernel(sig: str, threads: int | None = None, min_blocks: int | None = None):
     """``cuda.jit(sig)`` with an explicit signature (compiled eagerly on a GPU; the simulator
-    ignores it); in compile mode, the function and signature for ``cuda.compile_ptx``."""
+    ignores it); in compile mode, the function and signature for ``cuda.compile_ptx``.
+    ``threads``: the block size it is launched with. ``min_blocks``: launch bounds asking ptxas to
+    keep registers low enough for that many blocks of ``threads`` per SM (used only where the
+    compile shows no spill at that bound: tests/test_kernels.py checks every kernel for spills)."""
+    bounds = (threads, min_blocks) if threads and min_blocks else None
+
     def deco(fn):
         if MODE == "compile":
-            return PtxKernel(fn.__name__, fn, sig)
+            return PtxKernel(fn.__name__, fn, sig, threads=threads or GPU_CONFIG.block, launch_bounds=bounds)
+        if MODE == "gpu" and bounds:
+            return cuda.jit(sig, launch_bounds=bounds)(fn)
         return cuda.jit(sig)(fn)
     return deco
 
 
 # ------------------------------------------------------------------------------ device helpers
+WARP = 32
+FULL_MASK = 0xFFFFFFFF
+
+
+@cuda.jit(device=True)
+def warp_sum(v):
+    """Sum of ``v`` over the 32 lanes of the warp, every lane gets it: a butterfly of shuffles (no
+    shared memory, no barrier). Lane l adds lane l ^ m for m = 16, 8, 4, 2, 1; a + b = b + a
+    exactly, so every lane ends with the same bits."""
+    m = 16
+    while m > 0:
+        v += cuda.shfl_xor_sync(FULL_MASK, v, m)
+        m //= 2
+    return v
+
+
+@cuda.jit(device=True)
+def warp_max(v):
+    m = 16
+    while m > 0:
+        other = cuda.shfl_xor_sync(FULL_MASK, v, m)
+        if other > v:
+            v = other
+        m //= 2
+    return v
+
+
 @cuda.jit(device=True)
 def block_sum(sm, t, v):
-    """Sum of ``v`` over the block (tree in shared memory ``sm`` of one slot per thread); every
-    thread gets the result. Three barriers: before the tree, one per level, and after reading the
-    root (so a following reduction cannot overwrite ``sm[0]`` while a thread still reads it)."""
-    sm[t] = v
+    """Sum of ``v`` over the block, every thread gets it. Each warp reduces by shuffles, lane 0 of
+    each warp writes its total to ``sm`` (one slot per warp), and after one barrier every warp
+    reduces the totals again by shuffles. Two barriers for any block size (a shared-memory tree
+    over 256 threads takes nine); the second keeps a following reduction from overwriting ``sm``
+    while a warp still reads it."""
+    v = warp_sum(v)
+    if t % WARP == 0:
+        sm[t // WARP] = v
     cuda.syncthreads()
-    s = sm.shape[0] // 2
-    while s > 0:
-        if t < s:
-            sm[t] += sm[t + s]
-        cuda.syncthreads()
-        s //= 2
-    r = sm[0]
+    lane = t % WARP
+    r = sm[lane] if lane < sm.shape[0] else float32(0)
+    r = warp_sum(r)
     cuda.syncthreads()
     return r
 
@@ -101,19 +155,20 @@ def block_sum(sm, t, v):
 @cuda.jit(device=True)
 def block_max(sm, t, v):
     """Maximum of ``v`` over the block, as ``block_sum``."""
-    sm[t] = v
+    v = warp_max(v)
+    if t % WARP == 0:
+        sm[t // WARP] = v
     cuda.syncthreads()
-    s = sm.shape[0] // 2
-    while s > 0:
-        if t < s:
-            other = sm[t + s]
-            if other > sm[t]:
-                sm[t] = other
-        cuda.syncthreads()
-        s //= 2
-    r = sm[0]
+    lane = t % WARP
+    r = sm[lane] if lane < sm.shape[0] else NEG_INF
+    r = warp_max(r)
     cuda.syncthreads()
     return r
+
+
+def warps(block: int) -> int:
+    """Slots of the shared array block_sum/block_max need: one per warp."""
+    return max(1, block // WARP)
 
 
 # ------------------------------------------------------------------------------ column sums
@@ -127,7 +182,7 @@ def _colsum_kernels(cfg: Config):
     CX = cfg.col_x
     RY = cfg.block // cfg.col_x
 
-    @kernel("void(float32[:, ::1], float32[::1])")
+    @kernel("void(float32[:, ::1], float32[::1])", threads=cfg.block)
     def colsum(a, out):
         """out[j] = sum_r a[r, j]: thread (cx, ry) sums rows ry, ry + RY, ... of one column, then
         the RY partial sums of a column meet in a shared-memory tree (a fixed order: deterministic,
@@ -245,6 +300,6 @@ def elem_grid(n: int, cfg: Config) -> int:
     return max(1, min(math.ceil(n / cfg.block), cfg.grid_cap))
 
 
-__all__ = ["MODE", "cuda", "float32", "int32", "NEG_INF", "Config", "config", "kernel", "block_sum",
-           "block_max", "colsum", "empty", "to_device", "call", "is_device", "launch", "row_grid",
+__all__ = ["MODE", "cuda", "float32", "int32", "NEG_INF", "Config", "config", "use_config", "kernel", "block_sum",
+           "block_max", "warp_sum", "warp_max", "warps", "WARP", "FULL_MASK", "colsum", "empty", "to_device", "call", "is_device", "launch", "row_grid",
            "elem_grid", "SIM_CONFIG", "GPU_CONFIG"]

@@ -26,7 +26,7 @@ def build(cfg):
     T = cfg.tile
 
     @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[::1], float32[:, :, ::1], "
-            "int32, int32, int32, float32)")
+            "int32, int32, int32, float32)", threads=T * T)
     def matmul(A, B, bias, C, ta, tb, has_bias, alpha):
         sA = cuda.shared.array((T, T), float32)
         sB = cuda.shared.array((T, T), float32)
@@ -120,3 +120,27 @@ def linear_bwd(x, W, b, dy, *, poison=True):
 def homogeneous_in_x(B, x, W, b, forward):
     """y(2 x) - b = 2 (y(x) - b): the map is linear in x (2 x is exact in float32)."""
     return forward(2 * x, W, b) - b, 2 * (forward(x, W, b) - b)
+
+
+# ------------------------------------------------------------------------------ error models
+def matmul_model(cfg, a, b, *, alpha=None, bias=None):
+    """The matmul kernel: products summed in two levels over k (tiles of cfg.tile), times alpha
+    (the exact constant, rounded once to float32 as the launcher does; 1 is exact), plus bias."""
+    from vjpcert.cuda_kernels import error_model as em
+    c = em.contract(a, b, ("tiles", cfg.tile))
+    if alpha is not None:
+        c = em.constant(alpha) * c
+    return c + em.exact(bias) if bias is not None else c
+
+
+def linear_fwd_model(cfg, x, W, b):
+    from vjpcert.cuda_kernels import error_model as em
+    return matmul_model(cfg, em.exact(x), em.exact(np.asarray(W).T), bias=b)
+
+
+def linear_bwd_model(cfg, x, W, b, dy):
+    from vjpcert.cuda_kernels import error_model as em
+    from vjpcert.cuda_kernels.rmsnorm import colsum_model
+    dy = np.asarray(dy)
+    return (matmul_model(cfg, em.exact(dy), em.exact(W)), matmul_model(cfg, em.exact(dy.T), em.exact(x)),
+            colsum_model(cfg, dy))

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import os
 import sys
 from importlib import metadata
@@ -50,6 +51,45 @@ MAX_VIOLATIONS = 20          # keep the first few: one is enough to fail, more h
 MAX_THREADS_PER_BLOCK = 1024
 MAX_STATIC_SHARED_BYTES = 48 * 1024
 _AT_BARRIER = object()       # what a simulated thread hands the block when it parks at a barrier
+_AT_SHUFFLE = object()       # ... and at a warp shuffle (with its warp, mask, value and source lane)
+WARP = 32
+
+
+class _GpuMath:
+    """``math`` as a GPU evaluates it in kernel code: exp overflows to inf, log(0) is -inf, log and
+    sqrt of a negative number are NaN (Python's math raises instead, which would turn a kernel's
+    inf/NaN -- caught by the NaN-poison check -- into an exception the GPU never throws)."""
+
+    def __getattr__(self, name):
+        return getattr(math, name)
+
+    @staticmethod
+    def exp(x):
+        try:
+            return math.exp(x)
+        except OverflowError:
+            return math.inf
+
+    @staticmethod
+    def log(x):
+        if x == 0:
+            return -math.inf
+        return math.nan if x < 0 else math.log(x)
+
+    @staticmethod
+    def sqrt(x):
+        return math.nan if x < 0 else math.sqrt(x)
+
+
+_GPU_MATH = _GpuMath()
+
+
+class _Received:
+    """A shuffled value handed back to the parked thread (wrapped: the value may be None-like)."""
+    __slots__ = ("_v",)
+
+    def __init__(self, v):
+        self._v = v
 
 
 class _Abort(BaseException):
@@ -256,6 +296,46 @@ def install() -> bool:
             self.syncthreads()
             return out
 
+        def shuffle(self, mask, value, source):
+            """A warp shuffle: every lane of the warp deposits its value and parks; once the whole
+            warp has arrived, lane l receives the value of lane source(l)."""
+            return self.parent.switch((_AT_SHUFFLE, self.thread_id // WARP, mask, value, source))
+
+    def _fail(t, threads, exc):
+        """The kernel raised in thread t: unwind the others (their ``with`` blocks exit), re-raise
+        naming the thread, as the stock simulator does."""
+        for other in threads:
+            if other is not t and other and not other.dead:
+                try:
+                    other.throw(_Abort)
+                except _Abort:
+                    pass
+        tid = "tid=%s" % list(t.threadIdx)
+        ctaid = "ctaid=%s" % list(t.blockIdx)
+        msg = "%s %s" % (tid, ctaid) if str(exc) == "" else "%s %s: %s" % (tid, ctaid, exc)
+        try:
+            err = type(exc)(msg)
+        except Exception:
+            err = RuntimeError(msg)
+        raise err.with_traceback(exc.__traceback__) from None
+
+    def _exchange(lanes, waiting, warp):
+        """Resolve one warp's shuffle once all its live lanes wait at it: {thread: received value}."""
+        calls = {t.thread_id % WARP: waiting[t] for t in lanes}
+        masks = {c[2] for c in calls.values()}
+        present = sum(1 << lane for lane in calls)
+        if len(masks) != 1 or (next(iter(masks)) & present) != present:
+            raise RuntimeError(f"warp {warp}: a shuffle whose mask leaves out live lanes (partial-warp "
+                               f"shuffles are not simulated)")
+        out = {}
+        for t in lanes:
+            lane = t.thread_id % WARP
+            src = calls[lane][4](lane)
+            if src not in calls:
+                raise RuntimeError(f"warp {warp}: lane {lane} shuffles from lane {src}, which this block lacks")
+            out[t] = calls[src][3]
+        return out
+
     def block_run(self, grid_point, *args):
         points = list(np.ndindex(*self._block_dim))
         if len(points) > MAX_THREADS_PER_BLOCK:
@@ -267,37 +347,76 @@ def install() -> bool:
         f = self._f
         context = contextvars.copy_context()
         threads = [SimThread(self, grid_point, bp, lambda: f(*args), context.copy()) for bp in points]
-        live = threads
-        # Round-robin: each live thread runs until it parks at a barrier or returns. A round ends
-        # with every live thread at the same barrier generation, so the next round releases it; a
-        # thread that returned lets the others through (as the stock simulator does; the detector
-        # reports it as a barrier not reached by all threads).
-        while live:
-            for t in live:
-                try:
-                    t.switch()
-                except BaseException as exc:     # the kernel raised in this thread: abort the block
-                    for other in threads:
-                        if other is not t and other and not other.dead:
-                            try:
-                                other.throw(_Abort)          # unwind it (its `with` blocks exit)
-                            except _Abort:
-                                pass
-                    tid = "tid=%s" % list(t.threadIdx)
-                    ctaid = "ctaid=%s" % list(t.blockIdx)
-                    msg = "%s %s" % (tid, ctaid) if str(exc) == "" else "%s %s: %s" % (tid, ctaid, exc)
-                    try:
-                        err = type(exc)(msg)
-                    except Exception:
-                        err = RuntimeError(msg)
-                    raise err.with_traceback(exc.__traceback__) from None
-            live = [t for t in live if not t.dead]
+        by_warp: dict = {}
+        for t in threads:
+            by_warp.setdefault(t.thread_id // WARP, []).append(t)
+        kernel_globals = getattr(f, "__globals__", {})
+        swap_math = kernel_globals.get("math") is math
+        if swap_math:
+            kernel_globals["math"] = _GPU_MATH
+        try:
+            self._vj_run(threads, by_warp)
+        finally:
+            if swap_math:
+                kernel_globals["math"] = math
         if self._vj_tracker is not None:
             self._vj_tracker.finish(threads)
             _stats["accesses"] += self._vj_tracker.accesses
             _stats["blocks"] += 1
             if self._vj_tracker.violations:
                 raise RaceError(self._vj_tracker.violations)
+
+    def run_threads(self, threads, by_warp):
+        """Round-robin: each runnable thread runs until it parks (at a barrier or a warp shuffle) or
+        returns. Then warps whose live lanes all wait at a shuffle exchange and run on; once every
+        live thread waits at the barrier, the barrier opens. A thread that returned lets the others
+        through (as the stock simulator does; the detector reports the barrier not reached by all)."""
+        runnable = {t: None for t in threads}          # thread -> the value its park returns
+        waiting: dict = {}                             # thread -> its shuffle call, while parked at one
+        barrier: list = []
+        while runnable:
+            for t, value in runnable.items():
+                try:
+                    parked = t.switch(value) if value is not None else t.switch()
+                except BaseException as exc:
+                    _fail(t, threads, exc)
+                if t.dead:
+                    continue
+                if parked is _AT_BARRIER:
+                    barrier.append(t)
+                else:
+                    waiting[t] = parked
+            runnable = {}
+            for w in sorted({c[1] for c in waiting.values()}):
+                lanes = [t for t in by_warp[w] if not t.dead]
+                if all(t in waiting for t in lanes):
+                    try:
+                        got = _exchange(lanes, waiting, w)
+                    except BaseException as exc:
+                        _fail(lanes[0], threads, exc)
+                    for t, v in got.items():
+                        del waiting[t]
+                        runnable[t] = _Received(v)
+            if runnable:
+                continue
+            if waiting:
+                t = next(iter(waiting))
+                _fail(t, threads, RuntimeError(f"warp {t.thread_id // WARP} waits at a shuffle that some of its "
+                                               f"lanes never reach (they wait at a barrier or returned)"))
+            runnable = {t: None for t in barrier}
+            barrier = []
+
+    def shfl_sync(self, mask, value, src_lane):
+        return current().shuffle(mask, value, lambda lane: int(src_lane) % WARP)._v
+
+    def shfl_xor_sync(self, mask, value, lane_mask):
+        return current().shuffle(mask, value, lambda lane: lane ^ int(lane_mask))._v
+
+    def shfl_down_sync(self, mask, value, delta):
+        return current().shuffle(mask, value, lambda lane: lane + int(delta) if lane + int(delta) < WARP else lane)._v
+
+    def shfl_up_sync(self, mask, value, delta):
+        return current().shuffle(mask, value, lambda lane: lane - int(delta) if lane >= int(delta) else lane)._v
 
     def shared_array(self, shape, dtype, alignment=None):
         if alignment is not None:
@@ -334,6 +453,7 @@ def install() -> bool:
 
     KA.FakeCUDAModule.fma = fma
     K.BlockManager.run = block_run
+    K.BlockManager._vj_run = run_threads
     KA.FakeCUDAShared.array = shared_array
     # Everything the fake ``cuda`` module asked of threading.current_thread() asks the greenlet.
     KA.FakeCUDAModule.threadIdx = property(lambda self: current().threadIdx)
@@ -344,6 +464,10 @@ def install() -> bool:
     KA.FakeCUDAModule.syncthreads_and = lambda self, v: current()._with_block_state(v, lambda a: int(np.all(a)))
     KA.FakeCUDAModule.syncthreads_or = lambda self, v: current()._with_block_state(v, lambda a: int(np.any(a)))
     KA.GridGroup.sync = lambda self: current().syncthreads()
+    KA.FakeCUDAModule.shfl_sync = shfl_sync
+    KA.FakeCUDAModule.shfl_xor_sync = shfl_xor_sync
+    KA.FakeCUDAModule.shfl_down_sync = shfl_down_sync
+    KA.FakeCUDAModule.shfl_up_sync = shfl_up_sync
     _installed = True
     return True
 

@@ -26,7 +26,10 @@ def checker_sha256(tier: str) -> str:
 
 
 def variant_of(task: Task) -> str:
-    method = dict(task.options).get("method")
+    options = dict(task.options)
+    method = options.get("method")
+    if task.tier == "kernel" and options.get("launch") == "gpu":
+        return "kernel-gpu_launch"          # the GPU's own launch configuration, in the simulator
     return f"{task.tier}-{method}" if task.tier == "symbolic" and method in ("compositional", "general") \
         else task.tier
 
@@ -49,12 +52,13 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
     """Every task of one tier for one op, validating the spec at each dims."""
     opts = {"seed": seed}
     if tier == "kernel":
-        from vjpcert.cuda_kernels.check import detect_mode, kernel_claims, kernel_dims
+        from vjpcert.cuda_kernels.check import detect_mode, kernel_claims, kernel_launches
         claims = kernel_claims(op)
         if not claims:
             return []
-        ladder = [fixed_dims] if fixed_dims else kernel_dims(op, detect_mode())
-        return [make_task("kernel", ref, c, d, **opts) for d in ladder for c in claims]
+        ladder = [(fixed_dims, None)] if fixed_dims else kernel_launches(op, detect_mode())
+        return [make_task("kernel", ref, c, d, **opts, **({"launch": launch} if launch else {}))
+                for d, launch in ladder for c in claims]
     if fixed_dims is not None:
         ladder = [fixed_dims]
     elif tier == "numeric" and not overrides and not large:
