@@ -164,6 +164,9 @@ DIMS = {
         "rope_interleaved": [{"rows": 17, "d": 128}], "rope_half": [{"rows": 17, "d": 64}],
         "linear": [{"rows": 17, "n_in": 260, "n_out": 33}],
         "attention": _ATTN_GPU_LAUNCH, "attention_causal": _ATTN_GPU_LAUNCH,
+        # a kernel name overrides its op: the plain attention kernels are the matmul and softmax
+        # kernels composed (checked at the GPU's launch on their own ops), one size is enough
+        **{f"attention{c}_{k}": [{"m": 17, "d": 64}] for c in ("", "_causal") for k in ("fwd", "bwd")},
     },
 }
 

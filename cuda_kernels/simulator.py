@@ -418,11 +418,15 @@ def install() -> bool:
     def shfl_up_sync(self, mask, value, delta):
         return current().shuffle(mask, value, lambda lane: lane - int(delta) if lane >= int(delta) else lane)._v
 
+    dtypes: dict = {}
+
     def shared_array(self, shape, dtype, alignment=None):
         if alignment is not None:
             raise RuntimeError("Array alignment is not supported in cudasim")
         if isinstance(dtype, nb_types.Type):
-            dtype = numpy_support.as_dtype(dtype)
+            if dtype not in dtypes:                # every thread asks, at every launch: convert once
+                dtypes[dtype] = numpy_support.as_dtype(dtype)
+            dtype = dtypes[dtype]
         if shape == 0:                      # dynamic shared memory: as the stock simulator, untracked
             count = self._dynshared_size // dtype.itemsize
             return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)

@@ -56,9 +56,10 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
         claims = kernel_claims(op)
         if not claims:
             return []
-        ladder = [(fixed_dims, None)] if fixed_dims else kernel_launches(op, detect_mode())
+        mode = detect_mode()
+        ladders = {c: [(fixed_dims, None)] if fixed_dims else kernel_launches(op, mode, c) for c in claims}
         return [make_task("kernel", ref, c, d, **opts, **({"launch": launch} if launch else {}))
-                for d, launch in ladder for c in claims]
+                for c in claims for d, launch in ladders[c]]
     if fixed_dims is not None:
         ladder = [fixed_dims]
     elif tier == "numeric" and not overrides and not large:
