@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from vjpcert.cuda_kernels.common import (FULL_MASK, NEG_INF, config, cuda, empty, float32, is_device, kernel, launch,
-                                         to_device)
+                                         min_blocks, to_device)
 from vjpcert.cuda_kernels.linear import matmul_dev
 from vjpcert.cuda_kernels.softmax import softmax_bwd_dev, softmax_fwd_dev
 
@@ -86,6 +86,7 @@ def build_flash(T: int, D: int):
     ND = D // T       # accumulator columns per thread: thread x owns columns x, x + T, ...
     DP = D + 1        # shared row length: a stride that is not a multiple of the 32 banks
     HALF = T // 2     # the T threads of a row are T consecutive lanes of one warp (T <= 32)
+    BLOCKS = min_blocks(T * T)      # launch bounds: blocks per SM the registers must allow
     if T > 32 or T & (T - 1):
         raise ValueError(f"flash attention tile {T}: a power of two up to a warp (32)")
 
@@ -109,7 +110,8 @@ def build_flash(T: int, D: int):
         return v
 
     @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
-            "float32[:, ::1], float32, int32, int32)", threads=T * T)
+            "float32[:, ::1], float32, int32, int32)",
+            threads=T * T, min_blocks=BLOCKS)
     def flash_fwd(Q, K, V, O, L, scale, causal, offset):
         """Thread (x, y) owns query row r0 + y: its score with key x of each key tile, and columns
         x, x + T, ... of the output. The row's running max and sum live in registers (the row's T
@@ -197,7 +199,7 @@ def build_flash(T: int, D: int):
 
     @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
             "float32[:, ::1], float32[:, ::1], float32[:, :, ::1], float32[:, :, ::1], float32, int32, int32)",
-            threads=T * T)
+            threads=T * T, min_blocks=BLOCKS)
     def flash_bwd_dkdv(Q, K, V, dO, L, Di, dK, dV, scale, causal, offset):
         """One block per key tile: thread (x, y) owns key row c0 + y, columns x, x + T, ... of dK and
         dV, and sums over every query tile that can see the key tile."""
@@ -275,7 +277,8 @@ def build_flash(T: int, D: int):
                     dV[hd, cr, kk] = accV[jj]
 
     @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
-            "float32[:, ::1], float32[:, ::1], float32[:, :, ::1], float32, int32, int32)", threads=T * T)
+            "float32[:, ::1], float32[:, ::1], float32[:, :, ::1], float32, int32, int32)",
+            threads=T * T, min_blocks=BLOCKS)
     def flash_bwd_dq(Q, K, V, dO, L, Di, dQ, scale, causal, offset):
         """One block per query tile: thread (x, y) owns query row r0 + y, columns x, x + T, ... of
         dQ, and sums over every key tile the query tile can see."""

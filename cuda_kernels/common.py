@@ -89,6 +89,19 @@ class PtxKernel:
     launch_bounds: tuple | None = None   # (max threads per block, min blocks per SM) for ptxas
 
 
+# Launch bounds: ptxas allocates registers for a kernel without knowing how many threads will share
+# an SM; 74-128 registers per thread left 2-3 blocks of 256 threads resident (25-37.5% occupancy on
+# sm_90). Asking for RESIDENT_THREADS resident threads per SM caps the registers so that many fit --
+# where the compile shows no spill at that cap (every kernel is checked for spills in CI).
+RESIDENT_THREADS = 1024          # 4 blocks of 256: 50% occupancy, 64 registers per thread
+RESIDENT_THREADS_HEAVY = 768     # the norms' backwards (5 arrays live per element): 80 registers
+
+
+def min_blocks(threads: int, resident: int = RESIDENT_THREADS) -> int:
+    """Blocks of ``threads`` that launch bounds ask ptxas to fit on one SM."""
+    return max(1, resident // threads)
+
+
 def kernel(sig: str, threads: int | None = None, min_blocks: int | None = None):
     """``cuda.jit(sig)`` with an explicit signature (compiled eagerly on a GPU; the simulator
     ignores it); in compile mode, the function and signature for ``cuda.compile_ptx``.
@@ -238,10 +251,63 @@ def _fill_kernel():
     return _FILL["fill"]
 
 
+class Workspace:
+    """Output buffers reused across repeated calls of one launcher (what a benchmark times): the first
+    call allocates them, and after ``rewind()`` every later call receives the same buffers in the same
+    order. Within ``preallocated(ws)`` nothing is allocated and nothing is NaN-poisoned once warm."""
+
+    def __init__(self):
+        self.buffers: list = []
+        self.next = 0
+
+    def rewind(self) -> None:
+        self.next = 0
+
+    def take(self, shape):
+        if self.next < len(self.buffers):
+            buf = self.buffers[self.next]
+            if tuple(buf.shape) != shape:
+                raise ValueError(f"workspace: call asked for {shape} where the first call had {tuple(buf.shape)}")
+        else:
+            buf = cuda.device_array(shape, dtype=np.float32) if MODE != "simulator" else \
+                cuda.to_device(np.zeros(shape, np.float32))
+            self.buffers.append(buf)
+        self.next += 1
+        return buf
+
+
+_WORKSPACES: list = []
+_ASYNC: list = []
+
+
+@contextmanager
+def preallocated(ws: Workspace):
+    """Launchers inside take their outputs from ``ws`` (see Workspace)."""
+    _WORKSPACES.append(ws)
+    try:
+        yield ws
+    finally:
+        _WORKSPACES.pop()
+
+
+@contextmanager
+def async_launches():
+    """Launches inside do not synchronise after each kernel (a benchmark times many back to back
+    with CUDA events); outside, every launch synchronises so an error surfaces where it happened."""
+    _ASYNC.append(True)
+    try:
+        yield
+    finally:
+        _ASYNC.pop()
+
+
 def empty(shape, poison: bool = True):
     """A float32 device buffer; with ``poison`` (the default, and what the checker relies on) every
-    element is NaN, so an element a kernel forgets to write shows as NaN in its output."""
+    element is NaN, so an element a kernel forgets to write shows as NaN in its output. Inside
+    ``preallocated(ws)``: the workspace's buffer (never poisoned: a benchmark, not a check)."""
     shape = tuple(int(s) for s in shape)
+    if _WORKSPACES:
+        return _WORKSPACES[-1].take(shape)
     if MODE == "simulator":
         return cuda.to_device(np.full(shape, np.nan if poison else 0, dtype=np.float32))
     d = cuda.device_array(shape, dtype=np.float32)
@@ -253,6 +319,17 @@ def empty(shape, poison: bool = True):
 
 def is_device(a) -> bool:
     return cuda.is_cuda_array(a) if MODE == "gpu" else hasattr(a, "copy_to_host")
+
+
+_CONSTANTS: dict = {}
+
+
+def device_constant(key, make):
+    """A small read-only device array made once per process (a zero bias, RoPE's inverse frequencies):
+    a launcher must not copy from the host at every call."""
+    if key not in _CONSTANTS:
+        _CONSTANTS[key] = to_device(make())
+    return _CONSTANTS[key]
 
 
 def to_device(a):
@@ -286,7 +363,7 @@ def launch(k, grid, block, *args):
         install()
     with np.errstate(all="ignore"):   # the simulator's numpy scalars warn; a GPU does not
         k[grid, block](*args)
-    if MODE == "gpu":
+    if MODE == "gpu" and not _ASYNC:
         cuda.synchronize()
 
 
@@ -301,5 +378,6 @@ def elem_grid(n: int, cfg: Config) -> int:
 
 
 __all__ = ["MODE", "cuda", "float32", "int32", "NEG_INF", "Config", "config", "use_config", "kernel", "block_sum",
-           "block_max", "warp_sum", "warp_max", "warps", "WARP", "FULL_MASK", "colsum", "empty", "to_device", "call", "is_device", "launch", "row_grid",
-           "elem_grid", "SIM_CONFIG", "GPU_CONFIG"]
+           "block_max", "warp_sum", "warp_max", "warps", "WARP", "FULL_MASK", "colsum", "empty", "to_device", "call",
+           "is_device", "launch", "row_grid", "elem_grid", "SIM_CONFIG", "GPU_CONFIG", "Workspace", "preallocated",
+           "async_launches", "device_constant", "min_blocks"]

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from vjpcert.cuda_kernels.common import (block_sum, call, colsum, config, cuda, empty, float32, kernel, launch,
-                                         row_grid, warps)
+                                         row_grid, warps, min_blocks, RESIDENT_THREADS_HEAVY)
 
 _CACHE = {}
 
@@ -24,6 +24,8 @@ def build(cfg):
         return _CACHE[cfg.block]
     BLOCK = cfg.block
     NWARP = warps(BLOCK)        # block_sum/block_max: one shared slot per warp
+    BLOCKS = min_blocks(BLOCK)  # launch bounds: blocks per SM the registers must allow
+    BLOCKS_HEAVY = min_blocks(BLOCK, RESIDENT_THREADS_HEAVY)
 
     @cuda.jit(device=True)
     def row_stats(x, r, sm, t, n, eps):
@@ -39,7 +41,8 @@ def build(cfg):
         var = block_sum(sm, t, acc) / float32(n)
         return mu, float32(1) / float32(math.sqrt(var + eps))
 
-    @kernel("void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], float32)", threads=BLOCK)
+    @kernel("void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], float32)",
+            threads=BLOCK, min_blocks=BLOCKS)
     def layernorm_fwd(x, gamma, beta, y, eps):
         sm = cuda.shared.array(NWARP, float32)
         t = cuda.threadIdx.x
@@ -50,7 +53,8 @@ def build(cfg):
             for j in range(t, n, BLOCK):
                 y[r, j] = (x[r, j] - mu) * rstd * gamma[j] + beta[j]
 
-    @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], float32)", threads=BLOCK)
+    @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], float32)",
+            threads=BLOCK, min_blocks=BLOCKS_HEAVY)
     def layernorm_bwd(x, gamma, dy, dx, gxh, eps):
         """dx, and gxh = dy * xh (summed over rows into dgamma by colsum)."""
         sm = cuda.shared.array(NWARP, float32)

@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from vjpcert.cuda_kernels.common import call, colsum, config, cuda, empty, float32, is_device, kernel, launch, to_device
+from vjpcert.cuda_kernels.common import (call, colsum, config, cuda, device_constant, empty, float32, is_device, kernel,
+                                         launch, to_device)
 
 _CACHE = {}
 
@@ -76,7 +77,7 @@ def matmul_dev(d_A, d_B, *, ta=False, tb=False, alpha=1.0, d_bias=None, cfg=None
     if (d_B.shape[2] if tb else d_B.shape[1]) != K or d_B.shape[0] != Z:
         raise ValueError(f"matmul shapes {d_A.shape} (ta={ta}) and {d_B.shape} (tb={tb}) do not fit")
     d_C = empty((Z, M, N), poison)
-    bias = d_bias if d_bias is not None else to_device(np.zeros(1, np.float32))
+    bias = d_bias if d_bias is not None else device_constant("zero bias", lambda: np.zeros(1, np.float32))
     T = cfg.tile
     launch(build(cfg).matmul, (math.ceil(N / T), math.ceil(M / T), Z), (T, T), d_A, d_B, bias, d_C,
            int(ta), int(tb), int(d_bias is not None), np.float32(alpha))

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from vjpcert.cuda_kernels.common import (block_sum, call, colsum, config, cuda, empty, float32, kernel, launch,
-                                         row_grid, warps)
+                                         row_grid, warps, min_blocks, RESIDENT_THREADS_HEAVY)
 
 _CACHE = {}
 
@@ -22,6 +22,8 @@ def build(cfg):
         return _CACHE[cfg.block]
     BLOCK = cfg.block
     NWARP = warps(BLOCK)        # block_sum/block_max: one shared slot per warp
+    BLOCKS = min_blocks(BLOCK)  # launch bounds: blocks per SM the registers must allow
+    BLOCKS_HEAVY = min_blocks(BLOCK, RESIDENT_THREADS_HEAVY)
 
     @cuda.jit(device=True)
     def row_rstd(x, r, eps, sm, t):
@@ -32,7 +34,8 @@ def build(cfg):
         ms = block_sum(sm, t, acc) / float32(x.shape[1])
         return float32(1) / float32(math.sqrt(ms + eps))
 
-    @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32)", threads=BLOCK)
+    @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32)",
+            threads=BLOCK, min_blocks=BLOCKS)
     def rmsnorm_fwd(x, gamma, y, eps):
         sm = cuda.shared.array(NWARP, float32)
         t = cuda.threadIdx.x
@@ -43,7 +46,8 @@ def build(cfg):
             for j in range(t, n, BLOCK):
                 y[r, j] = x[r, j] * rstd * gamma[j]
 
-    @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], float32)", threads=BLOCK)
+    @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], float32)",
+            threads=BLOCK, min_blocks=BLOCKS_HEAVY)
     def rmsnorm_bwd(x, gamma, dy, dx, gx, eps):
         """dx, and gx = dy * x * rstd (summed over rows into dgamma by colsum)."""
         sm = cuda.shared.array(NWARP, float32)

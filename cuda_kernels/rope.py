@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
-from vjpcert.cuda_kernels.common import (call, config, cuda, elem_grid, empty, float32, int32, is_device, kernel, launch,
-                                 to_device)
+from vjpcert.cuda_kernels.common import (call, config, cuda, device_constant, elem_grid, empty, float32, int32,
+                                         is_device, kernel, launch)
 
 # pi/4 = HI + MID + LO (each the float32 rounding of what is left), and 4/pi
 PIO4_HI = np.float32(0.7853982)
@@ -114,8 +114,9 @@ def _rotate_dev(d_x, d_pos, *, base, half, sign, cfg=None, poison=True):
     if d % 2:
         raise ValueError(f"RoPE needs an even head width, got d = {d}")
     d_y = empty(d_x.shape, poison)
-    launch(build(cfg).rotate, elem_grid(rows * (d // 2), cfg), cfg.block, d_x, d_pos,
-           to_device(inv_freq(d, base)), d_y, int(half), np.float32(sign))
+    inv = device_constant(("rope inv_freq", d, float(base)), lambda: inv_freq(d, base))
+    launch(build(cfg).rotate, elem_grid(rows * (d // 2), cfg), cfg.block, d_x, d_pos, inv, d_y, int(half),
+           np.float32(sign))
     return d_y
 
 

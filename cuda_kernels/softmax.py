@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from vjpcert.cuda_kernels.common import (NEG_INF, block_max, block_sum, call, config, cuda, empty, float32,
-                                         kernel, launch, row_grid, warps)
+                                         kernel, launch, row_grid, warps, min_blocks)
 
 _CACHE = {}
 
@@ -25,6 +25,7 @@ def build(cfg):
         return _CACHE[cfg.block]
     BLOCK = cfg.block
     NWARP = warps(BLOCK)        # block_sum/block_max: one shared slot per warp
+    BLOCKS = min_blocks(BLOCK)  # launch bounds: blocks per SM the registers must allow
 
     @cuda.jit(device=True)
     def visible(r, n, causal, offset, m):
@@ -47,7 +48,8 @@ def build(cfg):
             acc += float32(math.exp(x[r, j] - mx))
         return mx, block_sum(sm, t, acc)
 
-    @kernel("void(float32[:, ::1], float32[:, ::1], int32, int32, int32)", threads=BLOCK)
+    @kernel("void(float32[:, ::1], float32[:, ::1], int32, int32, int32)",
+            threads=BLOCK, min_blocks=BLOCKS)
     def softmax_fwd(x, y, causal, offset, m):
         sm = cuda.shared.array(NWARP, float32)
         t = cuda.threadIdx.x
@@ -62,7 +64,8 @@ def build(cfg):
                 else:
                     y[r, j] = float32(0)
 
-    @kernel("void(float32[:, ::1], float32[:, ::1], float32[:, ::1], int32, int32, int32)", threads=BLOCK)
+    @kernel("void(float32[:, ::1], float32[:, ::1], float32[:, ::1], int32, int32, int32)",
+            threads=BLOCK, min_blocks=BLOCKS)
     def softmax_bwd(x, dy, dx, causal, offset, m):
         sm = cuda.shared.array(NWARP, float32)
         t = cuda.threadIdx.x

@@ -318,18 +318,38 @@ def test_tolerances_live_in_one_place():
     assert not re.search(r"\b\d+e-\d+\b", text)
 
 
+def _gpu_script(tmp_path, *args):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_run.py"), *args, "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OUT": str(tmp_path)})
+    return proc, json.loads((tmp_path / "gpu_run.json").read_text())
+
+
 def test_gpu_script_runs_end_to_end_in_the_simulator(tmp_path):
-    """benchmarks/gpu_run.py --simulate: checks at tiny sizes, every benchmark path, JSON, table."""
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_run.py"), "--simulate",
-                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OUT": str(tmp_path)})
+    """benchmarks/gpu_run.py --simulate: preflight, every benchmark path against PyTorch computing the
+    same outputs, a check of every kernel, JSON, the table last."""
+    proc, res = _gpu_script(tmp_path, "--simulate")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    res = json.loads((tmp_path / "gpu_run.json").read_text())
-    assert res["mode"] == "simulator" and res["checks"]
+    assert res["mode"] == "simulator" and res["preflight"]["ok"] and res["preflight"]["trivial_kernel_s"] >= 0
+    assert {n: s["status"] for n, s in res["sections"].items()} == {"preflight": "ok", "bench": "ok", "checks": "ok"}
     assert all(c["verdict"] == "kernel-match" for c in res["checks"])
     assert {c["kernel"] for c in res["checks"]} == set(KERNELS)
     mb = res["bench"]["memory_bound"]
     assert {"softmax_fwd", "softmax_bwd", "rmsnorm_bwd", "layernorm_bwd", "rope_half_fwd", "gelu_tanh_bwd"} <= set(mb)
-    assert all("pct_of_copy_bw" in r and "ratio" in r for r in mb.values())
-    assert set(res["bench"]["attention"]) == {"full", "causal"}
-    assert "ours/torch" in proc.stdout and "attn fwd+bwd causal" in proc.stdout
+    assert all("pct_of_copy_bw" in r and "speed_vs_torch" in r and r["reps"] >= 2 for r in mb.values())
+    assert set(res["bench"]["attention"]) == {"full", "causal"} and set(res["bench"]["linear"]) == {"linear_fwd", "linear_bwd"}
+    out = proc.stdout
+    assert out.rstrip().splitlines()[-1].endswith("JSON: gpu_run.json")          # the table comes last
+    assert "speed vs torch" in out and "attn fwd+bwd causal" in out and "checks: 26 kernel-match" in out
+
+
+def test_gpu_script_fails_fast_and_keeps_to_its_deadline(tmp_path):
+    """No GPU and no --simulate: the preflight stops the run at once (exit 2), with the JSON saying why.
+    A deadline that has passed: the later sections are recorded as skipped (exit 3), never lost."""
+    if SIM:
+        proc, res = _gpu_script(tmp_path / "a")
+        assert proc.returncode == 2 and res["sections"]["preflight"]["status"] == "failed"
+        assert "no GPU" in res["sections"]["preflight"]["error"] and res["bench"] is None
+    proc, res = _gpu_script(tmp_path / "b", "--simulate", "--deadline", "1")
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert res["sections"]["preflight"]["status"] == "ok"
+    assert res["sections"]["bench"]["status"] == res["sections"]["checks"]["status"] == "skipped: deadline"
