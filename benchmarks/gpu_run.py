@@ -363,7 +363,8 @@ def bench(run: Run, rec: dict) -> None:
             o, t = timer.ours(ours), timer.torch(ref)
             res["memory_bound"][name] = {
                 "ours_ms": o["s"] * 1e3, "torch_ms": t["s"] * 1e3, "speed_vs_torch": t["s"] / o["s"],
-                "ours_GBps": nbytes / o["s"] / 1e9, "pct_of_copy_bw": 100 * (nbytes / o["s"]) / (res["copy_GBps"] * 1e9),
+                "ours_GBps": nbytes / o["s"] / 1e9,
+                "pct_of_copy_bw": 100 * (nbytes / o["s"]) / (res["copy_GBps"] * 1e9),
                 "reps": o["reps"], "cpu_us": o["cpu_us"], "launch_bound": o["launch_bound"],
                 "torch_launch_bound": t["launch_bound"]}
             print(f"  bench {name:24s} ours {o['s'] * 1e3:9.3f} ms  torch {t['s'] * 1e3:9.3f} ms", flush=True)
@@ -466,7 +467,8 @@ def checks(run: Run, rec: dict) -> None:
             entry = {"kernel": spec.name, "dims": dims, "verdict": cert.verdict, "worst_error_over_bound": worst,
                      "witness": cert.evidence.get("witness"), "reason": cert.evidence.get("reason")}
         except Exception as exc:                 # a crash is recorded, never a pass
-            entry = {"kernel": spec.name, "dims": dims, "verdict": "inconclusive", "error": f"{type(exc).__name__}: {exc}"}
+            entry = {"kernel": spec.name, "dims": dims, "verdict": "inconclusive",
+                     "error": f"{type(exc).__name__}: {exc}"}
         entry["seconds"] = round(time.perf_counter() - t, 2)
         run.results["checks"].append(entry)
         run.write()
@@ -492,7 +494,8 @@ def table(results: dict) -> str:
         sim = results["mode"] != "gpu"
         lines.append(f"device {bench_res['device']}; device-to-device copy {bench_res.get('copy_GBps', 0):.0f} GB/s"
                      + ("  (simulator: timings are meaningless)" if sim else ""))
-        lines.append(f"{'kernel':24s} {'ours ms':>9s} {'torch ms':>9s} {'speed vs torch':>14s} {'% copy BW':>9s}  target")
+        lines.append(f"{'kernel':24s} {'ours ms':>9s} {'torch ms':>9s} {'speed vs torch':>14s} "
+                     f"{'% copy BW':>9s}  target")
         for name, r in bench_res["memory_bound"].items():
             if "ours_ms" not in r:
                 lines.append(f"{name:24s} {r}")

@@ -31,8 +31,8 @@ def _row(r: dict | None) -> dict | None:
         return None
     threads = r.get("threads", 256)          # every kernel of the baseline ran blocks of 256 threads
     occ = occupancy(r["registers"], threads, r.get("shared_bytes", 0))
-    return {"registers": r["registers"], "spill_bytes": r.get("spill_bytes", 0), "shared_bytes": r.get("shared_bytes", 0),
-            "threads": threads, **occ}
+    return {"registers": r["registers"], "spill_bytes": r.get("spill_bytes", 0),
+            "shared_bytes": r.get("shared_bytes", 0), "threads": threads, **occ}
 
 
 def main() -> int:
@@ -56,12 +56,14 @@ def main() -> int:
              "launch bounds asking for 4 resident blocks of 256 threads (3 for the norms' backwards) where the "
              "compile shows no spill. GPU timings: `benchmarks/gpu_run.py` on a GPU.", "",
              f"Problems (spills, > 48 KiB static shared memory, .f64): {result['problems'] or 'none'}.", "",
-             "| kernel | registers before | after | static shared bytes before | after | occupancy before | after | limited by (after) |",
+             "| kernel | registers before | after | static shared bytes before | after | occupancy before | after "
+             "| limited by (after) |",
              "|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         b, a = r["before"], r["after"]
         lines.append(f"| `{name}` | {cell(b, 'registers')} | {cell(a, 'registers')} | {cell(b, 'shared_bytes')} | "
-                     f"{cell(a, 'shared_bytes')} | {cell(b, 'occupancy', '{:.1%}')} | {cell(a, 'occupancy', '{:.1%}')} | "
+                     f"{cell(a, 'shared_bytes')} | {cell(b, 'occupancy', '{:.1%}')} | "
+                     f"{cell(a, 'occupancy', '{:.1%}')} | "
                      f"{cell(a, 'limited_by')} |")
     atomic_write(OUT / "occupancy.md", "\n".join(lines) + "\n")
     print("\n".join(lines))

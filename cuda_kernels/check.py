@@ -357,14 +357,16 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
 
     def certificate(verdict):
         return Certificate(op=_base_name(op), claim=claim, tier="kernel", verdict=verdict,
-                           method=f"numba-cuda-{mode}", dims=dims,
+                           method=f"numba-cuda-{mode}" + ("-gpu-launch" if launch == "gpu" and mode != "gpu" else ""),
+                           dims=dims,
                            assumptions=[f"{n} = {v}" for n, v in params.items()]
                            + [f"inputs: the cases {', '.join(cases)} (core/input_cases.py), seed {seed}",
                               f"launch configuration: {launch_words} ({launch_desc})",
                               f"tolerance: {tol.RULE_IN_WORDS}",
-                              "library functions (expf, erff, tanhf, logf) within the CUDA guide's maximum ulp errors"]
-                           + (["the race detector instruments the simulator: on a GPU shared-memory races are not checked"]
-                              if mode == "gpu" else []),
+                              "library functions (expf, erff, tanhf, logf) within the CUDA guide's maximum ulp "
+                              "errors"]
+                           + (["the race detector instruments the simulator: on a GPU shared-memory races are not "
+                               "checked"] if mode == "gpu" else []),
                            evidence=evidence, seconds=time.perf_counter() - start,
                            spec_sha256=op.spec_sha256, checker_sha256=CHECKER_SHA256,
                            versions={**versions(), **env.versions()})
@@ -424,7 +426,8 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
             except KernelRaised as exc:
                 return failed("kernel raised", error=str(exc))
             if len(runs[0]) != len(ref64):
-                raise SpecError(op.name, f"kernel {spec.name} returned {len(runs[0])} outputs; the spec has {len(ref64)}")
+                raise SpecError(op.name, f"kernel {spec.name} returned {len(runs[0])} outputs; "
+                                         f"the spec has {len(ref64)}")
 
             # 2. NaN poison: every element written, and finite where the spec is finite
             for name, out, r in zip(spec.outputs, runs[0], ref64):

@@ -181,7 +181,8 @@ def _rotate_model(x, pos, base, half, sign):
     ya = a * cos - b * s
     yb = a * s + b * cos
     out = [np.empty((rows, d)) for _ in range(5)]
-    for t, cols in ((ya, slice(0, h) if half else slice(0, None, 2)), (yb, slice(h, None) if half else slice(1, None, 2))):
+    first, second = (slice(0, h), slice(h, None)) if half else (slice(0, None, 2), slice(1, None, 2))
+    for t, cols in ((ya, first), (yb, second)):
         for o, part in zip(out, (t.v, t.p1, t.p2, t.s1, t.s2)):
             o[:, cols] = part
     return em.Tracked(*out)

@@ -43,6 +43,11 @@ from importlib import metadata
 
 import numpy as np
 
+try:
+    import greenlet
+except ImportError:          # install() says why and leaves the stock simulator in place
+    greenlet = None
+
 PINNED_NUMBA_CUDA = "0.30.4"
 MAX_VIOLATIONS = 20          # keep the first few: one is enough to fail, more help to locate it
 # Device limits the stock simulator does not enforce (every sm_70+ GPU; sm_90 included): a block of
@@ -253,12 +258,9 @@ def install() -> bool:
         _unavailable_reason = (f"numba-cuda {version} is installed; the simulator patches are tested "
                                f"with {PINNED_NUMBA_CUDA} only")
         return False
-    try:
-        import greenlet
-    except ImportError:
+    if greenlet is None:
         _unavailable_reason = "greenlet is not installed (pip install -e '.[cuda]')"
         return False
-    globals()["greenlet"] = greenlet
     from numba.cuda.simulator import kernel as K
     from numba.cuda.simulator import kernelapi as KA
     from numba.cuda import types as nb_types

@@ -109,7 +109,8 @@ def test_a_model_of_another_formula_makes_the_claim_inconclusive():
     def wrong_model(cfg, x):
         return real.model(cfg, x) * em.exact(1.001)
     spec = replace(real, name="gelu_erf_fwd~wrong_model", model=wrong_model)
-    cert = check_kernel_claim(builtin_ops()["gelu_erf"], spec.claim, {"rows": 1, "n": 7}, kernel=spec, cases=("random",))
+    cert = check_kernel_claim(builtin_ops()["gelu_erf"], spec.claim, {"rows": 1, "n": 7}, kernel=spec,
+                              cases=("random",))
     assert cert.verdict == "inconclusive" and "does not reproduce the spec" in cert.evidence["reason"]
 
 

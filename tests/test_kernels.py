@@ -108,6 +108,10 @@ def test_claims_and_dims_cover_every_kernel_and_cross_block_boundaries():
         assert {d["d"] for d in gpu_launch[op]} == {64, 128} and all(d["m"] > 16 for d in gpu_launch[op])
     assert {d["d"] for op in ("rope_half", "rope_interleaved") for d in gpu_launch[op]} == {64, 128}
     assert kernel_launches("softmax", "gpu") == [(d, None) for d in kernel_dims("softmax", "gpu")]
+    # a certificate is filed by (op, claim, dims): the GPU-launch sizes must differ from the others
+    for k in KERNELS.values():
+        slugs = [tuple(sorted(d.items())) for d, _ in kernel_launches(k.op, "simulator", k.claim)]
+        assert len(slugs) == len(set(slugs)), k.name
 
 
 def test_every_spec_law_about_forward_or_backward_runs_on_a_kernel():
@@ -249,7 +253,8 @@ def test_the_faults_of_issue_17_hide_from_what_the_checks_were_before():
     assert cert.verdict == "kernel-match"
     dq = CONTROLS["flash_dq_accumulator_too_small"]
     for dims in kernel_dims("attention", "simulator"):
-        assert check_kernel_claim(OPS["attention"], dq.claim, dims, kernel=dq, cases=("random",)).verdict == "kernel-match"
+        cert = check_kernel_claim(OPS["attention"], dq.claim, dims, kernel=dq, cases=("random",))
+        assert cert.verdict == "kernel-match"
     assert check_kernel_claim(OPS["attention"], dq.claim, {"m": 17, "d": 64}, kernel=dq,
                               launch="gpu").verdict == "kernel-match"
 
@@ -264,7 +269,8 @@ def test_launchers_refuse_shapes_a_gpu_cannot_run():
     rng = np.random.default_rng(3)
     q = rng.standard_normal((17, 192)).astype(np.float32)
     with use_config(GPU_CONFIG):
-        with pytest.raises(A.LaunchError, match=r"head width d = 192 needs 5\d{4} bytes .* widest head it handles is d = 176"):
+        refusal = r"head width d = 192 needs 5\d{4} bytes .* widest head it handles is d = 176"
+        with pytest.raises(A.LaunchError, match=refusal):
             A.flash_attention_bwd(q, q, q, q)
         with pytest.raises(A.LaunchError, match="widest head it handles is d = 240"):
             A.flash_attention_fwd(*(rng.standard_normal((17, 256)).astype(np.float32) for _ in range(3)))
@@ -320,7 +326,8 @@ def test_tolerances_live_in_one_place():
 
 def _gpu_script(tmp_path, *args):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_run.py"), *args, "--out", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OUT": str(tmp_path)})
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OUT": str(tmp_path)})
     return proc, json.loads((tmp_path / "gpu_run.json").read_text())
 
 
@@ -336,7 +343,8 @@ def test_gpu_script_runs_end_to_end_in_the_simulator(tmp_path):
     mb = res["bench"]["memory_bound"]
     assert {"softmax_fwd", "softmax_bwd", "rmsnorm_bwd", "layernorm_bwd", "rope_half_fwd", "gelu_tanh_bwd"} <= set(mb)
     assert all("pct_of_copy_bw" in r and "speed_vs_torch" in r and r["reps"] >= 2 for r in mb.values())
-    assert set(res["bench"]["attention"]) == {"full", "causal"} and set(res["bench"]["linear"]) == {"linear_fwd", "linear_bwd"}
+    assert set(res["bench"]["attention"]) == {"full", "causal"}
+    assert set(res["bench"]["linear"]) == {"linear_fwd", "linear_bwd"}
     out = proc.stdout
     assert out.rstrip().splitlines()[-1].endswith("JSON: gpu_run.json")          # the table comes last
     assert "speed vs torch" in out and "attn fwd+bwd causal" in out and "checks: 26 kernel-match" in out

@@ -26,10 +26,7 @@ def checker_sha256(tier: str) -> str:
 
 
 def variant_of(task: Task) -> str:
-    options = dict(task.options)
-    method = options.get("method")
-    if task.tier == "kernel" and options.get("launch") == "gpu":
-        return "kernel-gpu_launch"          # the GPU's own launch configuration, in the simulator
+    method = dict(task.options).get("method")
     return f"{task.tier}-{method}" if task.tier == "symbolic" and method in ("compositional", "general") \
         else task.tier
 

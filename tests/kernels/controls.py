@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from vjpcert.cuda_kernels.common import (FULL_MASK, GPU_CONFIG, MODE, NEG_INF, block_max, block_sum, call, colsum,
+from vjpcert.cuda_kernels.common import (FULL_MASK, GPU_CONFIG, MODE, NEG_INF, block_max, block_sum, call,
                                          config, cuda, elem_grid, empty, float32, int32, kernel, launch, row_grid,
                                          to_device, warps)
 from vjpcert.cuda_kernels.registry import KERNELS, KernelSpec
