@@ -26,10 +26,14 @@ than the result.
 Which roundings may be combined in l2 (as independent) is tracked conservatively: each element's
 coefficients are split into ``p`` (private: roundings no other element of the array depends on)
 and ``s`` (shared: roundings other elements may depend on too, e.g. a row statistic that was
-broadcast). A sum combines the private parts of its terms in l2 and the shared parts with the
-triangle inequality; an elementwise step combines its operands' parts with the triangle inequality
-(|f_x| c_x + |f_y| c_y); a new rounding is private and independent of everything before it. Every
-combination over-estimates or is exact, so the bound is never tighter than the model allows.
+broadcast). A sum combines the private parts of its terms in l2 (different terms' private
+roundings are different roundings) and the shared parts with the triangle inequality; what a sum
+inherits from its terms becomes shared in the result (the same terms may feed other sums: a row of
+P feeds every column of P V), its own partial-sum roundings private. An elementwise step combines
+its operands' parts with the triangle inequality (|f_x| c_x + |f_y| c_y), an operand broadcast to
+several elements passing everything on as shared; a new rounding is private and independent of
+everything before it; an output's bound adds its private and shared norms. Every combination
+over-estimates or is exact, so the bound is never tighter than the model allows.
 
 The models also compute ``v``: it must equal the float64 spec (to float64 rounding), or the model
 does not describe the kernel's formula -- the checker tests that before it uses a bound.

@@ -223,6 +223,9 @@ CONTROL_CASES = [
 def test_negative_control_goes_red(control, op, dims, launch, cases, check, kind):
     if check == "race detector" and not SIM:
         pytest.skip("the race detector instruments the simulator; this run is on a GPU")
+    if check == "kernel raised" and not SIM:
+        pytest.skip("out-of-bounds local arrays and over-limit shared memory raise in the simulator; on a GPU "
+                    "they are undefined behaviour or a link error")
     spec = CONTROLS[control]
     cert = check_kernel_claim(OPS[op], spec.claim, dims, kernel=spec, launch=launch, cases=cases)
     assert cert.verdict == "failed", cert.evidence
