@@ -33,16 +33,14 @@ from pathlib import Path
 import numpy as np
 
 from vjpcert.core import input_cases as _input_cases
-from vjpcert.core import tolerance as _rule
 from vjpcert.cuda_kernels import env
 from vjpcert.cuda_kernels import tolerances as tol
 from vjpcert.core.backends import F32, F64
-from vjpcert.core.certificate import Certificate, dims_slug, sources_sha256, versions
+from vjpcert.core.certificate import Certificate, checker_code_sha256, dims_slug, versions
 from vjpcert.core.registry import Op, SpecError
 
-# The checker's code: this folder, and the core files that decide with it (input cases, the rule).
-CHECKER_SHA256 = sources_sha256([*Path(__file__).parent.glob("*.py"), Path(_input_cases.__file__),
-                                 Path(_rule.__file__)])
+# The checker's code: this folder and core/ (the input cases and the rule are there).
+CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
 LAUNCHES = (None, "gpu")        # None: this process's configuration; "gpu": the GPU's own
 WITNESS_INPUTS_MAX = 256        # store the inputs themselves in a witness up to this many entries
 

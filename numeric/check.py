@@ -8,22 +8,21 @@ twice the digits (a wrong backward does not improve with precision; rounding doe
 from __future__ import annotations
 
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
 from vjpcert.numeric import tolerances as tol
 from vjpcert.numeric.derivatives import METHODS, derivative
-from vjpcert.numeric.sampling import cotangent, kink_distance, sample_point
+from vjpcert.numeric.sampling import cotangent, kink_distance, rng_for, sample_point
 from vjpcert.core.backends import MpmathBackend
-from vjpcert.core import input_cases as _input_cases
-from vjpcert.core.certificate import Certificate, sources_sha256, versions
+from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.tolerance import digits as _digits
-from vjpcert.core.registry import Op, SpecError
+from vjpcert.core.registry import SHIFT_CLAIM, Op, SpecError
 from vjpcert.core.validate import validate
 
-# The input cases are defined in core (shared with the kernel tier): part of this checker's code.
-CHECKER_SHA256 = sources_sha256([*Path(__file__).parent.glob("*.py"), Path(_input_cases.__file__)])
+CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
 
 
 class Contamination(SpecError):
@@ -51,18 +50,39 @@ def _check_clean(op: Op, arr, what: str, ctx) -> np.ndarray:
 
 
 
+REFERENCE_CLAIM = "reference"
+OTHER_PARAMS = "other_params"
+
+
+def other_params(op: Op) -> dict:
+    """Values of the symbolic parameters away from their defaults (eps = 1e-5 -> 37/11 * 1e-5 ...)."""
+    out = {}
+    for name, p in op.params.items():
+        if p.symbolic:
+            d = Fraction(p.default)
+            out[name] = d * tol.OTHER_PARAM_FACTOR if d != 0 else Fraction(1)
+    return out
+
+
+
+def numeric_claims(op: Op) -> list[str]:
+    """What the numeric tier checks for an op: the spec's claims, and its float references."""
+    return [*op.claims(), REFERENCE_CLAIM]
+
+
 def required_digits(method: str, dps: int) -> float:
     return tol.METHOD_FRACTION[method] * dps - tol.MARGIN_DIGITS
 
 
 # ------------------------------------------------------------------------------ one point, one precision
-def _compare_vjp(op: Op, wrt: str, point: dict, dy: np.ndarray, dirs, dps: int, method: str, full: bool):
+def _compare_vjp(op: Op, wrt: str, point: dict, dy: np.ndarray, dirs, dps: int, method: str, full: bool,
+                 params: dict | None = None):
     """(digits, details) for backward_wrt against derivatives of the forward at this point; worked at
     dps + GUARD_DIGITS so an ill-conditioned derivative still has its dps digits to report."""
     work = dps + tol.GUARD_DIGITS
     B = MpmathBackend(work)
     ctx = B.ctx
-    values = _mp_values(op, B, point)
+    values = _mp_values(op, B, point, params)
     x = values[wrt]
 
     def f(xx):
@@ -96,17 +116,19 @@ def _compare_vjp(op: Op, wrt: str, point: dict, dy: np.ndarray, dirs, dps: int, 
         zero = scale <= ctx.mpf(10) ** (tol.ZERO_GRADIENT_DIGITS - dps) * natural
         digits = _digits(diff.flat[k], natural if zero else scale, dps)
         i, j = divmod(k, n)
-        loss = 0.0 if zero else _conditioning_loss(y, scale, x)
+        jac = max(abs(v) for v in J.ravel())          # from the forward only, never the backward
+        loss = 0.0 if zero else _conditioning_loss(y, jac, x)
         return digits, {"mode": "full-jacobian", "conditioning_loss": loss, **({"zero_gradient": True} if zero else {}),
                         "worst": f"d y{np.unravel_index(i, y.shape)} / d {wrt}"
                         f"{np.unravel_index(j, x.shape)}", "from_forward": _s(J.flat[k]),
                         "from_backward": _s(Bm.flat[k]), "vjp_max": _s(max(abs(v) for v in Bm.ravel()))}
     v_mp = B.convert(dy)
     cot = back(v_mp)
-    worst, info = float(dps), {}
+    worst, info, directional = float(dps), {}, []
     for k, u in enumerate(dirs):
         u_mp = B.convert(u)
         a = derivative(lambda h: sum((v_mp * f(x + h * u_mp)).ravel()), ctx, method, work, step)
+        directional.append(abs(a) / max(abs(t) for t in u_mp.ravel()))
         terms = (cot * u_mp).ravel()
         b = sum(terms)
         scale = max(abs(a), abs(b), sum(abs(t) for t in terms))
@@ -117,8 +139,11 @@ def _compare_vjp(op: Op, wrt: str, point: dict, dy: np.ndarray, dirs, dps: int, 
             worst, info = d, {"mode": "directions", "direction": k, "<v, J u>": _s(a), "<J^T v, u>": _s(b),
                               **({"zero_gradient": True} if zero else {})}
     info["vjp_max"] = _s(max(abs(c) for c in cot.ravel()))
+    # The digits finite differences cannot resolve come from the *forward's* directional derivatives
+    # <v, J u> (never from the backward under test: a backward scaled by 1e-45 must not buy itself an
+    # allowance of 45 digits).
     info["conditioning_loss"] = 0.0 if info.get("zero_gradient") else _conditioning_loss(
-        np.asarray(v_mp * y, dtype=object), max(abs(c) for c in (cot * x).ravel()) or ctx.mpf(1), np.ones(1))
+        np.asarray(v_mp * y, dtype=object), max(directional), x)
     return worst, info
 
 
@@ -132,15 +157,18 @@ def _natural_scale(y, x):
 
 
 def _conditioning_loss(y, jac_scale, x) -> float:
-    """Digits a derivative cannot have at this point: |f| / (|f'| |x|). Finite differences resolve f'
-    to a fraction of |f|, so where the derivative is atypically small (attention over near-constant
-    rows: |J| ~ 1e-13) fewer of its digits are attainable; a wrong backward still shows 0-7 digits."""
+    """Digits a derivative cannot have at this point: |f| / (|f'| |x|), with f' from the forward.
+    Finite differences resolve f' to a fraction of |f|, so where the derivative is atypically small
+    (attention over near-constant rows: |J| ~ 1e-13) fewer of its digits are attainable; a wrong
+    backward still shows 0-7 digits. Capped at MAX_CONDITIONING_LOSS: the evaluations carry that many
+    guard digits, so no allowance beyond it is ever needed."""
     fy = max(abs(v) for v in np.asarray(y, dtype=object).ravel())
     fx = max([abs(v) for v in np.asarray(x, dtype=object).ravel()] + [1e-300])
     if jac_scale == 0 or fy == 0:
         return 0.0
     import mpmath
-    return round(max(0.0, float(mpmath.log10(fy / (jac_scale * fx)))), 1)
+    loss = max(0.0, float(mpmath.log10(fy / (jac_scale * fx))))
+    return round(min(loss, tol.MAX_CONDITIONING_LOSS), 1)
 
 
 def fd_scale(x: np.ndarray) -> float:
@@ -150,14 +178,55 @@ def fd_scale(x: np.ndarray) -> float:
     return float(np.clip(spread.min(), 1e-12, 1.0))
 
 
-def _compare_law(op: Op, law_name: str, point: dict, dy: np.ndarray, dps: int):
+class _ShiftedMpmath(MpmathBackend):
+    """mpmath whose ``B.max_shift`` is a random constant per distinct row (as in floats, where it is
+    a function of the row); a composite's nodes run unshifted (they carry their own claim)."""
+
+    def __init__(self, dps: int, seed: int):
+        super().__init__(dps)
+        self.node_backend = MpmathBackend(dps)
+        self._rng = rng_for(seed, "max_shift")
+        self._shifts: dict = {}
+
+    def max_shift(self, x, mask=None):
+        x = np.asarray(x, dtype=object)
+        m = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), x.shape)
+        out = np.empty(x.shape[:-1] + (1,), dtype=object)
+        for idx in np.ndindex(*x.shape[:-1]):
+            key = (tuple(x[idx].tolist()), None if m is None else tuple(m[idx].tolist()))
+            if key not in self._shifts:
+                self._shifts[key] = self.convert([self._rng.uniform(-tol.LARGE_SCALE, tol.LARGE_SCALE)])[0]
+            out[idx + (0,)] = self._shifts[key]
+        return out
+
+
+def _shift_sides(op: Op, point: dict, dy: np.ndarray, work: int, seed: int, params=None):
+    """The forward and every cotangent with B.max_shift random per row, and with it 0."""
+    sides = []
+    for B in (_ShiftedMpmath(work, seed), MpmathBackend(work)):
+        values = _mp_values(op, B, point, params)
+        with B.strict():
+            y = np.asarray(op.bind(op.forward, B, values), dtype=object)
+            cots = op.bind(op.vjp, B, {**values, "dy": B.convert(dy)})
+        side = np.concatenate([np.ravel(np.asarray(a, dtype=object)) for a in [y, *cots]])
+        sides.append(_check_clean(op, side, f"law {SHIFT_CLAIM}", B.ctx))
+    to_plain = np.frompyfunc(B.ctx.mpf, 1, 1)          # one context for the comparison
+    return to_plain(sides[0]).astype(object), sides[1], B
+
+
+def _compare_law(op: Op, law_name: str, point: dict, dy: np.ndarray, dps: int, seed: int = 0,
+                 params: dict | None = None):
     law = op.get_law(law_name)
-    B = MpmathBackend(dps + tol.GUARD_DIGITS)
-    values = _mp_values(op, B, point, law.params)
-    if law.needs_dy:
-        values["dy"] = B.convert(dy)
-    with B.strict():
-        out = op.bind(law.fn, B, values)
+    if law_name == SHIFT_CLAIM:
+        lhs, rhs, B = _shift_sides(op, point, dy, dps + tol.GUARD_DIGITS, seed, params)
+        out = (lhs, rhs)
+    else:
+        B = MpmathBackend(dps + tol.GUARD_DIGITS)
+        values = _mp_values(op, B, point, {**(params or {}), **law.params})
+        if law.needs_dy:
+            values["dy"] = B.convert(dy)
+        with B.strict():
+            out = op.bind(law.fn, B, values)
     lhs, rhs = out if isinstance(out, tuple) else (out, 0)
     lhs = _check_clean(op, np.asarray(lhs, dtype=object), f"law {law_name}", B.ctx)
     rhs = _check_clean(op, np.broadcast_to(np.asarray(rhs, dtype=object), lhs.shape), f"law {law_name}", B.ctx)
@@ -176,7 +245,11 @@ def _s(x) -> str:
 # ------------------------------------------------------------------------------ a claim
 def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, method: str = "mpmath-diff",
                 seed: int = 0, cases=tol.CASES, point: dict | None = None) -> Certificate:
-    """Check one claim at every input case; `checked`, `failed` (with witness) or `inconclusive`."""
+    """Check one claim at every input case; `checked`, `failed` (with witness) or `inconclusive`.
+    The claim ``reference`` (every op has it) checks the float references: ``numeric.reference``."""
+    if claim == REFERENCE_CLAIM:
+        from vjpcert.numeric.reference import check_reference
+        return check_reference(op, dims, dps=dps, seed=seed, cases=cases, point=point)
     start = time.perf_counter()
     if dps < tol.MIN_DPS:
         raise SpecError(op.name, f"--dps {dps} is below {tol.MIN_DPS}: too few digits to check anything")
@@ -193,12 +266,13 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
     need = required_digits(method, dps) if is_vjp else dps - tol.LAW_MARGIN_DIGITS
 
     def certificate(verdict, evidence):
-        return Certificate(op=op.base_name, claim=claim, tier="numeric", verdict=verdict,
+        return Certificate.issue(op, claim=claim, tier="numeric", verdict=verdict,
                            method=f"{method}@{dps}" if is_vjp else f"mpmath-eval@{dps}", dims=dims,
-                           assumptions=[f"{n} = {p.default}" for n, p in op.params.items()]
+                           assumptions=[f"{n} = {p.default}" + (f" (and {other_params(op)[n]} at the point "
+                                                                f"'{OTHER_PARAMS}')" if p.symbolic else "")
+                                        for n, p in op.params.items()]
                            + [f"evaluated at sampled points ({', '.join(cases) if point is None else 'given point'})"],
-                           evidence=evidence, seconds=time.perf_counter() - start,
-                           spec_sha256=op.spec_sha256, checker_sha256=CHECKER_SHA256, versions=versions())
+                           evidence=evidence, seconds=time.perf_counter() - start, checker_sha256=CHECKER_SHA256)
 
     points = {}
     if point is not None:
@@ -212,6 +286,13 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
     else:
         for case in cases:
             points[case] = sample_point(op, dims, case, seed)
+    # symbolic parameters are checked away from their defaults too: a composite that calls a node
+    # without a parameter (the node's default then stands in) agrees with itself at the defaults only
+    other = other_params(op)
+    case_params = {case: None for case in points}
+    if other and point is None:
+        points[OTHER_PARAMS] = sample_point(op, dims, "random", seed + 1)
+        case_params[OTHER_PARAMS] = other
 
     y_shape = op.shape(op.output, dims)
     in_size = points[next(iter(points))][wrt].size if is_vjp else 0
@@ -221,12 +302,14 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
         dy = cotangent(y_shape, seed, op.name, case)
         if is_vjp:
             dirs = [cotangent(pt[wrt].shape, seed, op.name, case, "u", k) for k in range(tol.DIRECTIONS)]
-            digits, info = _compare_vjp(op, wrt, pt, dy, dirs, dps, method, full)
+            digits, info = _compare_vjp(op, wrt, pt, dy, dirs, dps, method, full, case_params[case])
             if float(info["vjp_max"]) <= tol.TINY_VJP * max(1.0, float(np.abs(dy).max())):
                 warnings.append(f"{case}: the VJP is ~0 at this point; the check proves little there")
         else:
-            digits, info = _compare_law(op, claim, pt, dy, dps)
+            digits, info = _compare_law(op, claim, pt, dy, dps, seed, case_params[case])
         per_case[case] = {"digits": round(digits, 1), **info}
+        if case_params[case]:
+            per_case[case]["params"] = {k: str(v) for k, v in case_params[case].items()}
 
     # the worst case is the one with the least margin over what its conditioning allows
     worst_case = min(per_case, key=lambda c: per_case[c]["digits"] + per_case[c].get("conditioning_loss", 0))
@@ -251,14 +334,14 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
     dy = cotangent(y_shape, seed, op.name, worst_case)
     if is_vjp:
         dirs = [cotangent(pt[wrt].shape, seed, op.name, worst_case, "u", k) for k in range(tol.DIRECTIONS)]
-        digits2, info2 = _compare_vjp(op, wrt, pt, dy, dirs, dps2, method, full)
+        digits2, info2 = _compare_vjp(op, wrt, pt, dy, dirs, dps2, method, full, case_params[worst_case])
         persists = digits2 <= worst + tol.PERSIST_GAIN
         if persists and method != "mpmath-diff":
-            alt, _ = _compare_vjp(op, wrt, pt, dy, dirs, dps2, "mpmath-diff", full)
+            alt, _ = _compare_vjp(op, wrt, pt, dy, dirs, dps2, "mpmath-diff", full, case_params[worst_case])
             evidence["confirm_independent"] = {"method": "mpmath-diff", "dps": dps2, "digits": round(alt, 1)}
             persists = alt < required_digits("mpmath-diff", dps)
     else:
-        digits2, info2 = _compare_law(op, claim, pt, dy, dps2)
+        digits2, info2 = _compare_law(op, claim, pt, dy, dps2, seed, case_params[worst_case])
         persists = digits2 <= worst + tol.PERSIST_GAIN
     evidence["confirm"] = {"dps": dps2, "digits": round(digits2, 1)}
     if persists:

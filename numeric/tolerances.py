@@ -1,4 +1,5 @@
 """Every number the numeric checker decides with, and where it comes from."""
+from fractions import Fraction
 
 DEFAULT_DPS = 50
 # Guard digits: evaluations run at dps + GUARD_DIGITS and report at most dps digits. Where a derivative
@@ -6,6 +7,9 @@ DEFAULT_DPS = 50
 # differences lose log10(|f| / |f'| |x|) digits; measured here up to 19 (a ViT block's dWq), so 20
 # guard digits leave every claim its full dps digits.
 GUARD_DIGITS = 20
+# The conditioning allowance (digits a derivative cannot have at a point, from the forward's own
+# derivative) never exceeds the guard digits: with them, every claim keeps its dps digits anyway.
+MAX_CONDITIONING_LOSS = GUARD_DIGITS
 MIN_DPS = 20           # below this a 40-digit claim cannot even be stated; refuse rather than mislead
 # Digits each derivative method delivers, as a fraction of the working digits. Measured here on
 # attention m=d=4 at 50 digits (DESIGN): central difference 34, Richardson 40, mpmath.diff 51,
@@ -27,6 +31,10 @@ WITNESS_COMPONENTS_MAX = 64
 # near-ties, norms with a variance ~ 1e-12, far below eps). The kernel tier also runs the large
 # offset and mixed magnitude cases there, which target float32 overflow and cancellation.
 CASES = ("random", "large_magnitude", "near_constant")
+from vjpcert.core.input_cases import LARGE_SCALE  # noqa: E402  (the large-magnitude scale; also free shifts')
+# ... plus, for ops with symbolic parameters, a random point with every such parameter at this many
+# times its default (a value no default can coincide with by accident).
+OTHER_PARAM_FACTOR = Fraction(37, 11)
 
 # A derivative below 10^(ZERO_GRADIENT_DIGITS - dps) of its natural size |y|/|x| is numerically 0
 # (an exactly zero gradient such as a key bias's): agreement is then measured against |y|/|x|.
@@ -37,3 +45,14 @@ KINK_MIN_DISTANCE = 1e-3    # sampled points stay this far from a declared kink
 TINY_VJP = 1e-10
 LONG_ROW = 1025             # crosses 1024: the row length of the "long rows" dims
 LONG_ROW_MAX_ENTRIES = 8 * LONG_ROW   # skip the long-row dims where they would make every input long
+
+# ------------------------------------------------------------------ the `reference` claim (numeric/reference.py)
+# The mpmath backend's run of a spec must agree with the traced spec (evaluated at the same digits) to
+# dps - this many digits: the two differ only by rounding in the last few guard digits.
+MPMATH_MARGIN_DIGITS = 10
+# Float references (core.rounding): a first-order running error bound is rigorous up to O(u^2) terms
+# and the rounding of the bound itself; this relative slack covers both.
+BOUND_SLACK = 1e-6
+# ... and never below a few roundings of the output's own scale (an output that is exact in floats).
+REFERENCE_FLOOR_ROUNDINGS = 4
+WITNESS_POINT_MAX_ENTRIES = 256   # a failed reference certificate carries the point if it is this small

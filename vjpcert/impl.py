@@ -23,7 +23,7 @@ import numpy as np
 from vjpcert.numeric.sampling import cotangent, sample_point
 from vjpcert.core import tolerance
 from vjpcert.core.backends import MpmathBackend
-from vjpcert.core.certificate import Certificate, atomic_write, sources_sha256, versions
+from vjpcert.core.certificate import Certificate, atomic_write, sources_sha256
 from vjpcert.core.reference import vjp as reference_vjp
 from vjpcert.core.registry import Op, SpecError
 
@@ -104,12 +104,12 @@ def check_backward(op: Op, impl, *, name: str, dims: dict | None = None, dtype=n
     if failure is not None:
         verdict = "failed"
         evidence["witness"] = failure
-    return Certificate(op=op.base_name, claim=f"impl[{name}]", tier="numeric", verdict=verdict,
+    return Certificate.issue(op, claim=f"impl[{name}]", tier="numeric", verdict=verdict,
                        method=f"tolerance-rule@{np.dtype(dtype).name}", dims=dims,
                        assumptions=[f"{n} = {p.default}" for n, p in op.params.items()]
                        + ["truth: the spec's backward in mpmath at 50 digits (the spec is proved separately)"],
-                       evidence=evidence, seconds=time.perf_counter() - start, spec_sha256=op.spec_sha256,
-                       checker_sha256=CHECKER_SHA256, versions=versions())
+                       evidence=evidence, seconds=time.perf_counter() - start,
+                       checker_sha256=CHECKER_SHA256)
 
 
 # ------------------------------------------------------------------------------ PyTorch's own backwards
