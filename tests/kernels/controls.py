@@ -13,6 +13,22 @@ checker as the registry's, via ``check_kernel_claim(..., kernel=<KernelSpec>)``.
     wrong_dK              attention's dK = c dS Q instead of c dS^T Q            -> tolerance
     nondeterministic      output bits depend on the run (as float atomics do)   -> determinism
     softmax_bwd_no_dot    dx = y * dy, the row term dropped                     -> law cotangent_sums_to_zero
+
+The faults of issue 17, each invisible to the checks as they were (standard-normal inputs only, the
+simulator's launch configuration only, a tolerance of k x numpy's float32 error):
+    softmax_no_max        exp(x) without the row maximum: NaN at a large offset  -> NaN poison
+    flash_fwd_no_running_max  flash forward without its running max: NaN for
+                          logits of a few hundred (large magnitudes)             -> NaN poison
+    layernorm_one_pass_variance  E[x^2] - E[x]^2: cancels at |mean| >> std      -> tolerance (large offset)
+    flash_dq_accumulator_too_small  dQ's accumulator holds 4 columns per thread:
+                          out of bounds at d = 128, tile 16 (fine at d <= 64)    -> kernel raised (GPU launch)
+    flash_any_head_width  the flash backward without the launcher's refusal: at
+                          d = 192 its tiles need 51 584 bytes of static shared memory -> kernel raised
+    matmul_one_running_sum  one running sum over k instead of per-tile partials  -> tolerance (error model)
+    rmsnorm_sequential_sum_of_squares  thread 0 sums the row's squares alone    -> tolerance (error model)
+    rope_angle_shifted    the angle off by 1e-4 (still a rotation: the rotation
+                          laws cannot see it)                                    -> tolerance (error model)
+    rope_short_sincos     sin/cos polynomials one term short (~3e-5)             -> tolerance (error model)
 """
 from __future__ import annotations
 
