@@ -25,11 +25,14 @@ import math
 
 import numpy as np
 
-from vjpcert.cuda_kernels.common import NEG_INF, config, cuda, empty, float32, is_device, kernel, launch, to_device
+from vjpcert.cuda_kernels.common import (FULL_MASK, NEG_INF, config, cuda, empty, float32, is_device, kernel, launch,
+                                         min_blocks, to_device)
 from vjpcert.cuda_kernels.linear import matmul_dev
 from vjpcert.cuda_kernels.softmax import softmax_bwd_dev, softmax_fwd_dev
 
 _FLASH = {}
+MAX_STATIC_SHARED = 48 * 1024       # bytes of static shared memory a block may declare (every GPU here)
+MAX_GRID_Y = 65535                  # heads run on grid.y
 
 
 def head_dim_padded(d: int, T: int) -> int:
@@ -37,22 +40,86 @@ def head_dim_padded(d: int, T: int) -> int:
     return T * max(1, math.ceil(d / T))
 
 
+def flash_shared_bytes(T: int, D: int) -> dict:
+    """Static shared memory of each flash kernel at tile T and padded width D (what the PTX
+    declares; ``tests/test_kernels.py`` compares it with the sm_90 compile). Rows of the (T, D)
+    tiles are D + 1 floats long, so the 16 threads of a row reading column kk of 16 different
+    rows hit 16 different banks (a row stride of 64 floats put them all in one bank)."""
+    tile = T * (D + 1) * 4
+    return {"flash_fwd": 3 * tile + T * T * 4,
+            "flash_bwd_pre": 0,
+            "flash_bwd_dkdv": 4 * tile + 2 * T * 4 + 2 * T * T * 4,
+            "flash_bwd_dq": 4 * tile + 2 * T * 4 + T * T * 4}
+
+
+def max_head_dim(T: int, backward: bool = True) -> int:
+    """The widest head the flash kernels link for at tile T (the backward's tiles are the larger)."""
+    names = ("flash_fwd", "flash_bwd_dkdv", "flash_bwd_dq") if backward else ("flash_fwd",)
+    D = T
+    while max(flash_shared_bytes(T, D + T)[k] for k in names) <= MAX_STATIC_SHARED:
+        D += T
+    return D
+
+
+class LaunchError(ValueError):
+    """A shape a kernel cannot run on the device (one line, naming the limit)."""
+
+
+def check_flash_shape(H: int, m: int, d: int, T: int, backward: bool) -> None:
+    """Refuse what a GPU cannot run, before anything is launched (the simulator would run it)."""
+    D = head_dim_padded(d, T)
+    need = flash_shared_bytes(T, D)
+    names = ("flash_fwd", "flash_bwd_dkdv", "flash_bwd_dq") if backward else ("flash_fwd",)
+    worst = max(names, key=lambda k: need[k])
+    if need[worst] > MAX_STATIC_SHARED:
+        raise LaunchError(f"flash attention{' backward' if backward else ''}: head width d = {d} needs "
+                          f"{need[worst]} bytes of static shared memory per block in {worst} at tile {T} "
+                          f"(limit {MAX_STATIC_SHARED}); the widest head it handles is d = {max_head_dim(T, backward)}")
+    if H > MAX_GRID_Y:
+        raise LaunchError(f"flash attention: {H} heads; the grid's y dimension holds at most {MAX_GRID_Y}")
+
+
 def build_flash(T: int, D: int):
     """Flash kernels for tile T (block of T x T threads) and padded head width D (a multiple of T)."""
     if (T, D) in _FLASH:
         return _FLASH[(T, D)]
     ND = D // T       # accumulator columns per thread: thread x owns columns x, x + T, ...
+    DP = D + 1        # shared row length: a stride that is not a multiple of the 32 banks
+    HALF = T // 2     # the T threads of a row are T consecutive lanes of one warp (T <= 32)
+    BLOCKS = min_blocks(T * T)      # launch bounds: blocks per SM the registers must allow
+    if T > 32 or T & (T - 1):
+        raise ValueError(f"flash attention tile {T}: a power of two up to a warp (32)")
+
+    @cuda.jit(device=True)
+    def row_max(v):
+        """Maximum over the T threads of this row (lanes l ^ T/2, ..., ^ 1 by shuffles)."""
+        m = HALF
+        while m > 0:
+            other = cuda.shfl_xor_sync(FULL_MASK, v, m)
+            if other > v:
+                v = other
+            m //= 2
+        return v
+
+    @cuda.jit(device=True)
+    def row_sum(v):
+        m = HALF
+        while m > 0:
+            v += cuda.shfl_xor_sync(FULL_MASK, v, m)
+            m //= 2
+        return v
 
     @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
-            "float32[:, ::1], float32, int32, int32)")
+            "float32[:, ::1], float32, int32, int32)",
+            threads=T * T, min_blocks=BLOCKS)
     def flash_fwd(Q, K, V, O, L, scale, causal, offset):
-        sQ = cuda.shared.array((T, D), float32)
-        sK = cuda.shared.array((T, D), float32)
-        sV = cuda.shared.array((T, D), float32)
+        """Thread (x, y) owns query row r0 + y: its score with key x of each key tile, and columns
+        x, x + T, ... of the output. The row's running max and sum live in registers (the row's T
+        threads hold the same values) and meet by warp shuffles: no shared memory, no barrier."""
+        sQ = cuda.shared.array((T, DP), float32)
+        sK = cuda.shared.array((T, DP), float32)
+        sV = cuda.shared.array((T, DP), float32)
         sS = cuda.shared.array((T, T), float32)
-        sM = cuda.shared.array(T, float32)     # running row max
-        sL = cuda.shared.array(T, float32)     # running row sum of exp(s - max)
-        sA = cuda.shared.array(T, float32)     # this tile's rescale factor exp(old max - new max)
         acc = cuda.local.array(ND, float32)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
@@ -63,13 +130,12 @@ def build_flash(T: int, D: int):
         i = r0 + ty
         for kk in range(tx, D, T):
             sQ[ty, kk] = Q[hd, i, kk] if (i < m and kk < d) else float32(0)
-        if tx == 0:
-            sM[ty] = NEG_INF
-            sL[ty] = float32(0)
         for jj in range(ND):
             acc[jj] = float32(0)
+        mrow = NEG_INF            # running max of row i
+        lrow = float32(0)         # running sum of exp(s - mrow)
         kv_end = m
-        if causal != 0:          # the last query of this tile sees keys < r0 + T - offset
+        if causal != 0:           # the last query of this tile sees keys < r0 + T - offset
             kv_end = min(m, max(0, r0 + T - offset))
         cuda.syncthreads()
         for c0 in range(0, kv_end, T):
@@ -88,30 +154,20 @@ def build_flash(T: int, D: int):
                 s += sQ[ty, kk] * sK[tx, kk]
             s = s * scale
             valid = i < m and c < m and (causal == 0 or c <= i - offset)
-            sS[ty, tx] = s if valid else NEG_INF
+            sv = s if valid else NEG_INF
+            mx = row_max(sv)
+            if mrow > mx:
+                mx = mrow
+            if mx == NEG_INF:          # nothing visible yet: nothing to rescale, nothing to add
+                alpha = float32(1)
+                p = float32(0)
+            else:
+                alpha = float32(math.exp(mrow - mx))
+                p = float32(math.exp(sv - mx)) if valid else float32(0)
+            sS[ty, tx] = p
+            lrow = lrow * alpha + row_sum(p)
+            mrow = mx
             cuda.syncthreads()
-            if tx == 0:
-                old = sM[ty]
-                mx = old
-                for cc in range(T):
-                    if sS[ty, cc] > mx:
-                        mx = sS[ty, cc]
-                if mx == NEG_INF:
-                    sA[ty] = float32(1)        # nothing visible yet: nothing to rescale
-                else:
-                    sA[ty] = float32(math.exp(old - mx))
-                sM[ty] = mx
-            cuda.syncthreads()
-            mx = sM[ty]
-            sv = sS[ty, tx]
-            sS[ty, tx] = float32(0) if sv == NEG_INF else float32(math.exp(sv - mx))
-            cuda.syncthreads()
-            alpha = sA[ty]
-            if tx == 0:
-                lsum = float32(0)
-                for cc in range(T):
-                    lsum += sS[ty, cc]
-                sL[ty] = sL[ty] * alpha + lsum
             for jj in range(ND):
                 kk = tx + jj * T
                 part = float32(0)
@@ -119,14 +175,13 @@ def build_flash(T: int, D: int):
                     part += sS[ty, cc] * sV[cc, kk]
                 acc[jj] = acc[jj] * alpha + part
             cuda.syncthreads()
-        l = sL[ty]
         if i < m:
             for jj in range(ND):
                 kk = tx + jj * T
                 if kk < d:
-                    O[hd, i, kk] = acc[jj] / l if l > float32(0) else float32(0)
+                    O[hd, i, kk] = acc[jj] / lrow if lrow > float32(0) else float32(0)
             if tx == 0:
-                L[hd, i] = sM[ty] + float32(math.log(l)) if l > float32(0) else NEG_INF
+                L[hd, i] = mrow + float32(math.log(lrow)) if lrow > float32(0) else NEG_INF
 
     @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, ::1])")
     def flash_bwd_pre(dO, O, Di):
@@ -143,14 +198,15 @@ def build_flash(T: int, D: int):
             Di[hd, i] = a
 
     @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
-            "float32[:, ::1], float32[:, ::1], float32[:, :, ::1], float32[:, :, ::1], float32, int32, int32)")
+            "float32[:, ::1], float32[:, ::1], float32[:, :, ::1], float32[:, :, ::1], float32, int32, int32)",
+            threads=T * T, min_blocks=BLOCKS)
     def flash_bwd_dkdv(Q, K, V, dO, L, Di, dK, dV, scale, causal, offset):
         """One block per key tile: thread (x, y) owns key row c0 + y, columns x, x + T, ... of dK and
         dV, and sums over every query tile that can see the key tile."""
-        sK = cuda.shared.array((T, D), float32)
-        sV = cuda.shared.array((T, D), float32)
-        sQ = cuda.shared.array((T, D), float32)
-        sdO = cuda.shared.array((T, D), float32)
+        sK = cuda.shared.array((T, DP), float32)
+        sV = cuda.shared.array((T, DP), float32)
+        sQ = cuda.shared.array((T, DP), float32)
+        sdO = cuda.shared.array((T, DP), float32)
         sLse = cuda.shared.array(T, float32)
         sDi = cuda.shared.array(T, float32)
         sP = cuda.shared.array((T, T), float32)
@@ -221,14 +277,15 @@ def build_flash(T: int, D: int):
                     dV[hd, cr, kk] = accV[jj]
 
     @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
-            "float32[:, ::1], float32[:, ::1], float32[:, :, ::1], float32, int32, int32)")
+            "float32[:, ::1], float32[:, ::1], float32[:, :, ::1], float32, int32, int32)",
+            threads=T * T, min_blocks=BLOCKS)
     def flash_bwd_dq(Q, K, V, dO, L, Di, dQ, scale, causal, offset):
         """One block per query tile: thread (x, y) owns query row r0 + y, columns x, x + T, ... of
         dQ, and sums over every key tile the query tile can see."""
-        sQ = cuda.shared.array((T, D), float32)
-        sdO = cuda.shared.array((T, D), float32)
-        sK = cuda.shared.array((T, D), float32)
-        sV = cuda.shared.array((T, D), float32)
+        sQ = cuda.shared.array((T, DP), float32)
+        sdO = cuda.shared.array((T, DP), float32)
+        sK = cuda.shared.array((T, DP), float32)
+        sV = cuda.shared.array((T, DP), float32)
         sLse = cuda.shared.array(T, float32)
         sDi = cuda.shared.array(T, float32)
         sdS = cuda.shared.array((T, T), float32)
@@ -306,6 +363,7 @@ def flash_fwd_dev(d_Q, d_K, d_V, *, causal=0, offset=0, cfg=None, poison=True):
     cfg = cfg or config()
     H, m, d = d_Q.shape
     T = cfg.attn_tile
+    check_flash_shape(H, m, d, T, backward=False)
     ks = build_flash(T, head_dim_padded(d, T))
     d_O = empty((H, m, d), poison)
     d_L = empty((H, m), poison)
@@ -318,6 +376,7 @@ def flash_bwd_dev(d_Q, d_K, d_V, d_dO, *, causal=0, offset=0, d_O=None, d_L=None
     cfg = cfg or config()
     H, m, d = d_Q.shape
     T = cfg.attn_tile
+    check_flash_shape(H, m, d, T, backward=True)
     ks = build_flash(T, head_dim_padded(d, T))
     if d_O is None or d_L is None:
         d_O, d_L = flash_fwd_dev(d_Q, d_K, d_V, causal=causal, offset=offset, cfg=cfg, poison=poison)
@@ -423,3 +482,109 @@ def flash_attention_causal_bwd(Q, K, V, dy, *, offset=0, poison=True):
 def values_shift_through(B, Q, K, V, forward):
     """O(Q, K, V + 1) = O(Q, K, V) + 1 when every query sees a key: the rows of P sum to 1."""
     return forward(Q, K, V + 1), forward(Q, K, V) + 1
+
+
+# ------------------------------------------------------------------------------ error models
+def _valid(m: int, causal, offset) -> np.ndarray:
+    i, c = np.arange(m)[:, None], np.arange(m)[None, :]
+    return (c <= i - offset) if causal else np.ones((m, m), bool)
+
+
+def _plain_scores(cfg, Q, K, causal, offset):
+    from vjpcert.cuda_kernels import error_model as em
+    from vjpcert.cuda_kernels.linear import matmul_model
+    from vjpcert.cuda_kernels.softmax import softmax_fwd_model
+    m, d = np.shape(Q)
+    S = matmul_model(cfg, em.exact(Q), em.exact(np.asarray(K).T), alpha=1 / math.sqrt(d))
+    P = softmax_fwd_model(cfg, S, causal=causal, offset=offset, m=m)
+    return S, P
+
+
+def attention_fwd_model(cfg, Q, K, V, *, causal=0, offset=0):
+    """plain_fwd_dev: S = c Q K^T and O = P V by the matmul kernel, P by the softmax kernel."""
+    from vjpcert.cuda_kernels import error_model as em
+    from vjpcert.cuda_kernels.linear import matmul_model
+    _, P = _plain_scores(cfg, Q, K, causal, offset)
+    return matmul_model(cfg, P, em.exact(V))
+
+
+def attention_bwd_model(cfg, Q, K, V, dy, *, causal=0, offset=0):
+    from vjpcert.cuda_kernels import error_model as em
+    from vjpcert.cuda_kernels.linear import matmul_model
+    from vjpcert.cuda_kernels.softmax import softmax_bwd_model
+    m, d = np.shape(Q)
+    S, P = _plain_scores(cfg, Q, K, causal, offset)
+    dO = em.exact(dy)
+    dV = matmul_model(cfg, P.swapaxes(0, 1), dO)
+    dP = matmul_model(cfg, dO, em.exact(np.asarray(V).T))
+    dS = softmax_bwd_model(cfg, S, dP, causal=causal, offset=offset, m=m)
+    c = 1 / math.sqrt(d)
+    return (matmul_model(cfg, dS, em.exact(K), alpha=c), matmul_model(cfg, dS.swapaxes(0, 1), em.exact(Q), alpha=c),
+            dV)
+
+
+def _flash_scores(Q, K, causal, offset):
+    """s = (sum over the head width, one running sum) * c, as every flash kernel computes it."""
+    from vjpcert.cuda_kernels import error_model as em
+    m, d = np.shape(Q)
+    S = em.constant(1 / math.sqrt(d)) * em.contract(em.exact(Q), em.exact(np.asarray(K).T), ("sequential",))
+    return S, _valid(m, causal, offset)
+
+
+def _flash_forward(cfg, Q, K, V, causal, offset):
+    """flash_fwd, tile by tile: the running max is a shift that cancels in exact arithmetic (no error
+    of its own); the rescale factor alpha = exp(old max - new max) is rounded; the tile's sum of
+    exp(s - max) is a butterfly over the row's T lanes, its P V product one running sum over T."""
+    from vjpcert.cuda_kernels import error_model as em
+    T = cfg.attn_tile
+    m, d = np.shape(Q)
+    S, valid = _flash_scores(Q, K, causal, offset)
+    V = em.exact(V)
+    mx = np.full((m, 1), -np.inf)
+    l = em.exact(np.zeros((m, 1)))
+    acc = em.exact(np.zeros((m, d)))
+    for c0 in range(0, m, T):
+        cols = slice(c0, min(m, c0 + T))
+        ok = valid[:, cols]
+        if not ok.any():
+            continue
+        with np.errstate(invalid="ignore"):
+            new = np.maximum(mx, np.where(ok, S.v[:, cols], -np.inf).max(-1, keepdims=True))
+        old_f, new_f = (em.exact(np.where(np.isfinite(a), a, 0.0)) for a in (mx, new))
+        # alpha = exp(old - new), rounded wherever a max existed (the kernel decides "moved" on its
+        # computed scores, which may differ from the exact ones at near-ties); before any visible
+        # key l and acc are 0 and alpha multiplies nothing
+        alpha = em.exp(old_f - new_f).where(np.isfinite(mx), 1.0)
+        p = em.exp(S[:, cols] - new_f).where(ok)
+        l = l * alpha + em.reduce_sum(p, ("butterfly", T))       # the row's T lanes, by shuffles
+        acc = acc * alpha + em.contract(p, V[cols, :], ("sequential",))
+        mx = new
+    seen = l.v > 0
+    O = (acc / l).where(seen)
+    L = (em.exact(np.where(np.isfinite(mx), mx, 0.0)) + em.log(l)).where(seen, -np.inf)
+    return O, L, S, valid
+
+
+def flash_attention_fwd_model(cfg, Q, K, V, *, causal=0, offset=0):
+    return _flash_forward(cfg, Q, K, V, causal, offset)[0]
+
+
+def flash_attention_bwd_model(cfg, Q, K, V, dy, *, causal=0, offset=0):
+    """flash_bwd_dev after flash_fwd_dev: D_i, then P = exp(s - L) recomputed with the forward's
+    scores (the same code, the same roundings); dK, dV summed over query tiles and dQ over key tiles
+    in two levels."""
+    from vjpcert.cuda_kernels import error_model as em
+    T = cfg.attn_tile
+    m, d = np.shape(Q)
+    O, L, S, valid = _flash_forward(cfg, Q, K, V, causal, offset)
+    dO = em.exact(dy)
+    Di = em.reduce_sum(dO * O, ("sequential",))
+    dP = em.contract(dO, em.exact(np.asarray(V).T), ("sequential",))
+    Lf = em.Tracked(np.where(np.isfinite(L.v), L.v, 0.0), L.p1, L.p2, L.s1, L.s2)
+    P = em.exp(S - Lf).where(valid)
+    dS = (P * (dP - Di)).where(valid)
+    c = em.constant(1 / math.sqrt(d))
+    dV = em.contract(P.swapaxes(0, 1), dO, ("tiles", T))
+    dK = c * em.contract(dS.swapaxes(0, 1), em.exact(Q), ("tiles", T))
+    dQ = c * em.contract(dS, em.exact(K), ("tiles", T))
+    return dQ, dK, dV

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -49,13 +48,30 @@ SIM_CONFIG = Config(block=32, tile=8, attn_tile=8, grid_cap=4, col_x=8)
 GPU_CONFIG = Config(block=256, tile=16, attn_tile=16, grid_cap=65535, col_x=32)
 
 
+_OVERRIDE: list = []          # the innermost use_config() wins
+
+
+@contextmanager
+def use_config(cfg: Config):
+    """Launch with ``cfg`` inside this block: the checker runs the GPU's own configuration in the
+    simulator this way (blocks of 256 threads, 16 x 16 tiles)."""
+    _OVERRIDE.append(cfg)
+    try:
+        yield cfg
+    finally:
+        _OVERRIDE.pop()
+
+
 def config() -> Config:
     """The configuration of this process; ``VJPCERT_BLOCK`` overrides the row-kernel block size."""
+    if _OVERRIDE:
+        return _OVERRIDE[-1]
     cfg = GPU_CONFIG if MODE in ("gpu", "compile") else SIM_CONFIG
     if os.environ.get("VJPCERT_BLOCK"):
         b = int(os.environ["VJPCERT_BLOCK"])
-        if b < 2 or b & (b - 1):
-            raise ValueError(f"VJPCERT_BLOCK={b}: must be a power of two >= 2")
+        if b < 32 or b > 1024 or b & (b - 1):
+            raise ValueError(f"VJPCERT_BLOCK={b}: must be a power of two from 32 (a warp: the block "
+                             f"reductions shuffle within warps) to 1024")
         cfg = replace(cfg, block=b, col_x=min(cfg.col_x, b))
     return cfg
 
@@ -69,33 +85,82 @@ class PtxKernel:
     py_func: object
     sig: str
     max_registers: int | None = None     # a ptxas cap (only the negative controls set one)
+    threads: int = 256                   # threads per block it is launched with (for occupancy)
+    launch_bounds: tuple | None = None   # (max threads per block, min blocks per SM) for ptxas
 
 
-def kernel(sig: str):
+# Launch bounds: ptxas allocates registers for a kernel without knowing how many threads will share
+# an SM; 74-128 registers per thread left 2-3 blocks of 256 threads resident (25-37.5% occupancy on
+# sm_90). Asking for RESIDENT_THREADS resident threads per SM caps the registers so that many fit --
+# where the compile shows no spill at that cap (every kernel is checked for spills in CI).
+RESIDENT_THREADS = 1024          # 4 blocks of 256: 50% occupancy, 64 registers per thread
+RESIDENT_THREADS_HEAVY = 768     # the norms' backwards (5 arrays live per element): 80 registers
+
+
+def min_blocks(threads: int, resident: int = RESIDENT_THREADS) -> int:
+    """Blocks of ``threads`` that launch bounds ask ptxas to fit on one SM."""
+    return max(1, resident // threads)
+
+
+def kernel(sig: str, threads: int | None = None, min_blocks: int | None = None):
     """``cuda.jit(sig)`` with an explicit signature (compiled eagerly on a GPU; the simulator
-    ignores it); in compile mode, the function and signature for ``cuda.compile_ptx``."""
+    ignores it); in compile mode, the function and signature for ``cuda.compile_ptx``.
+    ``threads``: the block size it is launched with. ``min_blocks``: launch bounds asking ptxas to
+    keep registers low enough for that many blocks of ``threads`` per SM (used only where the
+    compile shows no spill at that bound: tests/test_kernels.py checks every kernel for spills)."""
+    bounds = (threads, min_blocks) if threads and min_blocks else None
+
     def deco(fn):
         if MODE == "compile":
-            return PtxKernel(fn.__name__, fn, sig)
+            return PtxKernel(fn.__name__, fn, sig, threads=threads or GPU_CONFIG.block, launch_bounds=bounds)
+        if MODE == "gpu" and bounds:
+            return cuda.jit(sig, launch_bounds=bounds)(fn)
         return cuda.jit(sig)(fn)
     return deco
 
 
 # ------------------------------------------------------------------------------ device helpers
+WARP = 32
+FULL_MASK = 0xFFFFFFFF
+
+
+@cuda.jit(device=True)
+def warp_sum(v):
+    """Sum of ``v`` over the 32 lanes of the warp, every lane gets it: a butterfly of shuffles (no
+    shared memory, no barrier). Lane l adds lane l ^ m for m = 16, 8, 4, 2, 1; a + b = b + a
+    exactly, so every lane ends with the same bits."""
+    m = 16
+    while m > 0:
+        v += cuda.shfl_xor_sync(FULL_MASK, v, m)
+        m //= 2
+    return v
+
+
+@cuda.jit(device=True)
+def warp_max(v):
+    m = 16
+    while m > 0:
+        other = cuda.shfl_xor_sync(FULL_MASK, v, m)
+        if other > v:
+            v = other
+        m //= 2
+    return v
+
+
 @cuda.jit(device=True)
 def block_sum(sm, t, v):
-    """Sum of ``v`` over the block (tree in shared memory ``sm`` of one slot per thread); every
-    thread gets the result. Three barriers: before the tree, one per level, and after reading the
-    root (so a following reduction cannot overwrite ``sm[0]`` while a thread still reads it)."""
-    sm[t] = v
+    """Sum of ``v`` over the block, every thread gets it. Each warp reduces by shuffles, lane 0 of
+    each warp writes its total to ``sm`` (one slot per warp), and after one barrier every warp
+    reduces the totals again by shuffles. Two barriers for any block size (a shared-memory tree
+    over 256 threads takes nine); the second keeps a following reduction from overwriting ``sm``
+    while a warp still reads it."""
+    v = warp_sum(v)
+    if t % WARP == 0:
+        sm[t // WARP] = v
     cuda.syncthreads()
-    s = sm.shape[0] // 2
-    while s > 0:
-        if t < s:
-            sm[t] += sm[t + s]
-        cuda.syncthreads()
-        s //= 2
-    r = sm[0]
+    lane = t % WARP
+    r = sm[lane] if lane < sm.shape[0] else float32(0)
+    r = warp_sum(r)
     cuda.syncthreads()
     return r
 
@@ -103,19 +168,20 @@ def block_sum(sm, t, v):
 @cuda.jit(device=True)
 def block_max(sm, t, v):
     """Maximum of ``v`` over the block, as ``block_sum``."""
-    sm[t] = v
+    v = warp_max(v)
+    if t % WARP == 0:
+        sm[t // WARP] = v
     cuda.syncthreads()
-    s = sm.shape[0] // 2
-    while s > 0:
-        if t < s:
-            other = sm[t + s]
-            if other > sm[t]:
-                sm[t] = other
-        cuda.syncthreads()
-        s //= 2
-    r = sm[0]
+    lane = t % WARP
+    r = sm[lane] if lane < sm.shape[0] else NEG_INF
+    r = warp_max(r)
     cuda.syncthreads()
     return r
+
+
+def warps(block: int) -> int:
+    """Slots of the shared array block_sum/block_max need: one per warp."""
+    return max(1, block // WARP)
 
 
 # ------------------------------------------------------------------------------ column sums
@@ -129,7 +195,7 @@ def _colsum_kernels(cfg: Config):
     CX = cfg.col_x
     RY = cfg.block // cfg.col_x
 
-    @kernel("void(float32[:, ::1], float32[::1])")
+    @kernel("void(float32[:, ::1], float32[::1])", threads=cfg.block)
     def colsum(a, out):
         """out[j] = sum_r a[r, j]: thread (cx, ry) sums rows ry, ry + RY, ... of one column, then
         the RY partial sums of a column meet in a shared-memory tree (a fixed order: deterministic,
@@ -185,10 +251,63 @@ def _fill_kernel():
     return _FILL["fill"]
 
 
+class Workspace:
+    """Output buffers reused across repeated calls of one launcher (what a benchmark times): the first
+    call allocates them, and after ``rewind()`` every later call receives the same buffers in the same
+    order. Within ``preallocated(ws)`` nothing is allocated and nothing is NaN-poisoned once warm."""
+
+    def __init__(self):
+        self.buffers: list = []
+        self.next = 0
+
+    def rewind(self) -> None:
+        self.next = 0
+
+    def take(self, shape):
+        if self.next < len(self.buffers):
+            buf = self.buffers[self.next]
+            if tuple(buf.shape) != shape:
+                raise ValueError(f"workspace: call asked for {shape} where the first call had {tuple(buf.shape)}")
+        else:
+            buf = cuda.device_array(shape, dtype=np.float32) if MODE != "simulator" else \
+                cuda.to_device(np.zeros(shape, np.float32))
+            self.buffers.append(buf)
+        self.next += 1
+        return buf
+
+
+_WORKSPACES: list = []
+_ASYNC: list = []
+
+
+@contextmanager
+def preallocated(ws: Workspace):
+    """Launchers inside take their outputs from ``ws`` (see Workspace)."""
+    _WORKSPACES.append(ws)
+    try:
+        yield ws
+    finally:
+        _WORKSPACES.pop()
+
+
+@contextmanager
+def async_launches():
+    """Launches inside do not synchronise after each kernel (a benchmark times many back to back
+    with CUDA events); outside, every launch synchronises so an error surfaces where it happened."""
+    _ASYNC.append(True)
+    try:
+        yield
+    finally:
+        _ASYNC.pop()
+
+
 def empty(shape, poison: bool = True):
     """A float32 device buffer; with ``poison`` (the default, and what the checker relies on) every
-    element is NaN, so an element a kernel forgets to write shows as NaN in its output."""
+    element is NaN, so an element a kernel forgets to write shows as NaN in its output. Inside
+    ``preallocated(ws)``: the workspace's buffer (never poisoned: a benchmark, not a check)."""
     shape = tuple(int(s) for s in shape)
+    if _WORKSPACES:
+        return _WORKSPACES[-1].take(shape)
     if MODE == "simulator":
         return cuda.to_device(np.full(shape, np.nan if poison else 0, dtype=np.float32))
     d = cuda.device_array(shape, dtype=np.float32)
@@ -200,6 +319,17 @@ def empty(shape, poison: bool = True):
 
 def is_device(a) -> bool:
     return cuda.is_cuda_array(a) if MODE == "gpu" else hasattr(a, "copy_to_host")
+
+
+_CONSTANTS: dict = {}
+
+
+def device_constant(key, make):
+    """A small read-only device array made once per process (a zero bias, RoPE's inverse frequencies):
+    a launcher must not copy from the host at every call."""
+    if key not in _CONSTANTS:
+        _CONSTANTS[key] = to_device(make())
+    return _CONSTANTS[key]
 
 
 def to_device(a):
@@ -226,29 +356,14 @@ def call(dev_fn, row_args, other_args=(), **kw):
     return res if isinstance(out, tuple) else res[0]
 
 
-@contextmanager
-def _sim_schedule():
-    """In the simulator, hand the GIL over sooner than CPython's 5 ms default: the simulated
-    threads of a block meet at barriers often, and each handover otherwise waits for the interval."""
-    if MODE != "simulator":
-        yield
-        return
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-4)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(old)
-
-
 def launch(k, grid, block, *args):
     """Launch ``k[grid, block](*args)`` (the simulator's scheduler patch is installed first)."""
     if MODE == "simulator":
         from vjpcert.cuda_kernels.simulator import install
         install()
-    with _sim_schedule(), np.errstate(all="ignore"):   # the simulator's numpy scalars warn; a GPU does not
+    with np.errstate(all="ignore"):   # the simulator's numpy scalars warn; a GPU does not
         k[grid, block](*args)
-    if MODE == "gpu":
+    if MODE == "gpu" and not _ASYNC:
         cuda.synchronize()
 
 
@@ -262,6 +377,7 @@ def elem_grid(n: int, cfg: Config) -> int:
     return max(1, min(math.ceil(n / cfg.block), cfg.grid_cap))
 
 
-__all__ = ["MODE", "cuda", "float32", "int32", "NEG_INF", "Config", "config", "kernel", "block_sum",
-           "block_max", "colsum", "empty", "to_device", "call", "is_device", "launch", "row_grid",
-           "elem_grid", "SIM_CONFIG", "GPU_CONFIG"]
+__all__ = ["MODE", "cuda", "float32", "int32", "NEG_INF", "Config", "config", "use_config", "kernel", "block_sum",
+           "block_max", "warp_sum", "warp_max", "warps", "WARP", "FULL_MASK", "colsum", "empty", "to_device", "call",
+           "is_device", "launch", "row_grid", "elem_grid", "SIM_CONFIG", "GPU_CONFIG", "Workspace", "preallocated",
+           "async_launches", "device_constant", "min_blocks"]

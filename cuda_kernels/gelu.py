@@ -30,13 +30,13 @@ def build(cfg):
     if cfg.block in _CACHE:
         return _CACHE[cfg.block]
 
-    @kernel("void(float32[::1], float32[::1])")
+    @kernel("void(float32[::1], float32[::1])", threads=cfg.block)
     def gelu_erf_fwd(x, y):
         for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
             v = x[i]
             y[i] = v * HALF * (ONE + float32(math.erf(v * INV_SQRT2)))
 
-    @kernel("void(float32[::1], float32[::1], float32[::1])")
+    @kernel("void(float32[::1], float32[::1], float32[::1])", threads=cfg.block)
     def gelu_erf_bwd(x, dy, dx):
         for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
             v = x[i]
@@ -44,14 +44,14 @@ def build(cfg):
             pdf = float32(math.exp(-HALF * v * v)) * INV_SQRT_2PI
             dx[i] = dy[i] * (cdf + v * pdf)
 
-    @kernel("void(float32[::1], float32[::1])")
+    @kernel("void(float32[::1], float32[::1])", threads=cfg.block)
     def gelu_tanh_fwd(x, y):
         for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
             v = x[i]
             t = float32(math.tanh(SQRT_2_OVER_PI * (v + K * v * v * v)))
             y[i] = v * (ONE + t) * HALF
 
-    @kernel("void(float32[::1], float32[::1], float32[::1])")
+    @kernel("void(float32[::1], float32[::1], float32[::1])", threads=cfg.block)
     def gelu_tanh_bwd(x, dy, dx):
         for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
             v = x[i]
@@ -90,3 +90,39 @@ def gelu_tanh_fwd(x, *, poison=True):
 
 def gelu_tanh_bwd(x, dy, *, poison=True):
     return _elementwise("tanh_bwd", (x, dy), poison)
+
+
+# ------------------------------------------------------------------------------ error models
+def gelu_erf_fwd_model(cfg, x):
+    from vjpcert.cuda_kernels import error_model as em
+    v = em.exact(x)
+    half_v = v * em.exact(0.5)                                        # exact: a power of two
+    return half_v * (em.exact(1.0) + em.erf(v * em.constant(1 / math.sqrt(2))))
+
+
+def gelu_erf_bwd_model(cfg, x, dy):
+    from vjpcert.cuda_kernels import error_model as em
+    v = em.exact(x)
+    cdf = em.exact(0.5) * (em.exact(1.0) + em.erf(v * em.constant(1 / math.sqrt(2))))
+    pdf = em.exp(-em.exact(0.5) * v * v) * em.constant(1 / math.sqrt(2 * math.pi))
+    return em.exact(dy) * (cdf + v * pdf)
+
+
+def _tanh_arg(v):
+    from vjpcert.cuda_kernels import error_model as em
+    return em.tanh(em.constant(math.sqrt(2 / math.pi)) * (v + em.constant(0.044715) * v * v * v))
+
+
+def gelu_tanh_fwd_model(cfg, x):
+    from vjpcert.cuda_kernels import error_model as em
+    v = em.exact(x)
+    return v * (em.exact(1.0) + _tanh_arg(v)) * em.exact(0.5)
+
+
+def gelu_tanh_bwd_model(cfg, x, dy):
+    from vjpcert.cuda_kernels import error_model as em
+    v = em.exact(x)
+    t = _tanh_arg(v)
+    du = em.constant(math.sqrt(2 / math.pi)) * (em.exact(1.0) + em.constant(3 * 0.044715) * v * v)
+    one, half = em.exact(1.0), em.exact(0.5)
+    return em.exact(dy) * ((one + t) * half + v * (one - t * t) * du * half)

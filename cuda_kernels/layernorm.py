@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from vjpcert.cuda_kernels.common import block_sum, call, colsum, config, cuda, empty, float32, kernel, launch, row_grid
+from vjpcert.cuda_kernels.common import (block_sum, call, colsum, config, cuda, empty, float32, kernel, launch,
+                                         row_grid, warps, min_blocks, RESIDENT_THREADS_HEAVY)
 
 _CACHE = {}
 
@@ -22,6 +23,9 @@ def build(cfg):
     if cfg.block in _CACHE:
         return _CACHE[cfg.block]
     BLOCK = cfg.block
+    NWARP = warps(BLOCK)        # block_sum/block_max: one shared slot per warp
+    BLOCKS = min_blocks(BLOCK)  # launch bounds: blocks per SM the registers must allow
+    BLOCKS_HEAVY = min_blocks(BLOCK, RESIDENT_THREADS_HEAVY)
 
     @cuda.jit(device=True)
     def row_stats(x, r, sm, t, n, eps):
@@ -37,9 +41,10 @@ def build(cfg):
         var = block_sum(sm, t, acc) / float32(n)
         return mu, float32(1) / float32(math.sqrt(var + eps))
 
-    @kernel("void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], float32)")
+    @kernel("void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], float32)",
+            threads=BLOCK, min_blocks=BLOCKS)
     def layernorm_fwd(x, gamma, beta, y, eps):
-        sm = cuda.shared.array(BLOCK, float32)
+        sm = cuda.shared.array(NWARP, float32)
         t = cuda.threadIdx.x
         rows = x.shape[0]
         n = x.shape[1]
@@ -48,10 +53,11 @@ def build(cfg):
             for j in range(t, n, BLOCK):
                 y[r, j] = (x[r, j] - mu) * rstd * gamma[j] + beta[j]
 
-    @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], float32)")
+    @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], float32)",
+            threads=BLOCK, min_blocks=BLOCKS_HEAVY)
     def layernorm_bwd(x, gamma, dy, dx, gxh, eps):
         """dx, and gxh = dy * xh (summed over rows into dgamma by colsum)."""
-        sm = cuda.shared.array(BLOCK, float32)
+        sm = cuda.shared.array(NWARP, float32)
         t = cuda.threadIdx.x
         rows = x.shape[0]
         n = x.shape[1]
@@ -105,3 +111,34 @@ def layernorm_bwd(x, gamma, beta, dy, *, eps=1e-5, poison=True):
 def shift_invariant(B, x, gamma, beta, forward):
     """y(x + 1) = y(x) for every eps: the mean is subtracted before anything else."""
     return forward(x + 1, gamma, beta), forward(x, gamma, beta)
+
+
+# ------------------------------------------------------------------------------ error model
+def _stats_model(x, eps, block):
+    """(x - mu, rstd) as row_stats computes them: two passes, each a block sum."""
+    from vjpcert.cuda_kernels import error_model as em
+    n = em.exact(float(x.shape[-1]))
+    mu = em.reduce_sum(x, ("block", block)) / n
+    c = x - mu
+    var = em.reduce_sum(c * c, ("block", block)) / n
+    return c, 1 / em.sqrt(var + em.constant(eps))
+
+
+def layernorm_fwd_model(cfg, x, gamma, beta, *, eps=1e-5):
+    from vjpcert.cuda_kernels import error_model as em
+    c, rstd = _stats_model(em.exact(x), eps, cfg.block)
+    return c * rstd * em.exact(gamma) + em.exact(beta)
+
+
+def layernorm_bwd_model(cfg, x, gamma, beta, dy, *, eps=1e-5):
+    from vjpcert.cuda_kernels import error_model as em
+    from vjpcert.cuda_kernels.rmsnorm import colsum_model
+    dy, gamma = em.exact(dy), em.exact(gamma)
+    c, rstd = _stats_model(em.exact(x), eps, cfg.block)
+    n = em.exact(float(x.shape[-1]))
+    g = dy * gamma
+    mg = em.reduce_sum(g, ("block", cfg.block)) / n
+    mgx = em.reduce_sum(g * c * rstd, ("block", cfg.block)) / n
+    xh = c * rstd
+    dx = rstd * (g - mg - xh * mgx)
+    return dx, colsum_model(cfg, dy * xh), colsum_model(cfg, dy)

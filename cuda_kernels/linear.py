@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from vjpcert.cuda_kernels.common import call, colsum, config, cuda, empty, float32, is_device, kernel, launch, to_device
+from vjpcert.cuda_kernels.common import (call, colsum, config, cuda, device_constant, empty, float32, is_device, kernel,
+                                         launch, to_device)
 
 _CACHE = {}
 
@@ -26,7 +27,7 @@ def build(cfg):
     T = cfg.tile
 
     @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[::1], float32[:, :, ::1], "
-            "int32, int32, int32, float32)")
+            "int32, int32, int32, float32)", threads=T * T)
     def matmul(A, B, bias, C, ta, tb, has_bias, alpha):
         sA = cuda.shared.array((T, T), float32)
         sB = cuda.shared.array((T, T), float32)
@@ -76,7 +77,7 @@ def matmul_dev(d_A, d_B, *, ta=False, tb=False, alpha=1.0, d_bias=None, cfg=None
     if (d_B.shape[2] if tb else d_B.shape[1]) != K or d_B.shape[0] != Z:
         raise ValueError(f"matmul shapes {d_A.shape} (ta={ta}) and {d_B.shape} (tb={tb}) do not fit")
     d_C = empty((Z, M, N), poison)
-    bias = d_bias if d_bias is not None else to_device(np.zeros(1, np.float32))
+    bias = d_bias if d_bias is not None else device_constant("zero bias", lambda: np.zeros(1, np.float32))
     T = cfg.tile
     launch(build(cfg).matmul, (math.ceil(N / T), math.ceil(M / T), Z), (T, T), d_A, d_B, bias, d_C,
            int(ta), int(tb), int(d_bias is not None), np.float32(alpha))
@@ -120,3 +121,27 @@ def linear_bwd(x, W, b, dy, *, poison=True):
 def homogeneous_in_x(B, x, W, b, forward):
     """y(2 x) - b = 2 (y(x) - b): the map is linear in x (2 x is exact in float32)."""
     return forward(2 * x, W, b) - b, 2 * (forward(x, W, b) - b)
+
+
+# ------------------------------------------------------------------------------ error models
+def matmul_model(cfg, a, b, *, alpha=None, bias=None):
+    """The matmul kernel: products summed in two levels over k (tiles of cfg.tile), times alpha
+    (the exact constant, rounded once to float32 as the launcher does; 1 is exact), plus bias."""
+    from vjpcert.cuda_kernels import error_model as em
+    c = em.contract(a, b, ("tiles", cfg.tile))
+    if alpha is not None:
+        c = em.constant(alpha) * c
+    return c + em.exact(bias) if bias is not None else c
+
+
+def linear_fwd_model(cfg, x, W, b):
+    from vjpcert.cuda_kernels import error_model as em
+    return matmul_model(cfg, em.exact(x), em.exact(np.asarray(W).T), bias=b)
+
+
+def linear_bwd_model(cfg, x, W, b, dy):
+    from vjpcert.cuda_kernels import error_model as em
+    from vjpcert.cuda_kernels.rmsnorm import colsum_model
+    dy = np.asarray(dy)
+    return (matmul_model(cfg, em.exact(dy), em.exact(W)), matmul_model(cfg, em.exact(dy.T), em.exact(x)),
+            colsum_model(cfg, dy))

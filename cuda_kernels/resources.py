@@ -54,6 +54,31 @@ def f64_instructions(ptx: str) -> list[str]:
     return out
 
 
+# sm_90 (H100, H200) per-SM limits: CUDA C++ Programming Guide, "Compute Capabilities" (compute
+# capability 9.0) and the CUDA occupancy calculator's allocation granularities.
+SM_MAX_THREADS = 2048
+SM_MAX_WARPS = 64
+SM_MAX_BLOCKS = 32
+SM_REGISTERS = 65536
+REGISTER_ALLOC_UNIT = 256            # registers are allocated per warp in units of 256
+SM_SHARED_BYTES = 228 * 1024
+SHARED_ALLOC_UNIT = 128
+SHARED_RESERVED_PER_BLOCK = 1024     # the system's share of every block's shared memory on sm_90
+
+
+def occupancy(registers: int, threads: int, shared_bytes: int) -> dict:
+    """Theoretical occupancy of an sm_90 SM: resident blocks by each limit, and warps / 64."""
+    warps = -(-threads // 32)
+    regs_per_warp = -(-registers * 32 // REGISTER_ALLOC_UNIT) * REGISTER_ALLOC_UNIT
+    smem = -(-(shared_bytes + SHARED_RESERVED_PER_BLOCK) // SHARED_ALLOC_UNIT) * SHARED_ALLOC_UNIT
+    limits = {"threads": min(SM_MAX_BLOCKS, SM_MAX_WARPS // warps),
+              "registers": (SM_REGISTERS // regs_per_warp) // warps,
+              "shared memory": SM_SHARED_BYTES // smem}
+    blocks = min(limits.values())
+    return {"blocks_per_sm": blocks, "occupancy": round(blocks * warps / SM_MAX_WARPS, 4),
+            "limited_by": min(limits, key=limits.get)}
+
+
 def _parse_info(log: str) -> dict:
     def grab(pattern, default=0):
         m = re.search(pattern, log)
@@ -76,12 +101,12 @@ def _device_functions_without_a_driver():
     dispatcher.get_current_device = lambda: _Device()
 
 
-def compile_one(py_func, sig: str, max_registers: int | None = None) -> dict:
+def compile_one(py_func, sig: str, max_registers: int | None = None, launch_bounds: tuple | None = None) -> dict:
     """PTX for sm_90, linked with the cuda.core Linker (verbose) for ptxas's resource report."""
     from cuda.core import Linker, LinkerOptions, ObjectCode
     from numba import cuda
     t = time.perf_counter()
-    ptx, _ = cuda.compile_ptx(py_func, sig, cc=CC)
+    ptx, _ = cuda.compile_ptx(py_func, sig, cc=CC, launch_bounds=launch_bounds)
     f64 = f64_instructions(ptx)
     out = {"shared_bytes": _static_shared(ptx), "f64_instructions": len(f64), "f64_examples": f64[:3],
            "ptx_lines": ptx.count("\n")}
@@ -106,7 +131,8 @@ def ptx_kernels() -> list:
     for D in HEAD_DIMS:
         for v in vars(attention.build_flash(cfg.attn_tile, D)).values():
             if isinstance(v, common.PtxKernel):
-                out.append(common.PtxKernel(f"{v.name}[d<={D}]", v.py_func, v.sig))
+                out.append(common.PtxKernel(f"{v.name}[d<={D}]", v.py_func, v.sig, threads=v.threads,
+                                            launch_bounds=v.launch_bounds))
     out.append(common._colsum_kernels(cfg))
     out.append(common._fill_kernel())
     return out
@@ -137,7 +163,11 @@ def _report_here(extra: str | None = None, only_extra: bool = False) -> dict:
     report = {"arch": ARCH, "versions": versions(), "kernels": {}}
     for k in kernels:
         try:
-            report["kernels"][k.name] = compile_one(k.py_func, k.sig, k.max_registers)
+            r = compile_one(k.py_func, k.sig, k.max_registers, k.launch_bounds)
+            if r.get("registers"):
+                r.update(occupancy(r["registers"], k.threads, r.get("shared_bytes", 0)))
+            r["threads"] = k.threads
+            report["kernels"][k.name] = r
         except Exception as exc:                 # a kernel that does not compile is a finding, not a crash
             report["kernels"][k.name] = {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
     return report

@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-from vjpcert.cuda_kernels.common import block_sum, call, colsum, config, cuda, empty, float32, kernel, launch, row_grid
+from vjpcert.cuda_kernels.common import (block_sum, call, colsum, config, cuda, empty, float32, kernel, launch,
+                                         row_grid, warps, min_blocks, RESIDENT_THREADS_HEAVY)
 
 _CACHE = {}
 
@@ -20,6 +21,9 @@ def build(cfg):
     if cfg.block in _CACHE:
         return _CACHE[cfg.block]
     BLOCK = cfg.block
+    NWARP = warps(BLOCK)        # block_sum/block_max: one shared slot per warp
+    BLOCKS = min_blocks(BLOCK)  # launch bounds: blocks per SM the registers must allow
+    BLOCKS_HEAVY = min_blocks(BLOCK, RESIDENT_THREADS_HEAVY)
 
     @cuda.jit(device=True)
     def row_rstd(x, r, eps, sm, t):
@@ -30,9 +34,10 @@ def build(cfg):
         ms = block_sum(sm, t, acc) / float32(x.shape[1])
         return float32(1) / float32(math.sqrt(ms + eps))
 
-    @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32)")
+    @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32)",
+            threads=BLOCK, min_blocks=BLOCKS)
     def rmsnorm_fwd(x, gamma, y, eps):
-        sm = cuda.shared.array(BLOCK, float32)
+        sm = cuda.shared.array(NWARP, float32)
         t = cuda.threadIdx.x
         rows = x.shape[0]
         n = x.shape[1]
@@ -41,10 +46,11 @@ def build(cfg):
             for j in range(t, n, BLOCK):
                 y[r, j] = x[r, j] * rstd * gamma[j]
 
-    @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], float32)")
+    @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], float32)",
+            threads=BLOCK, min_blocks=BLOCKS_HEAVY)
     def rmsnorm_bwd(x, gamma, dy, dx, gx, eps):
         """dx, and gx = dy * x * rstd (summed over rows into dgamma by colsum)."""
-        sm = cuda.shared.array(BLOCK, float32)
+        sm = cuda.shared.array(NWARP, float32)
         t = cuda.threadIdx.x
         rows = x.shape[0]
         n = x.shape[1]
@@ -92,3 +98,33 @@ def rmsnorm_bwd(x, gamma, dy, *, eps=1e-6, poison=True):
 def scale_invariant(B, x, gamma, forward):
     """At eps = 0, y(2 x) = y(x): the norm divides the scale out (2 x is exact in float32)."""
     return forward(2 * x, gamma), forward(x, gamma)
+
+
+# ------------------------------------------------------------------------------ error model
+def _rstd_model(x, eps, block):
+    from vjpcert.cuda_kernels import error_model as em
+    n = em.exact(float(x.shape[-1]))
+    ms = em.reduce_sum(x * x, ("block", block)) / n
+    return 1 / em.sqrt(ms + em.constant(eps))
+
+
+def rmsnorm_fwd_model(cfg, x, gamma, *, eps=1e-6):
+    from vjpcert.cuda_kernels import error_model as em
+    x = em.exact(x)
+    return x * _rstd_model(x, eps, cfg.block) * em.exact(gamma)
+
+
+def rmsnorm_bwd_model(cfg, x, gamma, dy, *, eps=1e-6):
+    from vjpcert.cuda_kernels import error_model as em
+    x, gamma, dy = em.exact(x), em.exact(gamma), em.exact(dy)
+    rstd = _rstd_model(x, eps, cfg.block)
+    g = dy * gamma
+    mdot = em.reduce_sum(g * x, ("block", cfg.block)) / em.exact(float(x.shape[-1]))
+    dx = rstd * (g - x * rstd * rstd * mdot)
+    return dx, colsum_model(cfg, dy * x * rstd)
+
+
+def colsum_model(cfg, a):
+    """common.colsum: thread (cx, ry) adds rows ry, ry + RY, ... of its column, then a tree over RY."""
+    from vjpcert.cuda_kernels import error_model as em
+    return em.reduce_sum(em._as_tracked(a).swapaxes(0, 1), ("strided_tree", cfg.block // cfg.col_x), keepdims=False)

@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
-from vjpcert.cuda_kernels.common import (call, config, cuda, elem_grid, empty, float32, int32, is_device, kernel, launch,
-                                 to_device)
+from vjpcert.cuda_kernels.common import (call, config, cuda, device_constant, elem_grid, empty, float32, int32,
+                                         is_device, kernel, launch)
 
 # pi/4 = HI + MID + LO (each the float32 rounding of what is left), and 4/pi
 PIO4_HI = np.float32(0.7853982)
@@ -74,7 +74,7 @@ def build(cfg):
     if cfg.block in _CACHE:
         return _CACHE[cfg.block]
 
-    @kernel("void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], int32, float32)")
+    @kernel("void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], int32, float32)", threads=cfg.block)
     def rope_rotate(x, pos, inv_freq, y, half, sign):
         """One thread per (row, pair), grid-strided. ``half`` picks the layout; ``sign`` = -1 rotates
         by -theta (the backward)."""
@@ -114,8 +114,9 @@ def _rotate_dev(d_x, d_pos, *, base, half, sign, cfg=None, poison=True):
     if d % 2:
         raise ValueError(f"RoPE needs an even head width, got d = {d}")
     d_y = empty(d_x.shape, poison)
-    launch(build(cfg).rotate, elem_grid(rows * (d // 2), cfg), cfg.block, d_x, d_pos,
-           to_device(inv_freq(d, base)), d_y, int(half), np.float32(sign))
+    inv = device_constant(("rope inv_freq", d, float(base)), lambda: inv_freq(d, base))
+    launch(build(cfg).rotate, elem_grid(rows * (d // 2), cfg), cfg.block, d_x, d_pos, inv, d_y, int(half),
+           np.float32(sign))
     return d_y
 
 
@@ -157,3 +158,55 @@ def rope_pair_fwd(x, theta, *, poison=True):
 
 def rope_pair_bwd(x, theta, dy, *, poison=True):
     return _run(dy, theta, 1, 0, -1, poison)
+
+
+# ------------------------------------------------------------------------------ error model
+def _rotate_model(x, pos, base, half, sign):
+    """rope_rotate: inv_freq rounded on the host (one rounding per pair index, shared by every row),
+    theta = pos * inv_freq rounded, sincos to an absolute error, then two products and a sum."""
+    from vjpcert.cuda_kernels import error_model as em
+    from vjpcert.cuda_kernels import tolerances as tol
+    rows, d = x.shape
+    h = d // 2
+    i = np.arange(h, dtype=np.float64)
+    inv = em.Tracked(float(base) ** (-2.0 * i / d))
+    exact32 = inv.v.astype(np.float32).astype(np.float64) == inv.v
+    inv = em.Tracked(inv.v, 0.0, 0.0, np.where(exact32, 0.0, np.abs(inv.v)), np.where(exact32, 0.0, np.abs(inv.v)))
+    theta = em.exact(np.asarray(pos, np.float64)[:, None]) * inv[None, :]
+    sin = em.absolute_error(em._propagate(np.sin(theta.v), (theta, np.cos(theta.v))), tol.SINCOS_ABSOLUTE_ERROR_U)
+    cos = em.absolute_error(em._propagate(np.cos(theta.v), (theta, np.sin(theta.v))), tol.SINCOS_ABSOLUTE_ERROR_U)
+    s = sin if sign > 0 else -sin
+    x = em.exact(x)
+    a, b = (x[:, :h], x[:, h:]) if half else (x[:, 0::2], x[:, 1::2])
+    ya = a * cos - b * s
+    yb = a * s + b * cos
+    out = [np.empty((rows, d)) for _ in range(5)]
+    first, second = (slice(0, h), slice(h, None)) if half else (slice(0, None, 2), slice(1, None, 2))
+    for t, cols in ((ya, first), (yb, second)):
+        for o, part in zip(out, (t.v, t.p1, t.p2, t.s1, t.s2)):
+            o[:, cols] = part
+    return em.Tracked(*out)
+
+
+def rope_interleaved_fwd_model(cfg, x, pos, *, base=10000):
+    return _rotate_model(x, pos, base, 0, 1)
+
+
+def rope_interleaved_bwd_model(cfg, x, pos, dy, *, base=10000):
+    return _rotate_model(dy, pos, base, 0, -1)
+
+
+def rope_half_fwd_model(cfg, x, pos, *, base=10000):
+    return _rotate_model(x, pos, base, 1, 1)
+
+
+def rope_half_bwd_model(cfg, x, pos, dy, *, base=10000):
+    return _rotate_model(dy, pos, base, 1, -1)
+
+
+def rope_pair_fwd_model(cfg, x, theta):
+    return _rotate_model(x, theta, 1, 0, 1)
+
+
+def rope_pair_bwd_model(cfg, x, theta, dy):
+    return _rotate_model(dy, theta, 1, 0, -1)

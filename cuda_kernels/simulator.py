@@ -1,9 +1,10 @@
-"""Instrumentation of Numba's CUDA simulator: a barrier scheduler and a shared-memory race detector.
+"""Instrumentation of Numba's CUDA simulator: a barrier scheduler, device limits and a shared-memory
+race detector.
 
-Why: the simulator runs one Python thread per CUDA thread and, measured here, rarely shows a missing
-``syncthreads`` (the Python threads happen to run in an order that hides it). So the detector does
-not look at values at all. It logs every shared-memory access by (block, barrier epoch, thread) and
-reports, whatever order the threads happened to run in:
+Why: the simulator runs kernel code as Python, one simulated thread per CUDA thread, in an order
+that (measured here) rarely shows a missing ``syncthreads``. So the detector does not look at
+values at all. It logs every shared-memory access by (block, barrier epoch, thread) and reports,
+whatever order the threads happened to run in:
   * a write/write or read/write conflict on one element between two threads in one epoch (no
     barrier orders them, so on a GPU the result depends on scheduling),
   * a read of a shared element that no thread of this block wrote (shared memory is not zeroed on a
@@ -14,28 +15,90 @@ reports, whatever order the threads happened to run in:
     other threads through when a thread exits early).
 An epoch is the span between two barriers: a thread's epoch is the number of barriers it passed.
 
-The stock ``BlockManager`` busy-polls its threads and, with CPython's 5 ms switch interval, spent
-~110 ms per 32-thread block here; the scheduler below blocks threads on a condition variable
-instead (same semantics, including letting threads through a barrier once the others exited),
-which is ~10-50x faster.
+The scheduler: the stock ``BlockManager`` starts one OS thread per CUDA thread and busy-polls them;
+a barrier then costs a wake-up of every thread through the GIL (~1.5 ms per barrier for 32 threads
+here, ~13 ms for 256). Here every simulated thread is a greenlet (a coroutine with its own stack)
+run round-robin in the launching OS thread: each runs until it parks at a barrier or returns, and
+a barrier costs one switch per thread (microseconds). Same semantics as the stock simulator,
+including letting threads through a barrier once the others returned. That is what makes the GPU's
+own launch configuration (blocks of 256 threads) affordable in CI.
+
+Device limits the stock simulator does not enforce are enforced here: at most 1024 threads per
+block and 48 KiB of static shared memory per launch (a kernel over it does not link for a GPU).
 
 These are patches of simulator internals, tested against numba-cuda ``PINNED_NUMBA_CUDA`` only:
-``numba.cuda.simulator.kernel.BlockManager.run``, ``BlockThread.syncthreads``,
-``numba.cuda.simulator.kernelapi.FakeCUDAShared.array`` and ``FakeCUDAModule.fma``. On any other version nothing is patched,
-the stock simulator runs, and ``race_detector()`` raises ``DetectorUnavailable``.
+``numba.cuda.simulator.kernel.BlockManager.run``, ``numba.cuda.simulator.kernelapi.FakeCUDAShared.array``,
+and ``FakeCUDAModule``'s ``fma``, thread and block indices and barriers. On any other version (or
+without greenlet) nothing is patched, the stock simulator runs, and ``race_detector()`` raises
+``DetectorUnavailable``.
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import math
 import os
 import sys
-import threading
 from importlib import metadata
 
 import numpy as np
 
+try:
+    import greenlet
+except ImportError:          # install() says why and leaves the stock simulator in place
+    greenlet = None
+
 PINNED_NUMBA_CUDA = "0.30.4"
 MAX_VIOLATIONS = 20          # keep the first few: one is enough to fail, more help to locate it
+# Device limits the stock simulator does not enforce (every sm_70+ GPU; sm_90 included): a block of
+# at most 1024 threads, and at most 48 KiB of *static* shared memory per block (more needs dynamic
+# shared memory and an opt-in attribute; numba's static arrays cannot have it: ptxas refuses).
+MAX_THREADS_PER_BLOCK = 1024
+MAX_STATIC_SHARED_BYTES = 48 * 1024
+_AT_BARRIER = object()       # what a simulated thread hands the block when it parks at a barrier
+_AT_SHUFFLE = object()       # ... and at a warp shuffle (with its warp, mask, value and source lane)
+WARP = 32
+
+
+class _GpuMath:
+    """``math`` as a GPU evaluates it in kernel code: exp overflows to inf, log(0) is -inf, log and
+    sqrt of a negative number are NaN (Python's math raises instead, which would turn a kernel's
+    inf/NaN -- caught by the NaN-poison check -- into an exception the GPU never throws)."""
+
+    def __getattr__(self, name):
+        return getattr(math, name)
+
+    @staticmethod
+    def exp(x):
+        try:
+            return math.exp(x)
+        except OverflowError:
+            return math.inf
+
+    @staticmethod
+    def log(x):
+        if x == 0:
+            return -math.inf
+        return math.nan if x < 0 else math.log(x)
+
+    @staticmethod
+    def sqrt(x):
+        return math.nan if x < 0 else math.sqrt(x)
+
+
+_GPU_MATH = _GpuMath()
+
+
+class _Received:
+    """A shuffled value handed back to the parked thread (wrapped: the value may be None-like)."""
+    __slots__ = ("_v",)
+
+    def __init__(self, v):
+        self._v = v
+
+
+class _Abort(BaseException):
+    """Thrown into the other threads of a block when one raised, so their ``with`` blocks exit."""
 
 _installed = False
 _unavailable_reason: str | None = None
@@ -56,30 +119,12 @@ class DetectorUnavailable(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------- bookkeeping
-class _Block:
-    """Barrier state of one simulated block (a reusable barrier that tolerates exited threads)."""
-
-    def __init__(self, n: int):
-        self.cond = threading.Condition()
-        self.live = n
-        self.arrived = 0
-        self.generation = 0
-        self.aborted = False
-        self.first_exception = None
-
-    def release(self):  # caller holds cond
-        self.arrived = 0
-        self.generation += 1
-        self.cond.notify_all()
-
-
 class _Tracker:
     """Shared-memory accesses of one block: per element, the last writer and the readers of the
     epoch in which they happened."""
 
     def __init__(self, grid_point):
         self.block = tuple(int(v) for v in grid_point)
-        self.lock = threading.Lock()
         self.state: dict = {}            # (array id, flat index) -> [w_epoch, w_tid, r_epoch, readers]
         self.sites: dict = {}            # epoch -> {barrier call site: first thread}
         self.violations: list = []
@@ -92,34 +137,32 @@ class _Tracker:
                                     "threads": [list(_tidx(t)) for t in threads], "epoch": epoch})
 
     def access(self, arr, flat: int, write: bool):
-        th = threading.current_thread()
+        th = greenlet.getcurrent()
         tid, epoch = th.thread_id, th._vj_epoch
         key = (id(arr), flat)
-        with self.lock:
-            self.accesses += 1
-            st = self.state.get(key)
-            if st is None:
-                st = self.state[key] = [-1, -1, -1, set()]
-            w_epoch, w_tid, r_epoch, readers = st
-            if write:
-                if w_epoch == epoch and w_tid != tid:
-                    self._report("race: write/write", arr, flat, (w_tid, tid), epoch)
-                if r_epoch == epoch and (readers - {tid}):
-                    self._report("race: read/write", arr, flat, (min(readers - {tid}), tid), epoch)
-                st[0], st[1] = epoch, tid
+        self.accesses += 1
+        st = self.state.get(key)
+        if st is None:
+            st = self.state[key] = [-1, -1, -1, set()]
+        w_epoch, w_tid, r_epoch, readers = st
+        if write:
+            if w_epoch == epoch and w_tid != tid:
+                self._report("race: write/write", arr, flat, (w_tid, tid), epoch)
+            if r_epoch == epoch and (readers - {tid}):
+                self._report("race: read/write", arr, flat, (min(readers - {tid}), tid), epoch)
+            st[0], st[1] = epoch, tid
+        else:
+            if w_epoch < 0:
+                self._report("uninitialised read", arr, flat, (tid,), epoch)
+            elif w_epoch == epoch and w_tid != tid:
+                self._report("race: read/write", arr, flat, (w_tid, tid), epoch)
+            if r_epoch != epoch:
+                st[2], st[3] = epoch, {tid}
             else:
-                if w_epoch < 0:
-                    self._report("uninitialised read", arr, flat, (tid,), epoch)
-                elif w_epoch == epoch and w_tid != tid:
-                    self._report("race: read/write", arr, flat, (w_tid, tid), epoch)
-                if r_epoch != epoch:
-                    st[2], st[3] = epoch, {tid}
-                else:
-                    readers.add(tid)
+                readers.add(tid)
 
     def barrier(self, th, site):
-        with self.lock:
-            self.sites.setdefault(th._vj_epoch, {}).setdefault(site, th.thread_id)
+        self.sites.setdefault(th._vj_epoch, {}).setdefault(site, th.thread_id)
 
     def finish(self, threads):
         counts = {t.thread_id: t._vj_epoch for t in threads}
@@ -136,7 +179,11 @@ class _Tracker:
                 break
 
 
-_BLOCK_DIM = threading.local()
+class _BlockDim:
+    dims = (1, 1, 1)          # of the block being run (one block runs at a time)
+
+
+_BLOCK_DIM = _BlockDim()
 
 
 def _tidx(flat_tid):
@@ -172,7 +219,7 @@ class TrackedShared:
         return flat
 
     def _tracker(self):
-        return threading.current_thread()._manager._vj_tracker
+        return greenlet.getcurrent()._manager._vj_tracker
 
     def __getitem__(self, key):
         self._tracker().access(self, self._flat(key), False)
@@ -211,142 +258,194 @@ def install() -> bool:
         _unavailable_reason = (f"numba-cuda {version} is installed; the simulator patches are tested "
                                f"with {PINNED_NUMBA_CUDA} only")
         return False
+    if greenlet is None:
+        _unavailable_reason = "greenlet is not installed (pip install -e '.[cuda]')"
+        return False
     from numba.cuda.simulator import kernel as K
     from numba.cuda.simulator import kernelapi as KA
     from numba.cuda import types as nb_types
     from numba.cuda.np import numpy_support
 
-    class Worker(K.BlockThread):
-        """A simulated CUDA thread that outlives its block: blocks of a launch (and later launches)
-        reuse a pool of these instead of starting one Python thread per CUDA thread per block,
-        which cost ~0.1-0.3 ms each here and dominated small kernels."""
+    def current():
+        """The simulated CUDA thread running now (a greenlet of the block being run)."""
+        return greenlet.getcurrent()
 
-        def __init__(self):
-            threading.Thread.__init__(self, daemon=True)
-            self.go = threading.Event()
-            self.job = None
+    class SimThread(greenlet.greenlet):
+        """One simulated CUDA thread: a greenlet that runs the kernel until its next barrier."""
 
-        def assign(self, manager, grid_point, block_point, job):
+        def __init__(self, manager, grid_point, block_point, run, context):
+            super().__init__(run)
             bdim = manager._block_dim
+            self.gr_context = context           # the launcher's numpy error state and other contextvars
             self._manager = manager
             self.blockIdx = KA.Dim3(*grid_point)
             self.threadIdx = KA.Dim3(*block_point)
             self.thread_id = self.threadIdx.x + bdim[0] * (self.threadIdx.y + bdim[1] * self.threadIdx.z)
-            self.exception = None
-            self.abort = False
-            self.syncthreads_blocked = False
-            self.debug = False
             self._vj_epoch = 0
-            self.job = job
-            self.go.set()
 
-        def run(self):
-            while True:
-                self.go.wait()
-                self.go.clear()
-                job = self.job
-                if job is None:
-                    return
+        def syncthreads(self):
+            tracker = self._manager._vj_tracker
+            if tracker is not None:
+                tracker.barrier(self, _call_site(2))
+            self.parent.switch(_AT_BARRIER)     # park; the block resumes everyone once all arrived
+            self._vj_epoch += 1
+
+        def _with_block_state(self, value, reduce):
+            idx = self.threadIdx.x, self.threadIdx.y, self.threadIdx.z
+            self._manager.block_state[idx] = value
+            self.syncthreads()
+            out = reduce(self._manager.block_state)
+            self.syncthreads()
+            return out
+
+        def shuffle(self, mask, value, source):
+            """A warp shuffle: every lane of the warp deposits its value and parks; once the whole
+            warp has arrived, lane l receives the value of lane source(l)."""
+            return self.parent.switch((_AT_SHUFFLE, self.thread_id // WARP, mask, value, source))
+
+    def _fail(t, threads, exc):
+        """The kernel raised in thread t: unwind the others (their ``with`` blocks exit), re-raise
+        naming the thread, as the stock simulator does."""
+        for other in threads:
+            if other is not t and other and not other.dead:
                 try:
-                    job()
-                except Exception as e:       # as BlockThread.run: name the thread in the message
-                    tid = "tid=%s" % list(self.threadIdx)
-                    ctaid = "ctaid=%s" % list(self.blockIdx)
-                    msg = "%s %s" % (tid, ctaid) if str(e) == "" else "%s %s: %s" % (tid, ctaid, e)
-                    try:
-                        exc = type(e)(msg)
-                    except Exception:
-                        exc = RuntimeError(msg)
-                    self.exception = (exc, sys.exc_info()[2])
-                finally:
-                    blk = self._manager._vj_block
-                    with blk.cond:
-                        blk.live -= 1
-                        if self.exception is not None:
-                            if blk.first_exception is None and not blk.aborted:
-                                blk.first_exception = self.exception
-                            blk.aborted = True
-                            blk.cond.notify_all()
-                        elif blk.arrived and blk.arrived >= blk.live:
-                            blk.release()
-                        if blk.live == 0:
-                            blk.cond.notify_all()
+                    other.throw(_Abort)
+                except _Abort:
+                    pass
+        tid = "tid=%s" % list(t.threadIdx)
+        ctaid = "ctaid=%s" % list(t.blockIdx)
+        msg = "%s %s" % (tid, ctaid) if str(exc) == "" else "%s %s: %s" % (tid, ctaid, exc)
+        try:
+            err = type(exc)(msg)
+        except Exception:
+            err = RuntimeError(msg)
+        raise err.with_traceback(exc.__traceback__) from None
 
-    pool: list = []
-    # A forked child (the runner's process pool) inherits this list but not the threads in it:
-    # start afresh there, or the first launch would wait forever for workers that do not exist.
-    os.register_at_fork(after_in_child=pool.clear)
-
-    def syncthreads(self):
-        blk = self._manager._vj_block
-        tracker = self._manager._vj_tracker
-        if tracker is not None:
-            tracker.barrier(self, _call_site(2))
-        with blk.cond:
-            if blk.aborted or self.abort:
-                raise RuntimeError("abort flag set on syncthreads call")
-            gen = blk.generation
-            blk.arrived += 1
-            if blk.arrived >= blk.live:
-                blk.release()
-            else:
-                while blk.generation == gen and not blk.aborted:
-                    blk.cond.wait()
-            if blk.aborted:
-                raise RuntimeError("abort flag set on syncthreads clear")
-        self._vj_epoch += 1
+    def _exchange(lanes, waiting, warp):
+        """Resolve one warp's shuffle once all its live lanes wait at it: {thread: received value}."""
+        calls = {t.thread_id % WARP: waiting[t] for t in lanes}
+        masks = {c[2] for c in calls.values()}
+        present = sum(1 << lane for lane in calls)
+        if len(masks) != 1 or (next(iter(masks)) & present) != present:
+            raise RuntimeError(f"warp {warp}: a shuffle whose mask leaves out live lanes (partial-warp "
+                               f"shuffles are not simulated)")
+        out = {}
+        for t in lanes:
+            lane = t.thread_id % WARP
+            src = calls[lane][4](lane)
+            if src not in calls:
+                raise RuntimeError(f"warp {warp}: lane {lane} shuffles from lane {src}, which this block lacks")
+            out[t] = calls[src][3]
+        return out
 
     def block_run(self, grid_point, *args):
         points = list(np.ndindex(*self._block_dim))
-        blk = self._vj_block = _Block(len(points))
+        if len(points) > MAX_THREADS_PER_BLOCK:
+            raise RuntimeError(f"a block of {len(points)} threads: a GPU runs at most "
+                               f"{MAX_THREADS_PER_BLOCK} threads per block")
         self._vj_tracker = _Tracker(grid_point) if _detect_depth > 0 else None
         dims = tuple(self._block_dim) + (1,) * (3 - len(self._block_dim))
+        _BLOCK_DIM.dims = dims
         f = self._f
-
-        def job():
-            _BLOCK_DIM.dims = dims
-            f(*args)
-        while len(pool) < len(points):
-            w = Worker()
-            w.start()
-            pool.append(w)
-        workers = pool[:len(points)]
-        for w, block_point in zip(workers, points):
-            w.assign(self, grid_point, block_point, job)
-        with blk.cond:
-            while blk.live > 0:
-                blk.cond.wait()
-        if blk.first_exception is not None:
-            exc, tb = blk.first_exception
-            raise exc.with_traceback(tb)
+        context = contextvars.copy_context()
+        threads = [SimThread(self, grid_point, bp, lambda: f(*args), context.copy()) for bp in points]
+        by_warp: dict = {}
+        for t in threads:
+            by_warp.setdefault(t.thread_id // WARP, []).append(t)
+        kernel_globals = getattr(f, "__globals__", {})
+        swap_math = kernel_globals.get("math") is math
+        if swap_math:
+            kernel_globals["math"] = _GPU_MATH
+        try:
+            self._vj_run(threads, by_warp)
+        finally:
+            if swap_math:
+                kernel_globals["math"] = math
         if self._vj_tracker is not None:
-            _BLOCK_DIM.dims = dims
-            self._vj_tracker.finish(workers)
+            self._vj_tracker.finish(threads)
             _stats["accesses"] += self._vj_tracker.accesses
             _stats["blocks"] += 1
             if self._vj_tracker.violations:
                 raise RaceError(self._vj_tracker.violations)
 
+    def run_threads(self, threads, by_warp):
+        """Round-robin: each runnable thread runs until it parks (at a barrier or a warp shuffle) or
+        returns. Then warps whose live lanes all wait at a shuffle exchange and run on; once every
+        live thread waits at the barrier, the barrier opens. A thread that returned lets the others
+        through (as the stock simulator does; the detector reports the barrier not reached by all)."""
+        runnable = {t: None for t in threads}          # thread -> the value its park returns
+        waiting: dict = {}                             # thread -> its shuffle call, while parked at one
+        barrier: list = []
+        while runnable:
+            for t, value in runnable.items():
+                try:
+                    parked = t.switch(value) if value is not None else t.switch()
+                except BaseException as exc:
+                    _fail(t, threads, exc)
+                if t.dead:
+                    continue
+                if parked is _AT_BARRIER:
+                    barrier.append(t)
+                else:
+                    waiting[t] = parked
+            runnable = {}
+            for w in sorted({c[1] for c in waiting.values()}):
+                lanes = [t for t in by_warp[w] if not t.dead]
+                if all(t in waiting for t in lanes):
+                    try:
+                        got = _exchange(lanes, waiting, w)
+                    except BaseException as exc:
+                        _fail(lanes[0], threads, exc)
+                    for t, v in got.items():
+                        del waiting[t]
+                        runnable[t] = _Received(v)
+            if runnable:
+                continue
+            if waiting:
+                t = next(iter(waiting))
+                _fail(t, threads, RuntimeError(f"warp {t.thread_id // WARP} waits at a shuffle that some of its "
+                                               f"lanes never reach (they wait at a barrier or returned)"))
+            runnable = {t: None for t in barrier}
+            barrier = []
+
+    def shfl_sync(self, mask, value, src_lane):
+        return current().shuffle(mask, value, lambda lane: int(src_lane) % WARP)._v
+
+    def shfl_xor_sync(self, mask, value, lane_mask):
+        return current().shuffle(mask, value, lambda lane: lane ^ int(lane_mask))._v
+
+    def shfl_down_sync(self, mask, value, delta):
+        return current().shuffle(mask, value, lambda lane: lane + int(delta) if lane + int(delta) < WARP else lane)._v
+
+    def shfl_up_sync(self, mask, value, delta):
+        return current().shuffle(mask, value, lambda lane: lane - int(delta) if lane >= int(delta) else lane)._v
+
+    dtypes: dict = {}
+
     def shared_array(self, shape, dtype, alignment=None):
         if alignment is not None:
             raise RuntimeError("Array alignment is not supported in cudasim")
         if isinstance(dtype, nb_types.Type):
-            dtype = numpy_support.as_dtype(dtype)
+            if dtype not in dtypes:                # every thread asks, at every launch: convert once
+                dtypes[dtype] = numpy_support.as_dtype(dtype)
+            dtype = dtypes[dtype]
         if shape == 0:                      # dynamic shared memory: as the stock simulator, untracked
             count = self._dynshared_size // dtype.itemsize
             return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
         f = sys._getframe(1)
         key = (f.f_code.co_filename, f.f_lineno)   # as the stock simulator: one array per source line
-        # Under a lock: the stock simulator checks and inserts without one, so two threads that reach
-        # the line together can get two different arrays (seen here as whole rows of wrong results
-        # once threads started together; with one thread started at a time it is rare, not absent).
-        with _alloc_lock:
-            res = self._allocations.get(key)
-            if res is None:
-                arr = np.empty(shape, dtype)
-                if np.issubdtype(dtype, np.floating):
-                    arr.fill(np.nan)                 # an unwritten element poisons what reads it
-                res = self._allocations[key] = (arr, TrackedShared(arr, f"{os.path.basename(key[0])}:{key[1]}"))
+        res = self._allocations.get(key)
+        if res is None:
+            arr = np.empty(shape, dtype)
+            # The static shared memory of a launch is the sum of its distinct arrays. Over the
+            # device's static limit the kernel does not link for a GPU; the simulator would run it.
+            total = sum(r[0].nbytes for r in self._allocations.values()) + arr.nbytes
+            if total > MAX_STATIC_SHARED_BYTES:
+                raise RuntimeError(f"static shared memory {total} bytes > {MAX_STATIC_SHARED_BYTES}: this "
+                                   f"kernel would not link for a GPU (array at {os.path.basename(key[0])}:{key[1]})")
+            if np.issubdtype(dtype, np.floating):
+                arr.fill(np.nan)                 # an unwritten element poisons what reads it
+            res = self._allocations[key] = (arr, TrackedShared(arr, f"{os.path.basename(key[0])}:{key[1]}"))
         return res[1] if _detect_depth > 0 else res[0]
 
     def fma(self, a, b, c):
@@ -359,15 +458,27 @@ def install() -> bool:
         return a * b + c
 
     KA.FakeCUDAModule.fma = fma
-    K.BlockThread.syncthreads = syncthreads
     K.BlockManager.run = block_run
+    K.BlockManager._vj_run = run_threads
     KA.FakeCUDAShared.array = shared_array
+    # Everything the fake ``cuda`` module asked of threading.current_thread() asks the greenlet.
+    KA.FakeCUDAModule.threadIdx = property(lambda self: current().threadIdx)
+    KA.FakeCUDAModule.blockIdx = property(lambda self: current().blockIdx)
+    KA.FakeCUDAModule.laneid = property(lambda self: current().thread_id % 32)
+    KA.FakeCUDAModule.syncthreads = lambda self: current().syncthreads()
+    KA.FakeCUDAModule.syncthreads_count = lambda self, v: current()._with_block_state(v, np.count_nonzero)
+    KA.FakeCUDAModule.syncthreads_and = lambda self, v: current()._with_block_state(v, lambda a: int(np.all(a)))
+    KA.FakeCUDAModule.syncthreads_or = lambda self, v: current()._with_block_state(v, lambda a: int(np.any(a)))
+    KA.GridGroup.sync = lambda self: current().syncthreads()
+    KA.FakeCUDAModule.shfl_sync = shfl_sync
+    KA.FakeCUDAModule.shfl_xor_sync = shfl_xor_sync
+    KA.FakeCUDAModule.shfl_down_sync = shfl_down_sync
+    KA.FakeCUDAModule.shfl_up_sync = shfl_up_sync
     _installed = True
     return True
 
 
 _stats = {"accesses": 0, "blocks": 0}
-_alloc_lock = threading.Lock()
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from vjpcert.cuda_kernels.common import (NEG_INF, block_max, block_sum, call, config, cuda, empty, float32,
-                                 kernel, launch, row_grid)
+                                         kernel, launch, row_grid, warps, min_blocks)
 
 _CACHE = {}
 
@@ -24,6 +24,8 @@ def build(cfg):
     if cfg.block in _CACHE:
         return _CACHE[cfg.block]
     BLOCK = cfg.block
+    NWARP = warps(BLOCK)        # block_sum/block_max: one shared slot per warp
+    BLOCKS = min_blocks(BLOCK)  # launch bounds: blocks per SM the registers must allow
 
     @cuda.jit(device=True)
     def visible(r, n, causal, offset, m):
@@ -46,9 +48,10 @@ def build(cfg):
             acc += float32(math.exp(x[r, j] - mx))
         return mx, block_sum(sm, t, acc)
 
-    @kernel("void(float32[:, ::1], float32[:, ::1], int32, int32, int32)")
+    @kernel("void(float32[:, ::1], float32[:, ::1], int32, int32, int32)",
+            threads=BLOCK, min_blocks=BLOCKS)
     def softmax_fwd(x, y, causal, offset, m):
-        sm = cuda.shared.array(BLOCK, float32)
+        sm = cuda.shared.array(NWARP, float32)
         t = cuda.threadIdx.x
         rows = x.shape[0]
         n = x.shape[1]
@@ -61,9 +64,10 @@ def build(cfg):
                 else:
                     y[r, j] = float32(0)
 
-    @kernel("void(float32[:, ::1], float32[:, ::1], float32[:, ::1], int32, int32, int32)")
+    @kernel("void(float32[:, ::1], float32[:, ::1], float32[:, ::1], int32, int32, int32)",
+            threads=BLOCK, min_blocks=BLOCKS)
     def softmax_bwd(x, dy, dx, causal, offset, m):
-        sm = cuda.shared.array(BLOCK, float32)
+        sm = cuda.shared.array(NWARP, float32)
         t = cuda.threadIdx.x
         rows = x.shape[0]
         n = x.shape[1]
@@ -114,3 +118,39 @@ def softmax_bwd(x, dy, *, poison=True):
 def rows_sum_to_one(B, x, forward):
     """sum_j y_j = 1 per row: checked on the kernel's output (the spec makes it true by construction)."""
     return forward(x).sum(-1), np.ones(x.shape[0])
+
+
+# ------------------------------------------------------------------------------ error model
+def _visible_mask(rows: int, n: int, causal, offset, m) -> np.ndarray:
+    r = np.arange(rows)[:, None]
+    nv = np.minimum(n, np.maximum(0, r % max(m, 1) - offset + 1)) if causal else np.full((rows, 1), n)
+    return np.arange(n)[None, :] < nv
+
+
+def _row_model(x, block, causal, offset, m):
+    """The statistics both kernels compute: exp(x - max) per visible entry and their block sum. The
+    row maximum is a shift that cancels in exact arithmetic (shift invariance): it carries no error."""
+    from vjpcert.cuda_kernels import error_model as em
+    x = em._as_tracked(x)
+    mask = _visible_mask(x.shape[0], x.shape[1], causal, offset, m)
+    with np.errstate(invalid="ignore"):
+        mx = np.where(mask, x.v, -np.inf).max(-1, keepdims=True)
+    mx = np.where(np.isfinite(mx), mx, 0.0)
+    e = em.exp(x - em.exact(mx)).where(mask)
+    return mask, e, em.reduce_sum(e, ("block", block))
+
+
+def softmax_fwd_model(cfg, x, *, causal=0, offset=0, m=1):
+    """y = exp(x - max) / total, in the forward kernel's order (x may carry errors: attention's S)."""
+    mask, e, total = _row_model(x, cfg.block, causal, offset, m)
+    return (e / total).where(mask)
+
+
+def softmax_bwd_model(cfg, x, dy, *, causal=0, offset=0, m=1):
+    """dx = y (dy - sum y dy), y recomputed as in the forward (the same roundings: the same code)."""
+    from vjpcert.cuda_kernels import error_model as em
+    mask, e, total = _row_model(x, cfg.block, causal, offset, m)
+    y = e / total
+    dy = em._as_tracked(dy)
+    dot = em.reduce_sum((y * dy).where(mask), ("block", cfg.block))
+    return (y * (dy - dot)).where(mask)

@@ -8,6 +8,7 @@ import numpy as np
 
 from vjpcert.numeric import tolerances as tol
 from vjpcert.core.backends import F64
+from vjpcert.core.input_cases import case_values
 from vjpcert.core.registry import Op, SpecError
 
 
@@ -17,14 +18,9 @@ def rng_for(seed: int, *labels) -> np.random.Generator:
 
 
 def _case_values(case: str, rng, shape) -> np.ndarray:
-    z = rng.standard_normal(shape)
-    if case == "random":
-        return z
-    if case == "large_magnitude":
-        return tol.LARGE_SCALE * z
-    if case == "near_constant":
-        return rng.standard_normal() + tol.NEAR_CONSTANT_SPREAD * z
-    raise SpecError(None, f"unknown input case {case!r}; cases: {', '.join(tol.CASES)}")
+    if case not in tol.CASES:
+        raise SpecError(None, f"unknown input case {case!r}; cases: {', '.join(tol.CASES)}")
+    return case_values(case, rng, shape)
 
 
 def sample_point(op: Op, dims: dict, case: str, seed: int) -> dict[str, np.ndarray]:

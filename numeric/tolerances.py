@@ -26,11 +26,12 @@ FULL_JACOBIAN_MAX = 16      # input and output entries at most this: compare the
 DIRECTIONS = 3              # otherwise: this many random (u, v) pairs, <J u, v> against <u, J^T v>
 WITNESS_COMPONENTS_MAX = 64
 
-# Input cases. Random signed normals; large magnitudes (softmax logits ~ +-30: exp ranges over 1e26);
-# near-constant rows (softmax near-ties, norms with a variance ~ 1e-12, far below eps).
-LARGE_SCALE = 30.0
-NEAR_CONSTANT_SPREAD = 1e-6
+# Input cases, defined once for both numeric tiers in core/input_cases.py: random signed normals;
+# large magnitudes (softmax logits ~ +-30: exp ranges over 1e26); near-constant rows (softmax
+# near-ties, norms with a variance ~ 1e-12, far below eps). The kernel tier also runs the large
+# offset and mixed magnitude cases there, which target float32 overflow and cancellation.
 CASES = ("random", "large_magnitude", "near_constant")
+from vjpcert.core.input_cases import LARGE_SCALE  # noqa: E402  (the large-magnitude scale; also free shifts')
 # ... plus, for ops with symbolic parameters, a random point with every such parameter at this many
 # times its default (a value no default can coincide with by accident).
 OTHER_PARAM_FACTOR = Fraction(37, 11)

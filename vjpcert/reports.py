@@ -115,11 +115,17 @@ def render_resources(res: dict) -> str:
     lines = [f"# Kernel resources ({res.get('arch', 'sm_90')})", "",
              "Every kernel compiled for the target without a GPU (`numba.cuda.compile_ptx`, linked with "
              "`cuda.core`); the tests fail on any spill, on more than 48 KiB of static shared memory and on "
-             "any `.f64` instruction in a float32 kernel.", "",
-             "| kernel | registers | spill bytes | static shared bytes | .f64 instructions |", "|---|---|---|---|---|"]
+             "any `.f64` instruction in a float32 kernel. Occupancy: resident warps / 64 per SM for blocks of "
+             "the threads shown (registers, threads and shared memory; `cuda_kernels.resources.occupancy`). "
+             "Before and after the kernel work of issue 17: [occupancy.md](occupancy.md).", "",
+             "| kernel | registers | spill bytes | static shared bytes | .f64 instructions | threads | blocks / SM "
+             "| occupancy |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, r in sorted(res.get("kernels", {}).items()):
+        occ = r.get("occupancy")
         lines.append(f"| `{name}` | {r.get('registers')} | {r.get('spill_bytes')} | {r.get('shared_bytes')} | "
-                     f"{r.get('f64_instructions')} |")
+                     f"{r.get('f64_instructions')} | {r.get('threads', '')} | {r.get('blocks_per_sm', '')} | "
+                     f"{f'{occ:.1%}' if occ is not None else ''} |")
     return "\n".join(lines) + "\n"
 
 

@@ -130,14 +130,20 @@ def _plan_numeric(ref, op, p: Planning):
 
 
 def _plan_kernel(ref, op, p: Planning):
-    """Every kernel claim of the op at the kernel tier's sizes for this mode (simulator or GPU)."""
-    from vjpcert.cuda_kernels.check import detect_mode, kernel_claims, kernel_dims
+    """Every kernel claim of the op at its own ladder of sizes and launches for this mode (simulator or
+    GPU); `--dims` runs each claim at exactly those dims with the kernel's default launch."""
+    from vjpcert.cuda_kernels.check import detect_mode, kernel_claims, kernel_launches
     from vjpcert.runner import make_task
     claims = kernel_claims(op)
     if not claims:
         return []
-    ladder = [p.fixed_dims] if p.fixed_dims else kernel_dims(op, detect_mode())
-    return [make_task("kernel", ref, c, d, seed=p.seed) for d in ladder for c in claims]
+    mode = detect_mode()
+    tasks = []
+    for claim in claims:
+        ladder = [(p.fixed_dims, None)] if p.fixed_dims else kernel_launches(op, mode, claim)
+        tasks += [make_task("kernel", ref, claim, dims, seed=p.seed, **({"launch": launch} if launch else {}))
+                  for dims, launch in ladder]
+    return tasks
 
 
 def _plan_nothing(ref, op, p: Planning):
