@@ -54,6 +54,45 @@ def select_ops(targets: list[str]) -> list[tuple[OpRef, Op]]:
     return list(unique.values())
 
 
+def import_object(spec: str, flag: str):
+    """``module:attr`` (attr may be dotted) imported the way ``python -m`` would: the current
+    directory is on the path."""
+    import importlib
+    import os
+    import sys
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise SpecError(None, f"{flag} expects module:function, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except SpecError:
+        raise
+    except Exception as exc:      # ImportError, AttributeError, or the module raising on import
+        raise SpecError(None, f"{flag} {spec}: cannot load it ({type(exc).__name__}: {exc})") from None
+    return obj
+
+
+def parse_params(items) -> dict:
+    """``["eps=1e-6", "causal=True"]`` -> {"eps": 1e-06, "causal": True}: Python literals (numbers,
+    booleans, tuples, strings)."""
+    import ast
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise SpecError(None, f"--param expects name=value such as eps=1e-6; got {item!r}")
+        try:
+            out[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            raise SpecError(None, f"--param {item}: {value.strip()!r} is not a Python literal "
+                                  f"(a number, True/False, a tuple, a quoted string)") from None
+    return out
+
+
 def parse_dims(text: str | None) -> dict[str, int]:
     """``"n=128,rows=2"`` -> {"n": 128, "rows": 2}."""
     if not text:
