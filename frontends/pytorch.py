@@ -622,8 +622,7 @@ def from_torch(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tu
     and whose backward is what PyTorch computes for it. Inputs, dims and output default to the
     spec's when ``spec`` is given."""
     if isinstance(fn, type):
-        raise SpecError(name, f"{fn.__name__} is a class; give a function that calls it (e.g. "
-                              f"lambda x, gamma: {fn.__name__}.apply(x, gamma))")
+        fn = _function_caller(fn, list((params or {}).keys()))
     if spec is not None:
         inputs = inputs or spec.inputs
         nondiff = spec.nondiff if nondiff is None else nondiff
@@ -643,6 +642,21 @@ def from_torch(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tu
                       dims=list(dims or []), nondiff=nondiff, params=params, output=output,
                       large_dims=large_dims, check_dims=check_dims, spec=spec, constants=constants,
                       doc=doc or inspect.getdoc(fn) or "")
+
+
+def _function_caller(cls, param_names):
+    """An ``autograd.Function`` subclass called as PyTorch code calls it: ``cls.apply(*tensors,
+    *params)``, the parameters positionally in their declared order."""
+    torch = _torch()
+    if not issubclass(cls, torch.autograd.Function):
+        raise SpecError(None, f"{cls.__name__} is a class but not a torch.autograd.Function")
+
+    def call(*tensors, **params):
+        return cls.apply(*tensors, *[params[k] for k in param_names])
+    call.__name__ = cls.__name__
+    call.__doc__ = cls.__doc__
+    call.__module__ = cls.__module__
+    return call
 
 
 def torch_op(fn=None, **declaration):

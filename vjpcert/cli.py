@@ -26,7 +26,8 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNDECIDED, EXIT_INTERRUPTED = 0, 1, 2
 # ------------------------------------------------------------------------------ arguments
 def _targets(p):
     p.add_argument("targets", nargs="*", metavar="OP|FILE",
-                   help="built-in op names or paths of spec files (default: every built-in op)")
+                   help="built-in op names, paths of spec files, or torch:module:function / "
+                        "jax:module:function (default: every built-in op)")
 
 
 def _run_options(p, *, budget=True):
@@ -43,6 +44,22 @@ def _run_options(p, *, budget=True):
     p.add_argument("--quiet", action="store_true", help="no per-claim lines")
 
 
+def _frontend_options(p):
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a parameter value (repeatable): passed to a torch:/jax: function, or the spec's "
+                        "value for --impl (e.g. eps=1e-6)")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=DIM,DIM",
+                   help="a torch:/jax: target's differentiable input and its dims, in call order "
+                        "(repeatable), e.g. --input x=rows,n --input gamma=n")
+    p.add_argument("--nondiff", action="append", default=[], metavar="NAME=DIM,DIM",
+                   help="a torch:/jax: target's non-differentiable input (after the differentiable ones)")
+    p.add_argument("--spec", dest="like", metavar="OP|FILE::NAME",
+                   help="a torch:/jax: target's forward must equal this spec's (and takes its inputs and dims)")
+    p.add_argument("--constants", choices=["decimal", "named"], default="decimal",
+                   help="read a torch:/jax: graph's float constants as the decimals they print as (default) "
+                        "or as the irrationals they round (1/sqrt(2), sqrt(2/pi), ...) where one matches")
+
+
 def _numeric_options(p):
     p.add_argument("--dps", type=int, default=50, help="mpmath digits (default 50, at least 20)")
     p.add_argument("--method", default="mpmath-diff",
@@ -56,12 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("all", help="every tier for every op: proofs, numeric checks, kernel checks")
     _targets(p)
     _run_options(p)
+    _frontend_options(p)
     _numeric_options(p)
     p.add_argument("--no-general", dest="general", action="store_false",
                    help="skip the general (every-size) proofs")
     p = sub.add_parser("prove", help="prove backward = J^T dy and every law exactly (symbolic tier)")
     _targets(p)
     _run_options(p)
+    _frontend_options(p)
     p.add_argument("--no-general", dest="general", action="store_false",
                    help="skip the general (every-size) proofs")
     p = sub.add_parser("check", help="check backward against derivatives of the forward in mpmath "
@@ -69,10 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     _targets(p)
     _run_options(p, budget=False)
     _numeric_options(p)
+    _frontend_options(p)
     p.add_argument("--shape", dest="dims_alias", help="alias of --dims")
     p.add_argument("--point", help="JSON file {input: nested list}: check at this point only")
     p.add_argument("--impl", metavar="MODULE:FUNCTION",
                    help="check your own backward (a callable or torch.autograd.Function) against the spec")
+    p.add_argument("--dtype", default=None, metavar="float64|float32",
+                   help="with --impl: the precision the implementation runs in (default float64)")
     p = sub.add_parser("kernels", help="check the CUDA kernels against the specs (simulator or GPU)")
     _targets(p)
     _run_options(p, budget=False)
@@ -119,7 +141,7 @@ def _freeze(v):
 def _plan(args, tiers: tuple[str, ...]):
     """Select ops, expand dims and claims per tier, and validate every spec before anything is
     written. Returns (tasks, ops by name)."""
-    from vjpcert.ops import parse_dims, select_ops
+    from vjpcert.ops import frontend_declaration, parse_dims, select_ops
     from vjpcert.plan import kernel_available, tier_tasks
 
     if getattr(args, "dims_alias", None):
@@ -136,7 +158,7 @@ def _plan(args, tiers: tuple[str, ...]):
         if tiers == ("kernel",):
             raise SpecError(None, "the kernel tier needs numba-cuda: pip install -e '.[cuda]'")
         tiers = tuple(t for t in tiers if t != "kernel")
-    selected = select_ops(args.targets)
+    selected = select_ops(args.targets, frontend_declaration(args))
     overrides = parse_dims(args.dims)
     if overrides:
         known = set().union(*(op.dim_names() for _, op in selected))
