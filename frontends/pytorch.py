@@ -25,7 +25,7 @@ it is in a spec: the proof would otherwise hold only on one side of the kink.
 from __future__ import annotations
 
 import inspect
-import operator
+from fractions import Fraction
 from typing import Callable, Mapping
 
 import numpy as np
@@ -129,6 +129,28 @@ def _pow(c, x, k):
 @rule("aten.pow.Tensor_Tensor")
 def _pow_tt(c, x, k):
     return c.power(x, k)
+
+
+@rule("aten.pow.Scalar")
+def _pow_scalar(c, base, x):
+    """base ** x: an algebraic constant per entry when x is static (RoPE's base^(-2i/d)), else
+    exp(x log base)."""
+    b = c.scalar(base)
+    if not b.static or b.a.shape != () or b.neginf is not None or not Fraction(b.a.item()) > 0:
+        c.refuse("base ** x needs a positive constant base")
+    B = c.B
+    if x.static and x.neginf is None:
+        flat = [B.c(Fraction(b.a.item())) ** B.c(Fraction(e)) for e in c._static_exact(x).ravel()]
+        return Val(c._array_of(flat, x.shape), False)
+    return c.unary("exp", c.binary("*", x, Val(np.asarray(B.log(B.c(Fraction(b.a.item())))), False)))
+
+
+@rule("aten.cumsum.default")
+def _cumsum(c, x, dim, dtype=None):
+    if x.neginf is not None:
+        c.refuse("a cumulative sum over -inf entries")
+    a = c._static_exact(x) if x.static else x.a
+    return Val(np.cumsum(a, axis=int(dim) % max(x.a.ndim, 1)), x.static)
 
 
 @rule("aten.square.default")
@@ -273,10 +295,46 @@ def _fill(c, x, value):
 def _arange(c, start, end=None, step=1, dtype=None, **_):
     if end is None:
         start, end = 0, start
-    if any(isinstance(v, float) for v in (start, end, step)):
-        c.refuse("arange with float bounds")
-    out = Val(np.arange(int(start), int(end), int(step), dtype=np.int64), True)
-    return c.convert(out, _kind(dtype)) if dtype is not None else out
+    if not any(isinstance(v, float) for v in (start, end, step)):
+        out = Val(np.arange(int(start), int(end), int(step), dtype=np.int64), True)
+        return c.convert(out, _kind(dtype)) if dtype is not None else out
+    a, b, h = (c.scalar(v).a.item() for v in (start, end, step))      # exact: floats as their decimals
+    n = max(0, -((a - b) // h))
+    out = Val(np.array([a + k * h for k in range(int(n))], dtype=object), True)
+    return c.convert(out, _kind(dtype) or "float")
+
+
+def _static_index(c, indices, ndim):
+    idx = []
+    for i in indices:
+        if i is None:
+            idx.append(slice(None))
+        elif not i.static:
+            c.refuse("entries are picked by a traced index")
+        else:
+            idx.append(i.a.astype(bool) if i.kind == "bool" else i.a.astype(np.int64))
+    return tuple(idx)
+
+
+@rule("aten.index.Tensor")
+def _index(c, x, indices):
+    idx = _static_index(c, indices, x.a.ndim)
+    return c.structural(x, lambda a: a[idx])
+
+
+@rule("aten.index_put.default", "aten._unsafe_index_put.default")
+def _index_put(c, x, indices, values, accumulate=False):
+    idx = _static_index(c, indices, x.a.ndim)
+    if x.neginf is not None or values.neginf is not None:
+        c.refuse("-inf in an index_put")
+    static = x.static and values.static
+    out = np.array(c._static_exact(x) if static else c.lift(x), copy=True)
+    vals = np.broadcast_to(c._static_exact(values) if static else c.lift(values), out[idx].shape)
+    if accumulate:
+        np.add.at(out, idx, vals)
+    else:
+        out[idx] = vals
+    return Val(out, static)
 
 
 @rule("aten.copy.default")
@@ -393,6 +451,57 @@ def _split_sizes(c, x, split_sizes, dim=0):
         out.append(_slice(c, x, dim, start, start + int(s)))
         start += int(s)
     return out
+
+
+def _scatter_into(c, base: Val, src: Val, index) -> Val:
+    """``base`` with the entries at ``index`` replaced by ``src`` (a fresh array)."""
+    if src.neginf is not None or base.neginf is not None:
+        c.refuse("-inf in a scatter")
+    static = base.static and src.static
+    out = np.array(c._static_exact(base) if static else c.lift(base), copy=True)
+    out[index] = c._static_exact(src) if static else c.lift(src)
+    return Val(out, static)
+
+
+def _slice_index(shape, dim, start, end, step):
+    n = shape[int(dim)]
+    s = 0 if start is None else max(-n, min(int(start), n))
+    e = n if end is None else max(-n, min(int(end), n))
+    idx = [slice(None)] * len(shape)
+    idx[int(dim)] = slice(s, e, int(step))
+    return tuple(idx)
+
+
+@rule("aten.slice_scatter.default")
+def _slice_scatter(c, x, src, dim=0, start=None, end=None, step=1):
+    return _scatter_into(c, x, src, _slice_index(x.shape, dim, start, end, step))
+
+
+@rule("aten.select_scatter.default")
+def _select_scatter(c, x, src, dim, index):
+    idx = [slice(None)] * x.a.ndim
+    idx[int(dim)] = int(index)
+    return _scatter_into(c, x, src, tuple(idx))
+
+
+@rule("aten.slice_backward.default")
+def _slice_backward(c, grad, input_sizes, dim, start, end, step):
+    return _slice_scatter(c, c.full(_shape(input_sizes), 0, "float"), grad, dim, start, end, step)
+
+
+@rule("aten.select_backward.default")
+def _select_backward(c, grad, input_sizes, dim, index):
+    return _select_scatter(c, c.full(_shape(input_sizes), 0, "float"), grad, dim, index)
+
+
+@rule("aten.new_zeros.default")
+def _new_zeros(c, x, size, dtype=None, **_):
+    return c.full(_shape(size), 0, _kind(dtype) or x.kind)
+
+
+@rule("aten.new_ones.default")
+def _new_ones(c, x, size, dtype=None, **_):
+    return c.full(_shape(size), 1, _kind(dtype) or x.kind)
 
 
 @rule("aten.unbind.int", "aten.unbind_copy.int")
@@ -585,6 +694,9 @@ def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants
     core = core_aten_decompositions()
     table: dict = {}
     decomposed: set[str] = set()
+    origin: dict[str, str] = {}          # an op that appeared through a decomposition -> where from
+    seen: set[str] = set()
+    last: list[str] = []
     for _ in range(MAX_DECOMPOSITION_ROUNDS):
         try:
             gm = make_fx(joint, decomposition_table=table, tracing_mode="fake")(*examples)
@@ -596,20 +708,29 @@ def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants
             raise
         except Exception as exc:
             raise SpecError(op_name, f"tracing with make_fx failed: {_describe_error(exc)}") from None
-        missing = sorted({n.target for n in gm.graph.nodes if n.op == "call_function" and not _has_rule(n.target)},
-                         key=str)
+        present = {_op_name(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+        for t in present - seen:
+            if last:
+                origin.setdefault(t, origin.get(last[0], last[0]))
+        seen |= present
+        missing = list(dict.fromkeys(n.target for n in gm.graph.nodes       # in graph order
+                                     if n.op == "call_function" and not _has_rule(n.target)))
         new = [t for t in missing if t in core or t in decomposition_table]
         if not new:
             break
         for t in new:
             table[t] = core.get(t) or decomposition_table[t]
             decomposed.add(_op_name(t))
+        last = [_op_name(t) for t in new]
     if missing:
         t = _op_name(missing[0])
-        packet = ".".join(t.split(".")[:2])
+        source = origin.get(t)
+        packet = ".".join((source or t).split(".")[:2])
         hint = HINTS.get(packet, "")
+        more = f" (also without one: {', '.join(_op_name(m) for m in missing[1:4])})" if len(missing) > 1 else ""
         raise SpecError(op_name, f"{t} has no exact rule and PyTorch has no decomposition for it"
-                                 + (f" ({hint})" if hint else ""))
+                                 + (f" (it comes from PyTorch's decomposition of {source})" if source else "")
+                                 + more + (f"; {hint}" if hint else ""))
     return TorchGraph(gm, len(shapes), out_shape, sorted(decomposed), constants, op_name)
 
 
