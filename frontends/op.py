@@ -23,6 +23,7 @@ from vjpcert.core.registry import Op, Param, SpecError, dim_names, dim_size
 from vjpcert.frontends.values import decimal_of
 
 FRONTEND_DIR = Path(__file__).resolve().parent
+MAX_SHIFT = "max_shift"
 
 
 def _signature(names) -> inspect.Signature:
@@ -70,7 +71,10 @@ class FrontendOp(Op):
             if p.symbolic:
                 raise SpecError(name, f"param {k!r}: a framework function receives parameters as Python "
                                       f"values, so they are fixed (symbolic=False) in its proofs")
-        names = [*inputs, *(nondiff or {}), *params]
+        self._user_nondiff = dict(nondiff or {})
+        if MAX_SHIFT in {*inputs, *self._user_nondiff, *params}:
+            raise SpecError(name, f"{MAX_SHIFT!r} is the name of the op's row-maximum shifts; rename that input")
+        names = [*inputs, *self._user_nondiff, *params]
 
         def forward(B, **values):
             return self._evaluate(B, values, "forward")[0]
@@ -81,8 +85,12 @@ class FrontendOp(Op):
         backward.__signature__ = _signature([*names, "dy"])
         forward.__name__, backward.__name__ = name, f"{name}_vjp"
         self._declared_output = tuple(output) if output else None
-        out_decl = self._declared_output or self._traced_output_decl(inputs, nondiff or {}, params, dims[0])
-        super().__init__(forward, name=name, inputs=inputs, output=out_decl, nondiff=nondiff, params=params,
+        first = self._first_graph(inputs, params, dims[0])
+        out_decl = self._declared_output or self._traced_output_decl(first, dims[0])
+        all_nondiff = dict(self._user_nondiff)
+        if first.max_entries:
+            all_nondiff[MAX_SHIFT] = (_MaxEntries(self),)
+        super().__init__(forward, name=name, inputs=inputs, output=out_decl, nondiff=all_nondiff, params=params,
                          dims=dims, large_dims=large_dims, check_dims=check_dims,
                          assumptions=(), constraints=None)
         self.vjp = backward
@@ -90,10 +98,12 @@ class FrontendOp(Op):
         self.doc = doc or (inspect.getdoc(module) if module is not None else "") or ""
         if spec is not None:
             self._add_spec_law(spec)
+        if first.max_entries:
+            self._add_shift_law()
 
     # ------------------------------------------------------------------ graphs
     def _shapes(self, values: Mapping) -> tuple:
-        return tuple(tuple(np.shape(values[n])) for n in [*self.inputs, *self.nondiff])
+        return tuple(tuple(np.shape(values[n])) for n in [*self.inputs, *self._user_nondiff])
 
     def graph(self, shapes: tuple, params: Mapping):
         key = (shapes, tuple(sorted((k, _freeze(v)) for k, v in params.items())))
@@ -105,22 +115,26 @@ class FrontendOp(Op):
     def graph_at(self, dims: Mapping, params: Mapping | None = None):
         """The traced graph at some dims (default parameter values unless given)."""
         dims = self.resolve_dims(dims)
-        shapes = tuple(self.shape(d, dims) for d in [*self.inputs.values(), *self.nondiff.values()])
+        shapes = tuple(self.shape(d, dims) for d in [*self.inputs.values(), *self._user_nondiff.values()])
         return self.graph(shapes, {**self.param_values(), **(params or {})})
 
-    def _evaluate(self, B, values: Mapping, part: str):
+    def _evaluate(self, B, values: Mapping, part: str, shifts=None):
         params = {k: values[k] for k in self.params}
         g = self.graph(self._shapes(values), params)
-        arrays = [values[n] for n in [*self.inputs, *self.nondiff]]
-        if part == "backward":
+        arrays = [values[n] for n in [*self.inputs, *self._user_nondiff]]
+        if part != "forward":
             arrays.append(values["dy"])
-        return g.evaluate(B, arrays, part)
+        return g.evaluate(B, arrays, part, shifts=shifts)
 
-    def _traced_output_decl(self, inputs, nondiff, params, dims) -> tuple:
+    def _first_graph(self, inputs, params, dims):
+        shapes = tuple(tuple(dim_size(e, dims, self.name) for e in d)
+                       for d in [*inputs.values(), *self._user_nondiff.values()])
+        return self.graph(shapes, {k: p.default for k, p in params.items()})
+
+    def _traced_output_decl(self, first, dims) -> tuple:
         """Output shape entries read from the traced graph at each dims (exact), labelled with the dim
         whose size they have at the first dims when only one dim has it."""
-        shapes = tuple(tuple(dim_size(e, dims, self.name) for e in d) for d in [*inputs.values(), *nondiff.values()])
-        out = self.graph(shapes, {k: p.default for k, p in params.items()}).output_shape
+        out = first.output_shape
         names = {}
         for k, v in dims.items():
             names.setdefault(int(v), []).append(k)
@@ -135,7 +149,7 @@ class FrontendOp(Op):
             raise SpecError(self.name, f"spec {spec.name!r} takes inputs {list(spec.inputs)} "
                                        f"(and {list(spec.nondiff)}); this op takes {list(self.inputs)} "
                                        f"(and {list(self.nondiff)}): name them the same")
-        mine = [*self.inputs, *self.nondiff, *self.params]
+        mine = [*self.inputs, *self._user_nondiff, *self.params]
         op = self
 
         def matches_spec(B, **values):
@@ -164,18 +178,42 @@ class FrontendOp(Op):
                 out.append(f"{k} = {decimal_of(v) if isinstance(v, float) else v} (this op's)")
             else:
                 out.append(f"{k} = {p.default} (the spec's default)")
-        return ", ".join(out) or "none"
+        return ", ".join(out) or "no parameters"
+
+    # ------------------------------------------------------------------ the max-shift law
+    def _add_shift_law(self):
+        """A graph that takes a maximum of input values (JAX's softmax, a hand-written one) is
+        evaluated with that maximum replaced by B.max_shift (0 in exact arithmetic). That is the
+        framework's function only if nothing depends on the maximum's value: this law says the graph's
+        every output (forward and cotangents) is the same with an arbitrary value added to each
+        maximum (the non-differentiable input ``max_shift``, a free symbol per entry in proofs)."""
+        op = self
+        names = [*self.inputs, *self._user_nondiff, MAX_SHIFT, *self.params, "dy"]
+
+        def max_shift_cancels(B, **values):
+            shifted = op._evaluate(B, values, "all", shifts=values[MAX_SHIFT])
+            plain = op._evaluate(B, values, "all")
+            flat = lambda arrays: np.concatenate([np.asarray(a, dtype=object).ravel() for a in arrays])
+            return flat(shifted), flat(plain)
+        max_shift_cancels.__signature__ = _signature(names)
+        max_shift_cancels.__doc__ = ("Every output (forward and cotangents) is the same with any value added to "
+                                     "each maximum of input values in the graph: the maximum is only a shift.")
+        self.law(max_shift_cancels, name="max_shift_cancels")
 
     # ------------------------------------------------------------------ identity and words
     @property
     def assumptions(self) -> tuple:
-        """What a certificate of this op rests on, in words (the graph at the op's first dims says
-        which constants and decompositions it holds; the general statements hold at every dims)."""
-        try:
-            g = self.graph_at(self.dims[0])
-            specific = list(g.assumptions)
-        except SpecError:
-            specific = []
+        """What a certificate of this op rests on, in words: the general statements, and what the
+        graphs at the op's dims (its proof ladder and its check dims) read their constants as and
+        which decompositions they hold."""
+        specific: list[str] = []
+        for d in [*self.dims, self.check_dims]:
+            try:
+                for a in self.graph_at(d).assumptions:
+                    if a not in specific:
+                        specific.append(a)
+            except SpecError:
+                continue
         words = [f"the {self.framework} code as traced ({self.framework} {self.framework_version}): forward "
                  f"and backward are the traced graph, one per input shape, evaluated op by op",
                  "every float constant in the graph is read as the exact number stated (decimals as "
@@ -183,9 +221,14 @@ class FrontendOp(Op):
         if self.params:
             words.append("parameters are fixed at the values given: "
                          + ", ".join(f"{k} = {p.default!r}" for k, p in self.params.items()))
+        if MAX_SHIFT in self.nondiff:
+            words.append("each maximum of input values in the graph is evaluated as 0 in exact arithmetic (the "
+                         "maximum in floats): the graph is the framework's function only because the law "
+                         "max_shift_cancels holds (a claim of this op)")
         if self.spec is not None:
-            words.append(f"matches_spec[{self.spec.name}] compares with the spec at "
-                         + self._spec_params_words(self.spec))
+            words.append(f"matches_spec[{self.spec.name}] compares with the spec "
+                         + (f"at {w}" if (w := self._spec_params_words(self.spec)) != "no parameters" else
+                            "(no parameters)"))
         return tuple(words + specific)
 
     @assumptions.setter
@@ -228,6 +271,21 @@ class FrontendOp(Op):
 
     def __repr__(self):
         return f"<{self.framework} op {self.name}: inputs {list(self.inputs)}>"
+
+
+class _MaxEntries:
+    """The number of entries of the graph's row maxima at some dims (the size of ``max_shift``)."""
+
+    def __init__(self, op: FrontendOp):
+        self.op = op
+
+    def __call__(self, dims):
+        return self.op.graph_at(dims).max_entries
+
+    def __str__(self):
+        return "maxima"
+
+    __repr__ = __str__
 
 
 class _OutputSize:

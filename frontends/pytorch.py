@@ -540,12 +540,17 @@ def _as_strided(c, x, size, stride, storage_offset=None):
     return _view(c, x, size)
 
 
+@rule("aten.amax.default")
+def _amax(c, x, dim=(), keepdim=False):
+    return c.max_site(x, _axes(dim, x.a.ndim) or tuple(range(x.a.ndim)), keepdim)
+
+
+MAX_SITES = {"aten.amax.default"}
+
 RULES["<built-in function getitem>"] = lambda c, xs, i: xs[i]
 
 # Why a few ops are refused, for the one-line error.
 HINTS = {
-    "aten.amax": "a row maximum compares input values; for a softmax, call torch.softmax / F.softmax "
-                 "(aten._softmax has an exact rule)",
     "aten.max": "a maximum compares input values (a kink)",
     "aten.relu": "relu has a kink at 0 (a comparison of input values)",
     "aten._local_scalar_dense": "the function reads an input-dependent Python number (.item(), float(), "
@@ -582,7 +587,10 @@ class TorchGraph:
         self.outputs = list(out.args[0])
         self.order = [n for n in nodes if n.op == "call_function"]
         self._needed = {"forward": self._needed_for(self.outputs[:1]),
-                        "backward": self._needed_for(self.outputs[1:])}
+                        "backward": self._needed_for(self.outputs[1:]),
+                        "all": self._needed_for(self.outputs)}
+        self.max_entries = sum(int(np.prod(tuple(n.meta["val"].shape))) for n in self.order
+                               if n in self._needed["all"] and _op_name(n.target) in MAX_SITES)
         self.code = gm.code
         self.assumptions = self._assumptions()
 
@@ -607,8 +615,8 @@ class TorchGraph:
             words.append("PyTorch's own decompositions (torch._decomp) replace: " + ", ".join(self.decomposed))
         return words
 
-    def evaluate(self, B, arrays, part: str) -> list[np.ndarray]:
-        ctx = Context(B, Constants(self.constants_mode), self.op_name)
+    def evaluate(self, B, arrays, part: str, shifts=None) -> list[np.ndarray]:
+        ctx = Context(B, Constants(self.constants_mode), self.op_name, shifts=shifts)
         env = {}
         for ph, a in zip(self.placeholders, arrays):
             env[ph] = Val(np.asarray(a), False)
@@ -624,7 +632,7 @@ class TorchGraph:
             kwargs = {k: _map_args(v, env) for k, v in node.kwargs.items()}
             env[node] = fn(ctx, *args, **kwargs)
         ctx.at = "output"
-        roots = self.outputs[:1] if part == "forward" else self.outputs[1:]
+        roots = {"forward": self.outputs[:1], "backward": self.outputs[1:], "all": self.outputs}[part]
         return [ctx.output(env[r]) for r in roots]
 
 

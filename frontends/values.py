@@ -34,16 +34,21 @@ class Val:
     """One array of a graph: ``a`` (static exact numbers, or an array over B), ``static``, and the
     static ``neginf`` mask (None when no entry is -inf)."""
 
-    __slots__ = ("a", "static", "neginf")
+    __slots__ = ("a", "static", "neginf", "nan")
 
-    def __init__(self, a, static: bool, neginf=None):
+    def __init__(self, a, static: bool, neginf=None, nan=None):
         self.a = a if isinstance(a, np.ndarray) else np.asarray(a, dtype=object)
         self.static = static
-        if neginf is not None:
-            neginf = np.broadcast_to(np.asarray(neginf, dtype=bool), self.a.shape)
-            if not neginf.any():
-                neginf = None
-        self.neginf = neginf
+        self.neginf = self._mask(neginf)
+        # NaN only in static values, and only to be selected away (JAX's jnp.var writes a NaN into
+        # the branch for an empty axis); any arithmetic on it is refused
+        self.nan = self._mask(nan)
+
+    def _mask(self, m):
+        if m is None:
+            return None
+        m = np.broadcast_to(np.asarray(m, dtype=bool), self.a.shape)
+        return m if m.any() else None
 
     @property
     def shape(self):
@@ -62,6 +67,9 @@ class Val:
 
     def mask(self) -> np.ndarray:
         return self.neginf if self.neginf is not None else np.zeros(self.a.shape, dtype=bool)
+
+    def nan_mask(self) -> np.ndarray:
+        return self.nan if self.nan is not None else np.zeros(self.a.shape, dtype=bool)
 
     def __repr__(self):
         return f"Val({'static' if self.static else 'traced'} {self.kind} {self.a.shape})"
@@ -156,11 +164,13 @@ class Constants:
 class Context:
     """Arithmetic on ``Val``s over one backend; ``at`` names the graph node for error messages."""
 
-    def __init__(self, B, constants: Constants, op_name: str | None = None):
+    def __init__(self, B, constants: Constants, op_name: str | None = None, shifts=None):
         self.B = B
         self.constants = constants
         self.op_name = op_name
         self.at = ""
+        self.shifts = None if shifts is None else np.asarray(shifts).ravel()   # see max_site
+        self.sites = 0          # entries of row maxima evaluated so far
 
     # ---------------------------------------------------------------- errors
     def refuse(self, problem: str):
@@ -180,7 +190,7 @@ class Context:
         if isinstance(v, (float, np.floating)):
             v = float(v)
             if math.isnan(v):
-                self.refuse("a NaN constant has no exact value")
+                return Val(np.array(Fraction(0), dtype=object), True, nan=np.array(True))
             if math.isinf(v):
                 if v > 0:
                     self.refuse("a +inf constant has no exact value (only -inf, as a mask, is supported)")
@@ -198,7 +208,8 @@ class Context:
         if not s.static:
             return Val(np.broadcast_to(s.a, shape).copy(), False)
         a = np.broadcast_to(s.a, shape).copy()
-        out = Val(a, True, None if s.neginf is None else np.broadcast_to(s.neginf, shape))
+        out = Val(a, True, None if s.neginf is None else np.broadcast_to(s.neginf, shape),
+                  None if s.nan is None else np.broadcast_to(s.nan, shape))
         return self.convert(out, kind) if kind else out
 
     def _array_of(self, items, shape) -> np.ndarray:
@@ -210,6 +221,8 @@ class Context:
     def lift(self, v: Val) -> np.ndarray:
         """The array over B of a value (static numbers become B.c(...) constants)."""
         v = self.scalar(v) if not isinstance(v, Val) else v
+        if v.nan is not None:
+            self.refuse("a NaN is used as a number")
         if not v.static:
             return v.a
         B = self.B
@@ -225,6 +238,7 @@ class Context:
             if v.static and v.kind != "float":
                 return Val(v.a.astype(object) * Fraction(1), True, v.neginf)
             return v
+        self._no_nan(v)
         if not v.static:
             self.refuse(f"a traced value is cast to {kind}: that is a comparison (rounding, truth) of "
                         f"input-dependent numbers")
@@ -246,6 +260,7 @@ class Context:
         """x op y for op in + - * / (true division), numpy broadcasting; ``alpha`` scales y (ATen's
         add/sub)."""
         x, y = self.scalar(x), self.scalar(y)
+        self._no_nan(x, y)
         if alpha is not None and alpha != 1:
             y = self.binary("*", y, alpha)
         mx, my = x.mask(), y.mask()
@@ -275,6 +290,10 @@ class Context:
         out = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide}[op](a, b)
         return Val(np.asarray(out), False, mask)
 
+    def _no_nan(self, *vals):
+        if any(v.nan is not None for v in vals):
+            self.refuse("a NaN is used as a number")
+
     def _positive_static(self, v: Val) -> bool:
         return v.static and v.neginf is None and all(Fraction(t) > 0 for t in v.a.ravel())
 
@@ -294,6 +313,7 @@ class Context:
 
     def neg(self, x: Val) -> Val:
         x = self.scalar(x)
+        self._no_nan(x)
         if x.neginf is not None:
             self.refuse("-inf is negated (+inf has no exact value)")
         return Val(np.asarray(-x.a), x.static) if x.static else Val(np.asarray(-x.a), False)
@@ -301,6 +321,7 @@ class Context:
     def unary(self, kind: str, x: Val) -> Val:
         """A transcendental function over B (static arguments are lifted: sqrt(2) stays exact)."""
         x = self.scalar(x)
+        self._no_nan(x)
         B = self.B
         if x.neginf is not None:
             if kind != "exp":
@@ -338,6 +359,7 @@ class Context:
                 self.refuse(f"x ** {k!r}")
             k = decimal_of(k)
         k = Fraction(k)
+        self._no_nan(x)
         if x.neginf is not None:
             self.refuse("-inf raised to a power")
         if k.denominator == 1:
@@ -366,11 +388,14 @@ class Context:
         x, y = self.scalar(x), self.scalar(y)
         shape = np.broadcast_shapes(c.shape, x.shape, y.shape)
         mask = np.where(c, np.broadcast_to(x.mask(), shape), np.broadcast_to(y.mask(), shape))
+        nan = np.where(c, np.broadcast_to(x.nan_mask(), shape), np.broadcast_to(y.nan_mask(), shape))
         if x.static and y.static:
             a, b = x.a, y.a
             if x.kind != y.kind:
                 a, b = self._static_exact(self.convert(x, "float")), self._static_exact(self.convert(y, "float"))
-            return Val(np.asarray(np.where(c, a, b)), True, mask)
+            return Val(np.asarray(np.where(c, a, b)), True, mask, nan)
+        if nan.any():
+            self.refuse("a NaN is selected into an input-dependent value")
         a, b = self.lift(Val(x.a, x.static)), self.lift(Val(y.a, y.static))
         return Val(np.asarray(np.where(np.broadcast_to(c, shape), np.broadcast_to(a, shape),
                                        np.broadcast_to(b, shape))), False, mask)
@@ -379,6 +404,7 @@ class Context:
         """A comparison; exact on static values. On a traced value the only decidable ones are
         against infinities: inputs are real, so a traced entry is -inf exactly where its mask says."""
         x, y = self.scalar(x), self.scalar(y)
+        self._no_nan(x, y)
         if x.static and y.static and x.neginf is None and y.neginf is None:
             a, b = self._static_exact(x), self._static_exact(y)
             fn = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
@@ -403,6 +429,7 @@ class Context:
     # ---------------------------------------------------------------- reductions and products
     def reduce_sum(self, x: Val, axes, keepdims: bool, mean: bool = False) -> Val:
         x = self.scalar(x)
+        self._no_nan(x)
         axes = tuple(range(x.a.ndim)) if axes is None or len(axes) == 0 else \
             tuple(sorted(a % max(x.a.ndim, 1) for a in axes))
         if x.neginf is not None:
@@ -438,17 +465,49 @@ class Context:
 
     def matmul(self, x: Val, y: Val) -> Val:
         x, y = self.scalar(x), self.scalar(y)
+        self._no_nan(x, y)
         if x.neginf is not None or y.neginf is not None:
             self.refuse("-inf in a matrix product")
         if x.static and y.static:
             return Val(np.asarray(np.matmul(self._static_exact(x), self._static_exact(y)), dtype=object), True)
         return Val(np.asarray(np.matmul(self.lift(x), self.lift(y))), False)
 
+    def max_site(self, x: Val, axes, keepdims: bool) -> Val:
+        """A maximum of input values over ``axes`` (a softmax's shift, as JAX and hand-written code
+        compute it): B.max_shift, i.e. 0 in exact arithmetic and the maximum in floats, plus, when the
+        op checks its law ``max_shift_cancels``, an arbitrary value per entry (``shifts``). The
+        values of the graph equal the framework's only if its outputs do not depend on these
+        entries: that law is a claim of every op with such a site (``FrontendOp``)."""
+        x = self.scalar(x)
+        self._no_nan(x)
+        if x.neginf is not None:
+            self.refuse("a maximum over -inf entries")
+        if x.static:
+            a = self._static_exact(x)
+            return Val(np.asarray(np.max(a, axis=tuple(axes), keepdims=keepdims), dtype=object), True)
+        nd = x.a.ndim
+        axes = tuple(sorted(a % nd for a in axes))
+        rest = [i for i in range(nd) if i not in axes]
+        moved = np.transpose(x.a, rest + list(axes))
+        flat = moved.reshape(moved.shape[:len(rest)] + (-1,))
+        m = np.asarray(self.B.max_shift(flat))                       # shape rest + (1,)
+        out_shape = tuple(1 if i in axes else x.shape[i] for i in range(nd)) if keepdims else \
+            tuple(x.shape[i] for i in rest)
+        m = m.reshape(out_shape)
+        count = int(np.prod(out_shape)) if out_shape else 1
+        if self.shifts is not None:
+            if self.sites + count > self.shifts.size:
+                self.refuse("more row maxima than the op declared (its graph changed?)")
+            m = m + self.shifts[self.sites:self.sites + count].reshape(out_shape)
+        self.sites += count
+        return Val(np.asarray(m), False)
+
     def softmax(self, x: Val, axis: int, log: bool = False) -> Val:
         """Row softmax (or log-softmax) along ``axis``, its mathematical definition: exp(x_i) / sum_j
         exp(x_j). Entries that are -inf are excluded (exp(-inf) = 0). The shift by the row maximum is
         B.max_shift: 0 in exact arithmetic, the maximum in floats (what PyTorch's kernels do)."""
         x = self.scalar(x)
+        self._no_nan(x)
         B = self.B
         a = np.moveaxis(self.lift(Val(x.a, x.static)), axis, -1)
         if x.neginf is None:
@@ -477,10 +536,12 @@ class Context:
         x = self.scalar(x)
         a = np.asarray(fn(x.a))
         m = None if x.neginf is None else np.asarray(fn(x.neginf))
-        return Val(a, x.static, m)
+        nan = None if x.nan is None else np.asarray(fn(x.nan))
+        return Val(a, x.static, m, nan)
 
     def concat(self, xs, axis: int) -> Val:
         xs = [self.scalar(x) for x in xs if not (isinstance(x, Val) and x.a.size == 0 and x.a.ndim == 1)]
+        self._no_nan(*xs)
         if all(x.static for x in xs):
             kinds = {x.kind for x in xs}
             arrays = [x.a if len(kinds) == 1 else self._static_exact(self.convert(x, "float")) for x in xs]
@@ -496,6 +557,7 @@ class Context:
         """An array the op returns: over B, a fresh array (never an input's own)."""
         if not isinstance(v, Val):
             self.refuse(f"the graph returns a {type(v).__name__}, not a tensor")
+        self._no_nan(v)
         if v.neginf is not None:
             self.refuse("the graph returns -inf entries")
         return np.array(self.lift(v), copy=True)

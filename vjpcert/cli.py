@@ -6,6 +6,7 @@
     vjpcert kernels [OP ...]        the kernel tier: CUDA kernels against the specs
     vjpcert verify  [REPORTS]       are the committed certificates still current?
     vjpcert mutate  [OP ...]        the mutation suite: which checker kills which wrong backward
+    vjpcert frameworks              PyTorch's (and JAX's) own backwards, proved: reports/frameworks/
 
 Exit codes: 0 every claim passed (for ``prove``: every claim proved); 1 a claim failed (a wrong
 backward: the certificate holds a witness) or, for ``verify``, a certificate is stale, edited,
@@ -103,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", action="append", default=[], metavar="FILE",
                    help="a user spec file whose ops the reports hold (repeatable)")
     p.add_argument("--no-missing", action="store_true", help="do not require the certificates of `vjpcert all`")
+    p = sub.add_parser("frameworks", help="the Framework backwards report: PyTorch's (and JAX's) own backwards, "
+                                          "proved and checked, in REPORTS/frameworks/")
+    p.add_argument("--reports", default="reports")
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--only", action="append", default=[], metavar="OP")
+    p.add_argument("--quiet", action="store_true")
     p = sub.add_parser("mutate", help="run every tier on every mutant and write the kill matrix")
     _targets(p)
     p.add_argument("--reports", default="reports")
@@ -344,6 +352,12 @@ def cmd_verify(args) -> int:
         problems = verify(Path(args.reports), ops, expected)
     except NotAReportDir as exc:
         return _fail_bad_input(str(exc))
+    if (Path(args.reports) / "frameworks" / "certificates").is_dir():
+        from vjpcert.frameworks import verify_report
+        more, notes = verify_report(Path(args.reports) / "frameworks", no_missing=args.no_missing)
+        problems += more
+        for n in notes:
+            print(n)
     for p in problems:
         print(p)
     if problems:
@@ -351,6 +365,11 @@ def cmd_verify(args) -> int:
         return EXIT_FAILED
     print(f"vjpcert verify: every certificate in {args.reports}/ is current")
     return EXIT_OK
+
+
+def cmd_frameworks(args) -> int:
+    from vjpcert.frameworks import SUBDIR, run
+    return run(Path(args.reports) / SUBDIR, jobs=args.jobs, force=args.force, only=args.only, quiet=args.quiet)
 
 
 def cmd_mutate(args) -> int:
@@ -407,7 +426,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     commands = {"all": cmd_all, "prove": cmd_prove, "check": cmd_check, "kernels": cmd_kernels,
-                "verify": cmd_verify, "mutate": cmd_mutate}
+                "verify": cmd_verify, "mutate": cmd_mutate, "frameworks": cmd_frameworks}
     try:
         return commands[args.command](args)
     except SpecError as exc:

@@ -20,7 +20,7 @@ class OpRef:
     file: str | None = None        # a user's spec file, or None for a built-in op
     mutant: str | None = None
     frontend: str | None = None    # a torch:/jax: target and its declaration (JSON), built again
-    collection: str | None = None  # "module:function" returning {name: op} (the framework report)
+    collection: str | None = None  # "module:function" taking names=[...], returning {name: op} (the framework report)
 
     def resolve(self) -> Op:
         if self.frontend:
@@ -30,7 +30,7 @@ class OpRef:
                     decl[key] = {k: tuple(v) for k, v in decl[key]}
             return frontend_op(decl.pop("target"), decl)
         if self.collection:
-            ops = import_object(self.collection, "collection")()
+            ops = import_object(self.collection, "collection")(names=[self.name])
         else:
             ops = {o.name: o for o in load_file(self.file)} if self.file else builtin_ops()
         op = ops[self.name]
