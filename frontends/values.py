@@ -171,6 +171,7 @@ class Context:
         self.at = ""
         self.shifts = None if shifts is None else np.asarray(shifts).ravel()   # see max_site
         self.sites = 0          # entries of row maxima evaluated so far
+        self.casts: set[str] = set()     # dtype conversions met (for the assumptions)
 
     # ---------------------------------------------------------------- errors
     def refuse(self, problem: str):
