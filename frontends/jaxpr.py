@@ -188,7 +188,8 @@ def _select_n(c, which, *cases):
 
 @rule("convert_element_type")
 def _convert(c, x, new_dtype, **_):
-    c.casts.add(f"{'traced' if not x.static else 'constant'} -> {np.dtype(new_dtype).name}")
+    if not x.static:
+        c.casts.add(f"-> {np.dtype(new_dtype).name}")
     return c.convert(x, _kind(new_dtype))
 
 
@@ -408,9 +409,9 @@ class JaxGraph:
         self.n_out = len(closed.jaxpr.outvars)
         probe = self._dry_run()
         self.max_entries = probe.sites
-        self.assumptions = probe.constants.describe() + (
-            [f"the graph converts between dtypes ({', '.join(sorted(probe.casts))}); read as exact"]
-            if probe.casts else [])
+        self.readings = dict(probe.constants.readings)
+        self.casts = set(probe.casts)
+        self.decomposed = []
 
     def _dry_run(self) -> Context:
         """Evaluate once in float64 on zeros: refusals surface when the op is made, and the graph's

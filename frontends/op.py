@@ -20,7 +20,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from vjpcert.core.registry import Op, Param, SpecError, dim_names, dim_size
-from vjpcert.frontends.values import decimal_of
+from vjpcert.frontends.values import decimal_of, describe_readings
 
 FRONTEND_DIR = Path(__file__).resolve().parent
 MAX_SHIFT = "max_shift"
@@ -206,14 +206,21 @@ class FrontendOp(Op):
         """What a certificate of this op rests on, in words: the general statements, and what the
         graphs at the op's dims (its proof ladder and its check dims) read their constants as and
         which decompositions they hold."""
-        specific: list[str] = []
+        readings, decomposed, casts = {}, set(), set()
         for d in [*self.dims, self.check_dims]:
             try:
-                for a in self.graph_at(d).assumptions:
-                    if a not in specific:
-                        specific.append(a)
+                g = self.graph_at(d)
             except SpecError:
                 continue
+            readings.update(g.readings)
+            decomposed |= set(g.decomposed)
+            casts |= set(g.casts)
+        specific = describe_readings(self.constants, readings)
+        if decomposed:
+            specific.append(f"{self.framework}'s own decompositions replace: " + ", ".join(sorted(decomposed)))
+        if casts:
+            specific.append(f"the graph converts between float dtypes ({', '.join(sorted(casts))}): read as exact "
+                            f"(the proof is about the real-number function; rounding is the numeric tiers' business)")
         words = [f"the {self.framework} code as traced ({self.framework} {self.framework_version}): forward "
                  f"and backward are the traced graph, one per input shape, evaluated op by op",
                  "every float constant in the graph is read as the exact number stated (decimals as "

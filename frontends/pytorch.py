@@ -592,7 +592,7 @@ class TorchGraph:
         self.max_entries = sum(int(np.prod(tuple(n.meta["val"].shape))) for n in self.order
                                if n in self._needed["all"] and _op_name(n.target) in MAX_SITES)
         self.code = gm.code
-        self.assumptions = self._assumptions()
+        self._scan()
 
     def _needed_for(self, roots) -> set:
         seen, stack = set(), [r for r in roots if r is not None]
@@ -604,16 +604,23 @@ class TorchGraph:
             stack.extend(n.all_input_nodes)
         return seen
 
-    def _assumptions(self) -> list[str]:
+    def _scan(self):
+        """What the graph's certificates rest on: how its float constants are read, which dtype
+        conversions it makes (read as exact), which ops PyTorch's decompositions replaced."""
         consts = Constants(self.constants_mode)
+        self.casts = set()
         for n in self.order:
             for v in _flat_args(n):
                 if isinstance(v, float) and np.isfinite(v):
                     consts.read(v)
-        words = consts.describe()
-        if self.decomposed:
-            words.append("PyTorch's own decompositions (torch._decomp) replace: " + ", ".join(self.decomposed))
-        return words
+            dtype = n.kwargs.get("dtype")
+            if _op_name(n.target) in ("aten._to_copy.default", "prims.convert_element_type.default") and n.args \
+                    and hasattr(n.args[0], "meta") and "val" in n.args[0].meta:
+                dtype = dtype or (n.args[1] if len(n.args) > 1 else None)
+                src = n.args[0].meta["val"].dtype
+                if dtype is not None and dtype != src:
+                    self.casts.add(f"{str(src).replace('torch.', '')} -> {str(dtype).replace('torch.', '')}")
+        self.readings = dict(consts.readings)
 
     def evaluate(self, B, arrays, part: str, shifts=None) -> list[np.ndarray]:
         ctx = Context(B, Constants(self.constants_mode), self.op_name, shifts=shifts)
@@ -846,3 +853,31 @@ def _prims_reshape(c, x, shape):
 @rule("prims.squeeze.default")
 def _prims_squeeze(c, x, dimensions):
     return c.structural(x, lambda a: np.squeeze(a, axis=tuple(dimensions)) if dimensions else a)
+
+
+# ------------------------------------------------------------------------------------ the report's functions
+def report_functions() -> dict:
+    """PyTorch's own code for the ops of the Framework backwards report (``vjpcert.frameworks``):
+    name -> (function of tensors, its parameters). Attention takes the math path explicitly."""
+    torch = _torch()
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def sdpa(Q, K, V):
+        with sdpa_kernel(SDPBackend.MATH):
+            return F.scaled_dot_product_attention(Q, K, V)
+
+    def sdpa_causal(Q, K, V):
+        with sdpa_kernel(SDPBackend.MATH):
+            return F.scaled_dot_product_attention(Q, K, V, is_causal=True)
+    return {
+        "softmax": (lambda x: torch.softmax(x, -1), {}),
+        "log_softmax": (lambda x: torch.log_softmax(x, -1), {}),
+        "layer_norm": (lambda x, gamma, beta, eps: F.layer_norm(x, x.shape[-1:], gamma, beta, eps), {"eps": 1e-5}),
+        "rms_norm": (lambda x, gamma, eps: F.rms_norm(x, x.shape[-1:], gamma, eps), {"eps": 1e-6}),
+        "gelu": (lambda x: F.gelu(x), {}),
+        "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), {}),
+        "linear": (lambda x, W, b: F.linear(x, W, b), {}),
+        "sdpa": (sdpa, {}),
+        "sdpa_causal": (sdpa_causal, {}),
+    }

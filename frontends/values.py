@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Mapping
 
 import numpy as np
 
@@ -150,14 +151,16 @@ class Constants:
                 return hit[2] if hit[2] is not None else hit[1]
         d = decimal_of(v)
         if d.denominator != 1 or abs(d) >= 10 ** 6:
-            self.readings.setdefault(repr(float(v)), str(d) if d.denominator < 10 ** 8 else repr(float(v)))
+            self.readings.setdefault(repr(float(v)), str(d) if len(str(d)) <= 16 else "its decimal")
         return d
 
-    def describe(self) -> list[str]:
-        if not self.readings:
-            return []
-        items = ", ".join(f"{k} as {v}" for k, v in sorted(self.readings.items()))
-        return [f"float constants of the graph read as exact numbers ({self.mode}): {items}"]
+
+def describe_readings(mode: str, readings: Mapping[str, str]) -> list[str]:
+    """One line of assumptions for the float constants of a graph (or several)."""
+    if not readings:
+        return []
+    items = ", ".join(f"{k} as {v}" for k, v in sorted(readings.items(), key=lambda kv: float(kv[0])))
+    return [f"float constants read as exact numbers ({mode}): {items}"]
 
 
 # ------------------------------------------------------------------------------------ evaluation context

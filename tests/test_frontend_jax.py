@@ -4,6 +4,9 @@ import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax", reason="JAX is optional (pip install -e '.[jax]')")
+# The prover runs each strategy in a forked child; JAX warns at every fork because it runs threads.
+# The children never call JAX (the claim is traced in the parent), so the warning does not apply.
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 import jax.numpy as jnp  # noqa: E402
 
 from vjpcert.cli import main  # noqa: E402

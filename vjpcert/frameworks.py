@@ -47,31 +47,6 @@ TABLE = [
 ]
 
 
-def _torch_functions() -> dict:
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    def sdpa(Q, K, V):
-        with sdpa_kernel(SDPBackend.MATH):
-            return F.scaled_dot_product_attention(Q, K, V)
-
-    def sdpa_causal(Q, K, V):
-        with sdpa_kernel(SDPBackend.MATH):
-            return F.scaled_dot_product_attention(Q, K, V, is_causal=True)
-    return {
-        "softmax": (lambda x: torch.softmax(x, -1), {}),
-        "log_softmax": (lambda x: torch.log_softmax(x, -1), {}),
-        "layer_norm": (lambda x, gamma, beta, eps: F.layer_norm(x, x.shape[-1:], gamma, beta, eps), {"eps": 1e-5}),
-        "rms_norm": (lambda x, gamma, eps: F.rms_norm(x, x.shape[-1:], gamma, eps), {"eps": 1e-6}),
-        "gelu": (lambda x: F.gelu(x), {}),
-        "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), {}),
-        "linear": (lambda x, W, b: F.linear(x, W, b), {}),
-        "sdpa": (sdpa, {}),
-        "sdpa_causal": (sdpa_causal, {}),
-    }
-
-
 def _ops(framework: str, functions: dict, make, names=None) -> dict[str, Op]:
     from vjpcert.specs import builtin_ops
     specs = builtin_ops()
@@ -96,8 +71,8 @@ def _call(name: str) -> str:
 
 def pytorch_ops(names=None) -> dict[str, Op]:
     """The report's PyTorch ops (those in ``names`` only, when given: a worker needs one)."""
-    from vjpcert.frontends.pytorch import from_torch
-    return _ops("pytorch", _torch_functions(), from_torch, names)
+    from vjpcert.frontends.pytorch import from_torch, report_functions
+    return _ops("pytorch", report_functions(), from_torch, names)
 
 
 def jax_available() -> bool:
