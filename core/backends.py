@@ -11,11 +11,59 @@ The tracing backend (expression DAGs for the prover, and spec hygiene) lives in 
 from __future__ import annotations
 
 import contextlib
+import weakref
 from fractions import Fraction
 
 import numpy as np
 
-from vjpcert.core.registry import SpecError
+from vjpcert.core.registry import SpecError, refuse
+
+# Everything a spec may ask of its backend (README: "Certify your own op"). Nothing else is visible
+# to spec code: a spec that could read the backend's name, precision or dtype could take one path in
+# the exact and mpmath backends (where it is proved and checked) and another in floats (what kernels
+# and implementations are compared with).
+SPEC_API = frozenset({"exp", "log", "sqrt", "erf", "tanh", "sin", "cos", "pi", "c", "zeros", "array",
+                      "max_shift"})
+
+
+class SpecBackend:
+    """The ``B`` spec code receives: the documented functions of a backend and nothing else. Reading
+    any other attribute is refused as bad input (``core.registry.refuse``)."""
+
+    __slots__ = ("__weakref__",)
+
+    def __getattr__(self, name):
+        if name in SPEC_API:
+            return getattr(_IMPL[self], name)
+        refuse(f"the spec reads B.{name}, which is not part of the backend a spec may use "
+               f"({', '.join(sorted(SPEC_API))}): a spec must compute the same thing on every backend")
+
+    def __setattr__(self, name, value):
+        refuse(f"the spec sets B.{name}: the backend is read-only to spec code")
+
+    def __repr__(self):
+        return "<spec backend B>"
+
+
+_IMPL: "weakref.WeakKeyDictionary[SpecBackend, object]" = weakref.WeakKeyDictionary()
+_FACADE: "weakref.WeakKeyDictionary[object, SpecBackend]" = weakref.WeakKeyDictionary()
+
+
+def spec_backend(backend) -> SpecBackend:
+    """The facade spec code sees for ``backend`` (one per backend; idempotent)."""
+    if isinstance(backend, SpecBackend):
+        return backend
+    facade = _FACADE.get(backend)
+    if facade is None:
+        facade = object.__new__(SpecBackend)
+        _IMPL[facade] = backend
+        _FACADE[backend] = facade
+    return facade
+
+
+def unwrap(backend):
+    """The backend behind a facade (machinery only; spec code cannot reach this)."""
+    return _IMPL.get(backend, backend) if isinstance(backend, SpecBackend) else backend
 
 
 def exact(p, q=1) -> Fraction:

@@ -82,11 +82,11 @@ def run_with_budget(fn, seconds: float, memory_mb: int | None = DEFAULT_MEMORY_M
             code = 1
         finally:
             os._exit(code)
-    os.close(write_fd)
-    deadline = time.monotonic() + seconds
     chunks = []
     timed_out = finished = False
-    try:
+    try:                                              # at once: an interrupt from here on kills the child
+        os.close(write_fd)
+        deadline = time.monotonic() + seconds
         while True:
             left = deadline - time.monotonic()
             if left <= 0:

@@ -144,7 +144,7 @@ def graph_op(graph: Graph, *, dims: list, check_dims=None, name: str | None = No
 
     def forward(B, **values):
         tape = graph.eval(B, values)
-        return np.concatenate([np.ravel(np.asarray(tape[k], dtype=object if B.dtype == object else None))
+        return np.concatenate([np.ravel(tape[k])
                                for k in graph.order])
 
     def backward(B, dy, **values):

@@ -17,6 +17,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Mapping
 
+import numpy as np
+
 
 class SpecError(Exception):
     """A problem with a spec itself (bad input), as opposed to a wrong backward (a `failed` verdict)."""
@@ -24,6 +26,27 @@ class SpecError(Exception):
     def __init__(self, op: str | None, problem: str):
         self.op, self.problem = op, problem
         super().__init__(f"op '{op}': {problem}" if op else problem)
+
+
+# Constructs a checker cannot follow faithfully (a comparison of traced values, a read of backend
+# identity, ...) are refused. Every refusal is also *recorded*: a spec that catches the SpecError
+# (try/except around a comparison) must not get to take another path unnoticed, so whoever runs spec
+# code checks the record afterwards (``core.validate``).
+_REFUSALS: list[tuple[str, list]] = []
+
+
+def refuse(problem: str):
+    """Raise SpecError(problem), and remember that it was raised (with the stack that raised it)."""
+    import traceback
+    _REFUSALS.append((problem, traceback.extract_stack()[:-1]))
+    raise SpecError(None, problem)
+
+
+def take_refusals() -> list[tuple[str, list]]:
+    """The refusals recorded since the last call, as (problem, stack), and forget them."""
+    out = list(_REFUSALS)
+    _REFUSALS.clear()
+    return out
 
 
 @dataclass(frozen=True)
@@ -46,6 +69,10 @@ class Param:
 # its nodes only through this namespace, the prover can swap every node for an opaque map and check
 # the wiring alone (``symbolic.composition``).
 LAW_EXTRAS = ("dy", "forward", "backward", "nodes")
+# Claim names the checkers add: the numeric tier's float references (every op), and that nothing an
+# op computes depends on B.max_shift (ops whose own code calls it; see core.trace.TraceBackend).
+SHIFT_CLAIM = "max_shift_free"
+RESERVED_CLAIMS = ("reference", SHIFT_CLAIM)
 
 
 @dataclass(frozen=True)
@@ -67,6 +94,8 @@ class Mutant:
     kills: tuple[str, ...]
     doc: str
     evades: tuple[str, ...] = ()      # input cases (e.g. "random") on which the mutant is right
+    refused: bool = False             # a construct no checker may follow: refused as bad input
+    exact_only: bool = False          # an error below any finite precision: only exact tiers must kill it
 
 
 Dims = Mapping[str, int]
@@ -166,8 +195,10 @@ class Op:
         def register(f):
             self._check_signature(f, "law", extra=LAW_EXTRAS)
             law_name = name or f.__name__
-            if law_name in {l.name for l in self.laws} or law_name.startswith("vjp["):
-                raise SpecError(self.name, f"law name {law_name!r} is used twice")
+            if law_name in {l.name for l in self.laws} or law_name.startswith("vjp[") \
+                    or law_name in RESERVED_CLAIMS:
+                raise SpecError(self.name, f"law name {law_name!r} is used twice (or is reserved: "
+                                           f"{', '.join(RESERVED_CLAIMS)})")
             self.laws.append(Law(law_name, f, inspect.getdoc(f) or "", dict(params or {}),
                                  "dy" in inspect.signature(f).parameters))
             return f
@@ -183,27 +214,52 @@ class Op:
             return f
         return register
 
-    def mutant(self, name: str, *, kills, replaces: str = "vjp", doc: str | None = None, evades=()):
-        """Register a deliberately wrong backward (or forward) and the claims it must make fail."""
+    def mutant(self, name: str, *, kills=(), replaces: str = "vjp", doc: str | None = None, evades=(),
+               refused: bool = False, exact_only: bool = False):
+        """Register a deliberately wrong backward (or forward) and the claims it must make fail; or,
+        with ``refused``, one written with a construct the checkers must refuse as bad input (a
+        comparison of traced values, a write into an input, a read of the backend's identity)."""
         if replaces not in ("vjp", "forward"):
             raise SpecError(self.name, f"mutant {name!r}: replaces must be 'vjp' or 'forward'")
+        if refused == bool(kills):
+            raise SpecError(self.name, f"mutant {name!r}: name the claims it kills, or mark it refused")
 
         def register(f):
             self._check_signature(f, f"mutant {name}", extra=LAW_EXTRAS)
             self.mutants.append(Mutant(name, f, replaces, tuple(kills), doc or inspect.getdoc(f) or name,
-                                       tuple(evades)))
+                                       tuple(evades), refused, exact_only))
             return f
         return register
 
     # ---------------------------------------------------------------- claims
     def claims(self) -> list[str]:
-        """Names of everything this op claims: one VJP claim per differentiable input, then laws."""
-        return [f"vjp[{x}]" for x in self.inputs] + [l.name for l in self.laws]
+        """Names of everything this op claims: one VJP claim per differentiable input, then laws,
+        then ``max_shift_free`` where the op's own code calls ``B.max_shift``."""
+        if getattr(self, "_fixed_claims", None) is not None:     # a mutant is judged by its op's claims
+            return list(self._fixed_claims)
+        out = [f"vjp[{x}]" for x in self.inputs] + [l.name for l in self.laws]
+        return out + ([SHIFT_CLAIM] if self.uses_max_shift() else [])
+
+    def uses_max_shift(self) -> bool:
+        """Traced once per (forward, backward) pair; a spec that does not trace says False here and
+        is refused where it is validated."""
+        key = (self.forward, self.vjp)
+        if getattr(self, "_shift_key", None) != key:
+            from vjpcert.core.validate import uses_max_shift
+            try:
+                self._shift_uses = uses_max_shift(self) if self.vjp is not None else False
+            except SpecError:
+                self._shift_uses = False
+            self._shift_key = key
+        return self._shift_uses
 
     def get_law(self, name: str) -> Law:
         for l in self.laws:
             if l.name == name:
                 return l
+        if name == SHIFT_CLAIM:         # well defined for every op (trivially true without max_shift)
+            return Law(SHIFT_CLAIM, None, "The forward and the backward do not depend on B.max_shift: "
+                       "the proofs, made with shift 0, hold for the row maximum floats subtract.", {}, True)
         raise SpecError(self.name, f"has no claim {name!r}; it has {self.claims()}")
 
     def with_nodes(self, nodes: Mapping[str, object], suffix: str) -> "Op":
@@ -219,6 +275,7 @@ class Op:
         """A copy of this op whose backward (or forward) is the mutant; it is not registered."""
         twin = object.__new__(type(self))
         twin.__dict__.update(self.__dict__)
+        twin._fixed_claims = tuple(self.claims())
         twin.name = f"{self.name}~{mutant.name}"
         twin.base_name = self.name
         if mutant.replaces == "vjp":
@@ -255,12 +312,17 @@ class Op:
         return out
 
     def bind(self, fn: Callable, B, values: Mapping[str, object]):
-        """Call a spec function with the values its parameters name (see LAW_EXTRAS)."""
+        """Call a spec function with the values its parameters name (see LAW_EXTRAS). Spec code sees
+        the backend only through its documented functions (``spec_backend``) and every array
+        read-only: a spec that writes into its inputs would move the leaves a proof differentiates
+        by, so that is refused (numpy raises), never silently traced."""
+        from vjpcert.core.backends import spec_backend
+        B = spec_backend(B)
         names = list(inspect.signature(fn).parameters)[1:]
         extras = {"forward": lambda: self.bound(self.forward, B, values),
                   "backward": lambda: self.bound(self.vjp, B, values),
                   "nodes": lambda: NodeSet(self.nodes, B)}
-        return fn(B, **{n: extras[n]() if n in extras else values[n] for n in names})
+        return fn(B, **{n: extras[n]() if n in extras else read_only(values[n]) for n in names})
 
     def bound(self, fn: Callable, B, values: Mapping[str, object]) -> Callable:
         """``fn`` with B bound, taking the op's arrays positionally (inputs, non-differentiable inputs,
@@ -308,10 +370,20 @@ class Op:
         return h.hexdigest()
 
     def __call__(self, B, *args, **kwargs):
-        return self.forward(B, *args, **kwargs)
+        from vjpcert.core.backends import spec_backend
+        return self.forward(spec_backend(B), *map(read_only, args),
+                            **{k: read_only(v) for k, v in kwargs.items()})
 
     def __repr__(self):
         return f"<op {self.name}: inputs {list(self.inputs)} -> {self.output}>"
+
+
+def read_only(value):
+    """An ndarray as a read-only view (other values unchanged): spec code cannot write into it."""
+    if isinstance(value, np.ndarray) and value.flags.writeable:
+        value = value.view()
+        value.flags.writeable = False
+    return value
 
 
 class BoundNode:
@@ -330,11 +402,17 @@ class BoundNode:
         vals.update(kwargs)
         return vals
 
+    def _backend(self):
+        """The backend nodes run on: a backend may give its nodes another (``TraceBackend``)."""
+        from vjpcert.core.backends import unwrap
+        impl = unwrap(self.B)
+        return getattr(impl, "node_backend", impl)
+
     def __call__(self, *args, **kwargs):
-        return self.impl.bind(self.impl.forward, self.B, self._values(args, kwargs, False))
+        return self.impl.bind(self.impl.forward, self._backend(), self._values(args, kwargs, False))
 
     def vjp(self, *args, **kwargs):
-        return self.impl.bind(self.impl.vjp, self.B, self._values(args, kwargs, True))
+        return self.impl.bind(self.impl.vjp, self._backend(), self._values(args, kwargs, True))
 
 
 class NodeSet:

@@ -14,7 +14,7 @@ from fractions import Fraction
 import numpy as np
 
 from vjpcert.core.backends import exact
-from vjpcert.core.registry import SpecError
+from vjpcert.core.registry import SpecError, refuse
 
 # unary transcendental kinds a field must implement (``pi`` is a nullary one)
 TRANSCENDENTAL = ("exp", "log", "sqrt", "erf", "tanh", "sin", "cos")
@@ -47,10 +47,9 @@ class Node:
         if isinstance(v, (numbers.Integral, Fraction)):
             return Node("const", (), Fraction(v))
         if isinstance(v, (float, np.floating, complex)):
-            raise SpecError(None, f"a float ({v!r}) reached the spec's arithmetic: write constants as "
-                                  f"B.c(p, q) or B.c('0.044715') so they stay exact")
-        raise SpecError(None, f"a {type(v).__name__} ({v!r}) reached the spec's arithmetic; "
-                              f"use the backend B for numbers")
+            refuse(f"a float ({v!r}) reached the spec's arithmetic: write constants as "
+                   f"B.c(p, q) or B.c('0.044715') so they stay exact")
+        refuse(f"a {type(v).__name__} ({v!r}) reached the spec's arithmetic; use the backend B for numbers")
 
     def is_const(self, q=None) -> bool:
         return self.op == "const" and (q is None or self.value == q)
@@ -102,7 +101,7 @@ class Node:
         a = Node.lift(a)
         if isinstance(k, Node):
             if k.op != "const":
-                raise SpecError(None, "x ** y with a non-constant exponent is not supported; use B.exp/B.log")
+                refuse("x ** y with a non-constant exponent is not supported; use B.exp/B.log")
             k = k.value
         k = Fraction(k) if not isinstance(k, Fraction) else k
         if k.denominator == 1:
@@ -122,9 +121,9 @@ class Node:
             return Node.inv(Node.unary("sqrt", a))
         if a.op == "const":
             if a.value <= 0:
-                raise SpecError(None, f"{a.value} ** {k} is not real")
+                refuse(f"{a.value} ** {k} is not real")
             return Node("cpow", (a,), k)       # an algebraic constant such as 10000 ** (-1/3)
-        raise SpecError(None, f"x ** {k} is not supported; use B.sqrt or integer powers")
+        refuse(f"x ** {k} is not supported; use B.sqrt or integer powers")
 
     @staticmethod
     def unary(kind: str, a) -> "Node":
@@ -173,20 +172,25 @@ class Node:
     def __bool__(self):
         if self.op == "const":
             return self.value != 0
-        raise SpecError(None, "a branch or comparison depends on a traced value (a kink?): specs must "
-                              "be branch-free in their inputs; use masks built from shapes, not values")
+        refuse("a branch depends on a traced value (if, and, or, np.where on values, any/all): specs "
+               "must be branch-free in their inputs; build masks from shapes or structural params")
 
     def _no_compare(self, other):
-        raise SpecError(None, "a comparison (max, abs, <, ...) depends on a traced value: specs must be "
-                              "branch-free in their inputs")
+        refuse("a comparison (==, !=, <, <=, >, >=, max, abs, sort, ...) of traced values: specs must be "
+               "branch-free in their inputs (a comparison is a kink or a branch the proof cannot follow)")
 
-    __lt__ = __le__ = __gt__ = __ge__ = _no_compare
-    __eq__ = object.__eq__          # identity, so numpy and dicts behave
-    __hash__ = object.__hash__
+    # Comparisons never answer: `==` on a traced value is not "equal as numbers" (it would be object
+    # identity, always False for two entries, so an np.where on it would silently take one branch).
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _no_compare
+    __hash__ = object.__hash__      # identity: dicts, sets and numpy's bookkeeping keep working
+
+    def __abs__(self):
+        refuse("abs() of a traced value: |x| has a kink at 0 and the proof cannot follow it; "
+               "write the op without it or declare the kink (kinks=...)")
 
     def __float__(self):
-        raise SpecError(None, "float() or math.* was applied to a traced value: use B.exp, B.sqrt, ... "
-                              "so the spec runs on every backend")
+        refuse("float() or math.* was applied to a traced value: use B.exp, B.sqrt, ... "
+               "so the spec runs on every backend")
 
     __int__ = __index__ = __complex__ = __float__
 
@@ -226,15 +230,29 @@ ONE = Node("const", (), Fraction(1))
 
 
 class TraceBackend:
-    """The ``B`` under which a spec builds a DAG of ``Node``s."""
+    """The ``B`` under which a spec builds a DAG of ``Node``s.
+
+    ``B.max_shift`` is 0 here, as in every exact backend. With ``free_shift`` it is instead a free
+    symbol per row -- one per distinct row it is called on, as in floats, where the shift is a
+    function of the row's values -- so the claim ``max_shift_free`` can prove that the forward and
+    the backward do not depend on it: then the proofs made with shift 0 hold for the row maximum the
+    float references subtract. Nodes of a composite always run with shift 0 (each node op carries
+    its own claim)."""
 
     name = "trace"
     dtype = object
 
-    def __init__(self):
+    def __init__(self, free_shift: bool = False):
         self.pi = Node("pi")
+        self.free_shift = free_shift
+        self.shifts: dict = {}          # (ids of a row's entries, mask) -> its shift leaf
+        self._alive: list = []          # keeps keyed rows alive, so their ids stay unique
         for kind in TRANSCENDENTAL:
             setattr(self, kind, self._elementwise(kind))
+
+    @property
+    def node_backend(self) -> "TraceBackend":
+        return TRACE
 
     @staticmethod
     def _elementwise(kind):
@@ -254,14 +272,27 @@ class TraceBackend:
         out.fill(ZERO)
         return out
 
-    def max_shift(self, x, mask=None):
-        """No shift in exact arithmetic (see vjpcert.core.backends.FloatBackend.max_shift)."""
-        return self.zeros(np.shape(x)[:-1] + (1,))
-
     def array(self, values):
         return np.array(values, dtype=object)
 
-
+    def max_shift(self, x, mask=None):
+        """0 in exact arithmetic (see vjpcert.core.backends.FloatBackend.max_shift), or a free
+        symbol per row with ``free_shift``."""
+        if not self.free_shift:
+            return self.zeros(np.shape(x)[:-1] + (1,))
+        x = np.asarray(x, dtype=object)
+        m = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), x.shape)
+        out = np.empty(x.shape[:-1] + (1,), dtype=object)
+        for idx in np.ndindex(*x.shape[:-1]):
+            row = x[idx]
+            key = (tuple(id(v) for v in row), None if m is None else tuple(m[idx].tolist()))
+            leaf = self.shifts.get(key)
+            if leaf is None:
+                leaf = Node("leaf", (), Leaf(f"shift{len(self.shifts)}", "shift"))
+                self.shifts[key] = leaf
+                self._alive.append(row)
+            out[idx + (0,)] = leaf
+        return out
 TRACE = TraceBackend()
 
 

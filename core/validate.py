@@ -4,11 +4,14 @@ bad spec (wrong output shape, wrong number or shape of cotangents, a Python floa
 """
 from __future__ import annotations
 
+import os
+import traceback
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 
-from vjpcert.core.registry import Op, SpecError
+from vjpcert.core.registry import Op, SpecError, take_refusals
 from vjpcert.core.trace import TRACE, Leaf, Node, leaf_array
 
 _UFUNC_HINT = " (a numpy function such as np.exp was applied to traced values: use B.exp, B.sqrt, ...)"
@@ -22,16 +25,57 @@ def _as_array(value, what: str, op: Op) -> np.ndarray:
     return value.astype(object)
 
 
-def _call(op: Op, fn, role: str, values: dict):
+_MACHINERY = (str(Path(__file__).resolve().parent), str(Path(np.__file__).resolve().parent))
+
+
+def spec_location(tb) -> str:
+    """``file:line`` of the innermost frame of a traceback (or an extracted stack) that is the spec's
+    own code (not vjpcert's machinery, not numpy), or "" when there is none."""
+    where = ""
+    frames = tb if isinstance(tb, list) else traceback.extract_tb(tb)
+    for frame in frames:
+        path = str(Path(frame.filename).resolve()) if not frame.filename.startswith("<") else ""
+        if path and not path.startswith(_MACHINERY):
+            try:
+                shown = os.path.relpath(path)
+            except ValueError:
+                shown = path
+            where = f"{shown if not shown.startswith('..') else path}:{frame.lineno}"
+    return where
+
+
+def _call(op: Op, fn, role: str, values: dict, backend=TRACE):
+    """Run spec code under the tracer. Anything it cannot follow is bad input, named with the spec's
+    file and line -- also when the spec caught the refusal and carried on (``core.registry.refuse``)."""
+    take_refusals()
     try:
-        return op.bind(fn, TRACE, values)
+        out = op.bind(fn, backend, values)
     except SpecError as exc:
-        raise SpecError(op.name, f"{role}: {exc.problem}") from None
+        take_refusals()
+        where = spec_location(exc.__traceback__)
+        raise SpecError(op.name, f"{role}: {where + ': ' if where else ''}{exc.problem}") from None
+    except ValueError as exc:
+        take_refusals()
+        where = spec_location(exc.__traceback__)
+        if "read-only" in str(exc):
+            raise SpecError(op.name, f"{role}: {where + ': ' if where else ''}writes into an input (or a "
+                                     f"view of one) in place; inputs are read-only to spec code: compute a "
+                                     f"new array instead (x = x - m, not x -= m)") from None
+        raise SpecError(op.name, f"{role}: {where + ': ' if where else ''}raised ValueError: {exc}") from None
     except Exception as exc:
-        msg = f"{role} raised {type(exc).__name__}: {exc}"
+        take_refusals()
+        where = spec_location(exc.__traceback__)
+        msg = f"{role}: {where + ': ' if where else ''}raised {type(exc).__name__}: {exc}"
         if "ufunc" in str(exc) or "callable" in str(exc):
             msg += _UFUNC_HINT
         raise SpecError(op.name, msg) from None
+    swallowed = take_refusals()
+    if swallowed:
+        problem, stack = swallowed[0]
+        where = spec_location(stack)
+        raise SpecError(op.name, f"{role}: {where + ': ' if where else ''}{problem} (the spec caught "
+                                 f"this and carried on; a checker cannot follow that path faithfully)")
+    return out
 
 
 def primal_values(op: Op, dims: dict, param_overrides=None) -> dict:
@@ -53,8 +97,8 @@ def primal_values(op: Op, dims: dict, param_overrides=None) -> dict:
     return values
 
 
-def trace_forward(op: Op, values: dict, dims: dict) -> np.ndarray:
-    y = _as_array(_call(op, op.forward, "forward", values), "the forward", op)
+def trace_forward(op: Op, values: dict, dims: dict, backend=TRACE) -> np.ndarray:
+    y = _as_array(_call(op, op.forward, "forward", values, backend), "the forward", op)
     want = op.shape(op.output, dims)
     if y.shape != want:
         raise SpecError(op.name, f"the forward returned shape {y.shape}, but the op declares output "
@@ -62,10 +106,10 @@ def trace_forward(op: Op, values: dict, dims: dict) -> np.ndarray:
     return y
 
 
-def trace_vjp(op: Op, values: dict, dy: np.ndarray, dims: dict) -> list[np.ndarray]:
+def trace_vjp(op: Op, values: dict, dy: np.ndarray, dims: dict, backend=TRACE) -> list[np.ndarray]:
     if op.vjp is None:
         raise SpecError(op.name, "has no backward: register one with @<op>.defvjp")
-    cots = _call(op, op.vjp, "backward", {**values, "dy": dy})
+    cots = _call(op, op.vjp, "backward", {**values, "dy": dy}, backend)
     names = list(op.inputs)
     if not isinstance(cots, (tuple, list)):
         raise SpecError(op.name, f"the backward returned a {type(cots).__name__}; it must return a tuple "
@@ -103,7 +147,39 @@ def trace_law(op: Op, law_name: str, values: dict, y: np.ndarray):
     except ValueError:
         raise SpecError(op.name, f"law {law.name}: its two sides have shapes {lhs.shape} and "
                                  f"{rhs.shape}") from None
+    if lhs.size == 0:
+        raise SpecError(op.name, f"law {law.name} returned an empty array (an empty slice?): it states "
+                                 f"nothing, so proving it would say nothing")
     return np.array(lhs, dtype=object), np.array(rhs, dtype=object)
+
+
+def trace_shift_free(op: Op, dims: dict):
+    """The claim ``max_shift_free`` as (lhs, rhs): the forward and every cotangent with a free shift
+    per row (``TraceBackend(free_shift=True)``) against the same with shift 0, flattened into one
+    vector each. It holds iff nothing the op computes depends on ``B.max_shift``."""
+    from vjpcert.core.trace import TraceBackend
+    values = primal_values(op, dims)
+    free = TraceBackend(free_shift=True)
+    y1 = trace_forward(op, values, dims, free)
+    y0 = trace_forward(op, values, dims)
+    dy = leaf_array(y0.shape, "dy", "dy")
+    c1 = trace_vjp(op, values, dy, dims, free)
+    c0 = trace_vjp(op, values, dy, dims)
+    lhs = np.concatenate([np.ravel(a) for a in [y1, *c1]]).astype(object)
+    rhs = np.concatenate([np.ravel(a) for a in [y0, *c0]]).astype(object)
+    return lhs, rhs
+
+
+def uses_max_shift(op: Op, dims: dict | None = None) -> bool:
+    """Whether the op's own forward or backward calls ``B.max_shift`` (its nodes' calls are theirs)."""
+    from vjpcert.core.trace import TraceBackend
+    d = op.resolve_dims(dims or op.dims[0])
+    values = primal_values(op, d)
+    free = TraceBackend(free_shift=True)
+    y = trace_forward(op, values, d, free)
+    if op.vjp is not None:
+        trace_vjp(op, values, leaf_array(y.shape, "dy", "dy"), d, free)
+    return bool(free.shifts)
 
 
 def validate(op: Op, dims: dict | None = None) -> None:

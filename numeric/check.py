@@ -14,11 +14,11 @@ import numpy as np
 
 from vjpcert.numeric import tolerances as tol
 from vjpcert.numeric.derivatives import METHODS, derivative
-from vjpcert.numeric.sampling import cotangent, kink_distance, sample_point
+from vjpcert.numeric.sampling import cotangent, kink_distance, rng_for, sample_point
 from vjpcert.core.backends import MpmathBackend
 from vjpcert.core.certificate import Certificate, sources_sha256, versions
 from vjpcert.core.tolerance import digits as _digits
-from vjpcert.core.registry import Op, SpecError
+from vjpcert.core.registry import SHIFT_CLAIM, Op, SpecError
 from vjpcert.core.validate import validate
 
 CHECKER_SHA256 = sources_sha256(Path(__file__).parent.glob("*.py"))
@@ -47,6 +47,14 @@ def _check_clean(op: Op, arr, what: str, ctx) -> np.ndarray:
     return arr
 
 
+
+
+REFERENCE_CLAIM = "reference"
+
+
+def numeric_claims(op: Op) -> list[str]:
+    """What the numeric tier checks for an op: the spec's claims, and its float references."""
+    return [*op.claims(), REFERENCE_CLAIM]
 
 
 def required_digits(method: str, dps: int) -> float:
@@ -94,17 +102,19 @@ def _compare_vjp(op: Op, wrt: str, point: dict, dy: np.ndarray, dirs, dps: int, 
         zero = scale <= ctx.mpf(10) ** (tol.ZERO_GRADIENT_DIGITS - dps) * natural
         digits = _digits(diff.flat[k], natural if zero else scale, dps)
         i, j = divmod(k, n)
-        loss = 0.0 if zero else _conditioning_loss(y, scale, x)
+        jac = max(abs(v) for v in J.ravel())          # from the forward only, never the backward
+        loss = 0.0 if zero else _conditioning_loss(y, jac, x)
         return digits, {"mode": "full-jacobian", "conditioning_loss": loss, **({"zero_gradient": True} if zero else {}),
                         "worst": f"d y{np.unravel_index(i, y.shape)} / d {wrt}"
                         f"{np.unravel_index(j, x.shape)}", "from_forward": _s(J.flat[k]),
                         "from_backward": _s(Bm.flat[k]), "vjp_max": _s(max(abs(v) for v in Bm.ravel()))}
     v_mp = B.convert(dy)
     cot = back(v_mp)
-    worst, info = float(dps), {}
+    worst, info, directional = float(dps), {}, []
     for k, u in enumerate(dirs):
         u_mp = B.convert(u)
         a = derivative(lambda h: sum((v_mp * f(x + h * u_mp)).ravel()), ctx, method, work, step)
+        directional.append(abs(a) / max(abs(t) for t in u_mp.ravel()))
         terms = (cot * u_mp).ravel()
         b = sum(terms)
         scale = max(abs(a), abs(b), sum(abs(t) for t in terms))
@@ -115,8 +125,11 @@ def _compare_vjp(op: Op, wrt: str, point: dict, dy: np.ndarray, dirs, dps: int, 
             worst, info = d, {"mode": "directions", "direction": k, "<v, J u>": _s(a), "<J^T v, u>": _s(b),
                               **({"zero_gradient": True} if zero else {})}
     info["vjp_max"] = _s(max(abs(c) for c in cot.ravel()))
+    # The digits finite differences cannot resolve come from the *forward's* directional derivatives
+    # <v, J u> (never from the backward under test: a backward scaled by 1e-45 must not buy itself an
+    # allowance of 45 digits).
     info["conditioning_loss"] = 0.0 if info.get("zero_gradient") else _conditioning_loss(
-        np.asarray(v_mp * y, dtype=object), max(abs(c) for c in (cot * x).ravel()) or ctx.mpf(1), np.ones(1))
+        np.asarray(v_mp * y, dtype=object), max(directional), x)
     return worst, info
 
 
@@ -130,15 +143,18 @@ def _natural_scale(y, x):
 
 
 def _conditioning_loss(y, jac_scale, x) -> float:
-    """Digits a derivative cannot have at this point: |f| / (|f'| |x|). Finite differences resolve f'
-    to a fraction of |f|, so where the derivative is atypically small (attention over near-constant
-    rows: |J| ~ 1e-13) fewer of its digits are attainable; a wrong backward still shows 0-7 digits."""
+    """Digits a derivative cannot have at this point: |f| / (|f'| |x|), with f' from the forward.
+    Finite differences resolve f' to a fraction of |f|, so where the derivative is atypically small
+    (attention over near-constant rows: |J| ~ 1e-13) fewer of its digits are attainable; a wrong
+    backward still shows 0-7 digits. Capped at MAX_CONDITIONING_LOSS: the evaluations carry that many
+    guard digits, so no allowance beyond it is ever needed."""
     fy = max(abs(v) for v in np.asarray(y, dtype=object).ravel())
     fx = max([abs(v) for v in np.asarray(x, dtype=object).ravel()] + [1e-300])
     if jac_scale == 0 or fy == 0:
         return 0.0
     import mpmath
-    return round(max(0.0, float(mpmath.log10(fy / (jac_scale * fx)))), 1)
+    loss = max(0.0, float(mpmath.log10(fy / (jac_scale * fx))))
+    return round(min(loss, tol.MAX_CONDITIONING_LOSS), 1)
 
 
 def fd_scale(x: np.ndarray) -> float:
@@ -148,14 +164,54 @@ def fd_scale(x: np.ndarray) -> float:
     return float(np.clip(spread.min(), 1e-12, 1.0))
 
 
-def _compare_law(op: Op, law_name: str, point: dict, dy: np.ndarray, dps: int):
+class _ShiftedMpmath(MpmathBackend):
+    """mpmath whose ``B.max_shift`` is a random constant per distinct row (as in floats, where it is
+    a function of the row); a composite's nodes run unshifted (they carry their own claim)."""
+
+    def __init__(self, dps: int, seed: int):
+        super().__init__(dps)
+        self.node_backend = MpmathBackend(dps)
+        self._rng = rng_for(seed, "max_shift")
+        self._shifts: dict = {}
+
+    def max_shift(self, x, mask=None):
+        x = np.asarray(x, dtype=object)
+        m = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), x.shape)
+        out = np.empty(x.shape[:-1] + (1,), dtype=object)
+        for idx in np.ndindex(*x.shape[:-1]):
+            key = (tuple(x[idx].tolist()), None if m is None else tuple(m[idx].tolist()))
+            if key not in self._shifts:
+                self._shifts[key] = self.convert([self._rng.uniform(-tol.LARGE_SCALE, tol.LARGE_SCALE)])[0]
+            out[idx + (0,)] = self._shifts[key]
+        return out
+
+
+def _shift_sides(op: Op, point: dict, dy: np.ndarray, work: int, seed: int):
+    """The forward and every cotangent with B.max_shift random per row, and with it 0."""
+    sides = []
+    for B in (_ShiftedMpmath(work, seed), MpmathBackend(work)):
+        values = _mp_values(op, B, point)
+        with B.strict():
+            y = np.asarray(op.bind(op.forward, B, values), dtype=object)
+            cots = op.bind(op.vjp, B, {**values, "dy": B.convert(dy)})
+        side = np.concatenate([np.ravel(np.asarray(a, dtype=object)) for a in [y, *cots]])
+        sides.append(_check_clean(op, side, f"law {SHIFT_CLAIM}", B.ctx))
+    to_plain = np.frompyfunc(B.ctx.mpf, 1, 1)          # one context for the comparison
+    return to_plain(sides[0]).astype(object), sides[1], B
+
+
+def _compare_law(op: Op, law_name: str, point: dict, dy: np.ndarray, dps: int, seed: int = 0):
     law = op.get_law(law_name)
-    B = MpmathBackend(dps + tol.GUARD_DIGITS)
-    values = _mp_values(op, B, point, law.params)
-    if law.needs_dy:
-        values["dy"] = B.convert(dy)
-    with B.strict():
-        out = op.bind(law.fn, B, values)
+    if law_name == SHIFT_CLAIM:
+        lhs, rhs, B = _shift_sides(op, point, dy, dps + tol.GUARD_DIGITS, seed)
+        out = (lhs, rhs)
+    else:
+        B = MpmathBackend(dps + tol.GUARD_DIGITS)
+        values = _mp_values(op, B, point, law.params)
+        if law.needs_dy:
+            values["dy"] = B.convert(dy)
+        with B.strict():
+            out = op.bind(law.fn, B, values)
     lhs, rhs = out if isinstance(out, tuple) else (out, 0)
     lhs = _check_clean(op, np.asarray(lhs, dtype=object), f"law {law_name}", B.ctx)
     rhs = _check_clean(op, np.broadcast_to(np.asarray(rhs, dtype=object), lhs.shape), f"law {law_name}", B.ctx)
@@ -174,7 +230,11 @@ def _s(x) -> str:
 # ------------------------------------------------------------------------------ a claim
 def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, method: str = "mpmath-diff",
                 seed: int = 0, cases=tol.CASES, point: dict | None = None) -> Certificate:
-    """Check one claim at every input case; `checked`, `failed` (with witness) or `inconclusive`."""
+    """Check one claim at every input case; `checked`, `failed` (with witness) or `inconclusive`.
+    The claim ``reference`` (every op has it) checks the float references: ``numeric.reference``."""
+    if claim == REFERENCE_CLAIM:
+        from vjpcert.numeric.reference import check_reference
+        return check_reference(op, dims, dps=dps, seed=seed, cases=cases, point=point)
     start = time.perf_counter()
     if dps < tol.MIN_DPS:
         raise SpecError(op.name, f"--dps {dps} is below {tol.MIN_DPS}: too few digits to check anything")
@@ -223,7 +283,7 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
             if float(info["vjp_max"]) <= tol.TINY_VJP * max(1.0, float(np.abs(dy).max())):
                 warnings.append(f"{case}: the VJP is ~0 at this point; the check proves little there")
         else:
-            digits, info = _compare_law(op, claim, pt, dy, dps)
+            digits, info = _compare_law(op, claim, pt, dy, dps, seed)
         per_case[case] = {"digits": round(digits, 1), **info}
 
     # the worst case is the one with the least margin over what its conditioning allows
@@ -256,7 +316,7 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
             evidence["confirm_independent"] = {"method": "mpmath-diff", "dps": dps2, "digits": round(alt, 1)}
             persists = alt < required_digits("mpmath-diff", dps)
     else:
-        digits2, info2 = _compare_law(op, claim, pt, dy, dps2)
+        digits2, info2 = _compare_law(op, claim, pt, dy, dps2, seed)
         persists = digits2 <= worst + tol.PERSIST_GAIN
     evidence["confirm"] = {"dps": dps2, "digits": round(digits2, 1)}
     if persists:

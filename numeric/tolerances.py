@@ -6,6 +6,9 @@ DEFAULT_DPS = 50
 # differences lose log10(|f| / |f'| |x|) digits; measured here up to 19 (a ViT block's dWq), so 20
 # guard digits leave every claim its full dps digits.
 GUARD_DIGITS = 20
+# The conditioning allowance (digits a derivative cannot have at a point, from the forward's own
+# derivative) never exceeds the guard digits: with them, every claim keeps its dps digits anyway.
+MAX_CONDITIONING_LOSS = GUARD_DIGITS
 MIN_DPS = 20           # below this a 40-digit claim cannot even be stated; refuse rather than mislead
 # Digits each derivative method delivers, as a fraction of the working digits. Measured here on
 # attention m=d=4 at 50 digits (DESIGN): central difference 34, Richardson 40, mpmath.diff 51,
@@ -37,3 +40,14 @@ KINK_MIN_DISTANCE = 1e-3    # sampled points stay this far from a declared kink
 TINY_VJP = 1e-10
 LONG_ROW = 1025             # crosses 1024: the row length of the "long rows" dims
 LONG_ROW_MAX_ENTRIES = 8 * LONG_ROW   # skip the long-row dims where they would make every input long
+
+# ------------------------------------------------------------------ the `reference` claim (numeric/reference.py)
+# The mpmath backend's run of a spec must agree with the traced spec (evaluated at the same digits) to
+# dps - this many digits: the two differ only by rounding in the last few guard digits.
+MPMATH_MARGIN_DIGITS = 10
+# Float references (core.rounding): a first-order running error bound is rigorous up to O(u^2) terms
+# and the rounding of the bound itself; this relative slack covers both.
+BOUND_SLACK = 1e-6
+# ... and never below a few roundings of the output's own scale (an output that is exact in floats).
+REFERENCE_FLOOR_ROUNDINGS = 4
+WITNESS_POINT_MAX_ENTRIES = 256   # a failed reference certificate carries the point if it is this small

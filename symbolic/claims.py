@@ -13,9 +13,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from vjpcert.core.registry import Op, SpecError
+from vjpcert.core.registry import SHIFT_CLAIM, Op, SpecError
 from vjpcert.core.trace import Leaf, leaf_array, leaves_of, shared_nodes
-from vjpcert.core.validate import primal_values, trace_forward, trace_law, trace_vjp
+from vjpcert.core.validate import primal_values, trace_forward, trace_law, trace_shift_free, trace_vjp
 from vjpcert.symbolic.evaluate import Evaluator, Tangent, inner
 
 
@@ -104,6 +104,10 @@ def trace_claim(op: Op, claim: str, dims: dict) -> TracedClaim:
         t = leaf_array(values[wrt].shape, f"t_{wrt}", "tangent", owner=wrt)
         return TracedClaim(op, claim, dims, "vjp", wrt=wrt, inputs=values[wrt], cot=cot, y=y, dy=dy, t=t)
     law = op.get_law(claim)
+    if claim == SHIFT_CLAIM:
+        lhs, rhs = trace_shift_free(op, dims)
+        probe = leaf_array(lhs.shape, "s", "probe")
+        return TracedClaim(op, claim, dims, "law", lhs=lhs, rhs=rhs, probe=probe)
     values = primal_values(op, dims, law.params)
     y = trace_forward(op, values, dims)
     lhs, rhs = trace_law(op, claim, values, y)

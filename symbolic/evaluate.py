@@ -10,82 +10,10 @@ from fractions import Fraction
 
 import numpy as np
 
+from vjpcert.core.evaluate import Evaluator, map_array, postorder
 from vjpcert.core.trace import Leaf, Node
 
-
-def _postorder(root: Node, memo: dict):
-    """Nodes under root not yet in memo, each after all its arguments (iterative: DAGs of attention
-    or a ViT block are far deeper than Python's recursion limit)."""
-    stack = [(root, False)]
-    while stack:
-        node, ready = stack.pop()
-        if id(node) in memo:
-            continue
-        if not ready:
-            stack.append((node, True))
-            stack.extend((a, False) for a in node.args if id(a) not in memo)
-            continue
-        yield node
-
-
-def _map_array(fn, arr) -> np.ndarray:
-    arr = np.asarray(arr, dtype=object)
-    out = np.empty(arr.shape, dtype=object)
-    for idx in np.ndindex(*arr.shape):
-        out[idx] = fn(arr[idx])
-    return out
-
-
-class Evaluator:
-    """Memoised, iterative (no recursion limit) evaluation of nodes in ``field``."""
-
-    def __init__(self, field, leaf_value=None, shared: set[int] | None = None):
-        self.field = field
-        self.leaf_value = leaf_value or field.leaf
-        self.share = getattr(field, "share", None) if shared else None
-        self.shared = shared or set()
-        self.memo: dict[int, object] = {}
-        self._keep: list[Node] = []       # keeps evaluated nodes alive, so their ids stay unique
-
-    def __call__(self, root: Node):
-        memo, f = self.memo, self.field
-        if not isinstance(root, Node):
-            root = Node.lift(root)
-        if id(root) in memo:
-            return memo[id(root)]
-        for node in _postorder(root, memo):
-            args = [memo[id(a)] for a in node.args]
-            op = node.op
-            if op == "const":
-                v = f.const(node.value)
-            elif op == "leaf":
-                v = self.leaf_value(node.value)
-            elif op == "add":
-                v = f.add(*args)
-            elif op == "mul":
-                v = f.mul(*args)
-            elif op == "neg":
-                v = f.neg(args[0])
-            elif op == "inv":
-                v = f.inv(args[0])
-            elif op == "pow":
-                v = f.pow(args[0], node.value)
-            elif op == "pi":
-                v = f.pi()
-            elif op == "cpow":
-                v = f.cpow(node.args[0].value, node.value)
-            elif op in ("opaque", "opaque_jac"):
-                v = getattr(f, op)(node.value, args)
-            else:
-                v = getattr(f, op)(args[0])
-            if self.share is not None and id(node) in self.shared:
-                v = self.share(v)
-            memo[id(node)] = v
-            self._keep.append(node)
-        return memo[id(root)]
-
-    def array(self, arr) -> np.ndarray:
-        return _map_array(self, arr)
+__all__ = ["Evaluator", "Tangent", "inner"]
 
 
 class Tangent:
@@ -110,7 +38,7 @@ class Tangent:
         memo, f, P = self.memo, self.field, self.primal
         if not isinstance(root, Node):
             return None
-        for node in _postorder(root, memo):
+        for node in postorder(root, memo):
             op, args = node.op, node.args
             ts = [memo[id(a)] for a in args]
             if op in ("const", "pi", "cpow"):
@@ -161,7 +89,7 @@ class Tangent:
         return memo[id(root)]
 
     def array(self, arr) -> np.ndarray:
-        return _map_array(self, arr)
+        return map_array(self, arr)
 
 
 def inner(field, a: np.ndarray, b: np.ndarray):

@@ -9,33 +9,25 @@
                 eliminates the atoms through their defining relations, which is again sound.
 ``ModPField``   the same atoms, at random points of GF(p): the cheap identity test that scales, and a
                 count of the atoms (to size the flint ring, whose cost grows with its variable count).
-``DegreeField`` a degree bound of the residual, for the Schwartz-Zippel bound of the ModP test.
+``BoundField``  degree and coefficient-size bounds of the residual, for the false-pass bound of the
+                ModP test (which draws a fresh random prime per trial: a fixed prime can be targeted).
 ``MpField``     mpmath at a chosen precision: witnesses for `failed`, and the numeric last resort.
 ``SympyField``  SymPy expressions with the real functions, for display.
 """
 from __future__ import annotations
 
-import functools
+import math
 import random
 from fractions import Fraction
 
 import flint
 
-P61 = 2**61 - 1   # a Mersenne prime: a false pass of one ModP trial has probability <= degree / P61
+from vjpcert.core.evaluate import MpField, _OperatorField  # noqa: F401  (MpField: re-exported for the ladder)
+
 
 
 class AtomPoolExhausted(Exception):
     pass
-
-
-@functools.lru_cache(maxsize=4096)
-def opaque_instance(key: tuple, k: int, n: int):
-    """Rational coefficients (a_j, b_jl) of output k of a concrete stand-in for the opaque F_key."""
-    import zlib
-    rng = random.Random(zlib.crc32(repr((key, k)).encode()))
-    a = [Fraction(rng.randint(-99, 99), 64) for _ in range(n)]
-    b = [[Fraction(rng.randint(-99, 99), 256) for _ in range(n)] for _ in range(n)]
-    return a, b
 
 
 def _fmpq(q: Fraction):
@@ -77,6 +69,9 @@ class RingField:
         self.zero, self.one = self.ctx.constant(0), self.ctx.constant(1)
         # variables known to be >= 0 at every point: sqrt(u v) = sqrt(u) sqrt(v) may split over them
         self.nonneg = {i for i, leaf in enumerate(self.leaves) if leaf.positive}
+        # B.max_shift's free symbols (claim max_shift_free): always split off exp's argument, so
+        # exp(x - c) = E(x) / E(c) and the shift can cancel in the ring itself
+        self.shift_vars = {i for i, leaf in enumerate(self.leaves) if leaf.role == "shift"}
 
     # -------------------------------------------------------------- atoms
     def _atom(self, kind: str, arg, key_arg=None):
@@ -198,9 +193,29 @@ class RingField:
             return -a, (-1 if kind in self.ODD else 1)
         return a, 1
 
+    def _split_shifts(self, a):
+        """(rest, factor): exp(a) = exp(rest) * factor, with every term k * shift (k an integer) of
+        a taken out as E(shift)^k -- exp(x + y) = exp(x) exp(y) is exact for real arguments."""
+        factor, rest = self.one, a
+        for exps, c in a.terms():
+            nz = [i for i, e in enumerate(exps) if e]
+            if len(nz) == 1 and nz[0] in self.shift_vars and exps[nz[0]] == 1:
+                c = _frac(c)
+                if c.denominator != 1:
+                    continue
+                var = nz[0]
+                e = self._atom("exp", self.gens[var])
+                factor = factor * (e ** c.numerator if c > 0 else self.inv(e) ** (-c.numerator))
+                rest = rest - self.ctx.constant(_fmpq(c)) * self.gens[var]
+        return rest, factor
+
     def exp(self, a):
         if a.is_zero():
             return self.one
+        if self.shift_vars and not self.split_exp:
+            rest, factor = self._split_shifts(a)
+            if not factor.is_one():
+                return factor * (self._atom("exp", rest) if not rest.is_zero() else self.one)
         if not self.split_exp:
             return self._atom("exp", a)
         out = self.one
@@ -215,7 +230,45 @@ class RingField:
         return out
 
     def log(self, a):
+        """log(E(t)^k * w^j * P) = k t - j s + log(P) for exp atoms E(t) and reciprocals w = 1/E(s)
+        of exp atoms (all positive, so log of the product is the sum of logs); the rest one atom."""
+        if not a.is_zero() and not a.is_constant():
+            content = a.term_content()
+            exps = content.monoms()[0]
+            if any(exps):
+                linear, keep = self.zero, True
+                for var, e in enumerate(exps):
+                    if not e:
+                        continue
+                    d = self._def_of(var)
+                    if d and d[1] == "exp":
+                        linear = linear + e * d[2]
+                    elif var in self.recip_of and self._is_exp_atom(self.recip_of[var]):
+                        linear = linear - e * self._def_of(self._var_of(self.recip_of[var]))[2]
+                    else:
+                        keep = False
+                        break
+                if keep:
+                    rest, rem = divmod(a, content)
+                    assert rem.is_zero()
+                    return linear + (self._atom("log", rest) if not rest.is_one() else self.zero)
         return self._atom("log", a)
+
+    def _def_of(self, var):
+        for d in self.defs:
+            if d[0] == var:
+                return d
+        return None
+
+    def _var_of(self, poly):
+        exps = poly.monoms()[0]
+        return exps.index(1)
+
+    def _is_exp_atom(self, poly) -> bool:
+        if len(poly) != 1 or poly.total_degree() != 1 or not poly.leading_coefficient() == 1:
+            return False
+        d = self._def_of(self._var_of(poly))
+        return bool(d) and d[1] == "exp"
 
     def _sqrt_const(self, q: Fraction):
         """sqrt(p/q) = s/q * prod sqrt(prime): one atom per prime, so sqrt(2 pi) = sqrt(2) sqrt(pi)."""
@@ -385,10 +438,12 @@ class RingField:
 
 
 class ModPField:
-    """GF(P61) with the same atom semantics as ``RingField`` (atoms keyed by the value of their
-    argument): evaluating a claim at a random point is a Schwartz-Zippel identity test."""
+    """GF(p) with the same atom semantics as ``RingField`` (atoms keyed by the value of their
+    argument): evaluating a claim at a random point is a Schwartz-Zippel identity test. Without a
+    prime it draws one (``random_prime``)."""
 
-    def __init__(self, rng: random.Random, p: int = P61):
+    def __init__(self, rng: random.Random, p: int | None = None):
+        p = random_prime(rng) if p is None else p
         self.p, self.rng = p, rng
         self.values: dict = {}
         self.atoms: dict = {}
@@ -469,135 +524,123 @@ class ModPField:
     opaque_jac = opaque
 
 
-class DegreeField:
-    """Upper bounds (numerator degree, denominator degree) of a rational function in leaves and
-    atoms; atoms count as degree-1 variables."""
+class BoundField:
+    """Upper bounds of a rational function N/D in leaves and atoms (atoms count as variables), as
+    built by the evaluation, unreduced: (deg N, deg D, log2 |N|_1, log2 |D|_1), where |P|_1 is the
+    sum of the absolute values of P's integer coefficients. |.|_1 is submultiplicative, so the bounds
+    compose exactly like the arithmetic. Every nonzero coefficient c of N has |c| <= |N|_1, so a prime
+    p divides N's coefficients only if it divides such a c: at most log2 |N|_1 / log2 p primes can.
 
-    def const(self, q):
-        return (0, 0)
+    It also records the largest bounds of any atom's argument: two atoms with different arguments
+    collide in a ModP evaluation only where the difference of their arguments vanishes mod p."""
 
-    def leaf(self, leaf):
-        return (1, 0)
+    def __init__(self):
+        self.atoms = 0
+        self.arg_degree = 0
+        self.arg_bits = 0.0
 
-    def add(self, a, b):
-        return (max(a[0] + b[1], b[0] + a[1]), a[1] + b[1])
+    @staticmethod
+    def const(q):
+        q = Fraction(q)
+        if q == 0:
+            return None                      # exact zero: no polynomial
+        return (0, 0, math.log2(abs(q.numerator)), math.log2(q.denominator))
 
-    def mul(self, a, b):
-        return (a[0] + b[0], a[1] + b[1])
+    @staticmethod
+    def leaf(leaf):
+        return (1, 0, 0.0, 0.0)
 
-    def neg(self, a):
+    @staticmethod
+    def add(a, b):
+        if a is None:
+            return b
+        if b is None:
+            return a
+        n1, d1, h1, k1 = a
+        n2, d2, h2, k2 = b
+        hi, lo = max(h1 + k2, h2 + k1), min(h1 + k2, h2 + k1)
+        return (max(n1 + d2, n2 + d1), d1 + d2, hi + math.log2(1 + 2.0 ** (lo - hi)), k1 + k2)
+
+    @staticmethod
+    def mul(a, b):
+        if a is None or b is None:
+            return None
+        return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
+
+    @staticmethod
+    def neg(a):
         return a
 
-    def inv(self, a):
-        return (a[1], a[0])
+    @staticmethod
+    def inv(a):
+        if a is None:
+            raise ZeroDivisionError("division by an exact zero")
+        return (a[1], a[0], a[3], a[2])
 
     def pow(self, a, k):
-        return (k * a[0], k * a[1]) if k >= 0 else (-k * a[1], -k * a[0])
+        if k < 0:
+            a, k = self.inv(a), -k
+        if a is None:
+            return None if k else self.const(1)
+        return (k * a[0], k * a[1], k * a[2], k * a[3])
 
-    def _atom(self, a=None, *_):
-        return (1, 0)
+    def _atom(self, arg=None, *_):
+        self.atoms += 1
+        if isinstance(arg, tuple):
+            self.arg_degree = max(self.arg_degree, arg[0] + arg[1])
+            self.arg_bits = max(self.arg_bits, arg[2] + arg[3])
+        return (1, 0, 0.0, 0.0)
 
-    exp = log = sqrt = erf = tanh = sin = cos = cpow = opaque = opaque_jac = _atom
-
-    def pi(self):
-        return (1, 0)
-
-
-class _OperatorField:
-    """Fields whose numbers already have the arithmetic operators (mpmath numbers, SymPy
-    expressions); subclasses give constants, leaves and the functions, and ``_concrete_opaque``
-    gives both of them the same concrete stand-in for an opaque node."""
-
-    def add(self, a, b):
-        return a + b
-
-    def mul(self, a, b):
-        return a * b
-
-    def neg(self, a):
-        return -a
-
-    def inv(self, a):
-        if a == 0:
-            raise ZeroDivisionError("division by zero at the sampled point")
-        return 1 / a
-
-    def pow(self, a, k):
-        return a ** k
+    exp = log = sqrt = erf = tanh = sin = cos = _atom
 
     def cpow(self, base, k):
-        return self.const(base) ** self.const(k)
+        return self._atom()
+
+    def pi(self):
+        return self._atom()
 
     def opaque(self, spec, args):
-        """A concrete F: F_k(x) = sum_j a_kj x_j + sum_jl b_kjl x_j x_l with coefficients fixed by
-        F's key; its Jacobian entries are exact, so a witness found here is a real counterexample."""
-        a, b = self._instance(spec)
-        n = spec.n
-        if spec.j is None:
-            return self._sum(a[j] * args[j] + self._sum(b[j][l] * args[l] for l in range(n)) * args[j]
-                             for j in range(n))
-        j = spec.j
-        return a[j] + self._sum((b[j][l] + b[l][j]) * args[l] for l in range(n))
+        for a in args:
+            self._atom(a)
+        self.atoms -= len(args)
+        return self._atom()
 
     opaque_jac = opaque
 
-    def _instance(self, spec):
-        key = (spec.key, spec.k, spec.n)
-        cache = self.__dict__.setdefault("_opaque", {})
-        if key not in cache:
-            a, b = opaque_instance(*key)
-            cache[key] = ([self.const(v) for v in a], [[self.const(v) for v in row] for row in b])
-        return cache[key]
 
-    def _sum(self, terms):
-        total = self.const(0)
-        for t in terms:
-            total = total + t
-        return total
+# ------------------------------------------------------------------------------ random primes
+PRIME_BITS = 63                    # primes drawn uniformly from [2^62, 2^63): Python ints, exact
+# pi(2^63) - pi(2^62) > 1.0e17 (Dusart's bounds on pi(x)): each of them is drawn with probability
+# below 1e-17, so a fixed integer with B bits (at most B / 62 prime factors in the range) is
+# divisible by the drawn prime with probability below B / 62 * 1e-17.
+PRIMES_IN_RANGE = 10**17
 
 
-class MpField(_OperatorField):
-    """mpmath numbers in a private context at ``dps`` digits; leaves take the values given."""
+def random_prime(rng: random.Random) -> int:
+    """A prime drawn uniformly from [2^(PRIME_BITS - 1), 2^PRIME_BITS) (rejection sampling; BPSW is
+    a proof of primality below 2^64)."""
+    while True:
+        n = rng.randrange(2 ** (PRIME_BITS - 1), 2 ** PRIME_BITS) | 1
+        if flint.fmpz(n).is_prime():
+            return n
 
-    def __init__(self, dps: int, values: dict):
-        import mpmath
-        self.ctx = mpmath.MPContext()
-        self.ctx.dps = dps
-        self.values = values
 
-    def const(self, q):
-        q = Fraction(q)
-        return self.ctx.mpf(q.numerator) / q.denominator
-
-    def leaf(self, leaf):
-        return self.const(self.values[leaf])
-
-    def exp(self, a):
-        return self.ctx.exp(a)
-
-    def log(self, a):
-        return self.ctx.log(a)
-
-    def sqrt(self, a):
-        return self.ctx.sqrt(a)
-
-    def erf(self, a):
-        return self.ctx.erf(a)
-
-    def tanh(self, a):
-        return self.ctx.tanh(a)
-
-    def sin(self, a):
-        return self.ctx.sin(a)
-
-    def cos(self, a):
-        return self.ctx.cos(a)
-
-    def pi(self):
-        return +self.ctx.pi
-
-    def _sum(self, terms):
-        return self.ctx.fsum(terms)
+def false_pass_bound(bounds: tuple, field: BoundField, trials: int) -> float:
+    """An upper bound on the probability that ``trials`` ModP evaluations, each at a fresh random
+    prime and a fresh random point (that avoids the poles), all vanish although the residual N/D is
+    not identically zero. Per trial: Schwartz-Zippel (deg N / p) + the prime dividing N's
+    coefficients (log2 |N|_1 / 62 / #primes) + any two atoms colliding (their arguments' difference
+    vanishing mod p: same two terms for every pair)."""
+    if bounds is None:
+        return 0.0
+    p_min = 2.0 ** (PRIME_BITS - 1)
+    per_prime = 1.0 / PRIMES_IN_RANGE
+    log2p = PRIME_BITS - 1
+    deg, bits = bounds[0], bounds[2]
+    eps = deg / p_min + max(bits, 1.0) / log2p * per_prime
+    pairs = field.atoms * (field.atoms - 1) / 2
+    eps += pairs * (field.arg_degree / p_min + (2 * field.arg_bits + 1) / log2p * per_prime)
+    return min(1.0, eps) ** trials
 
 
 class SympyField(_OperatorField):

@@ -2,6 +2,9 @@
 
     ring (flint atoms) -- 0 --> proved
       | nonzero                         | timed out / error
+      v                                 |
+    exact witness (rationals) -> failed |
+      | no rational disagreement        |
       v                                 v
     witness (mpmath 50/100) -> failed   modp (Schwartz-Zippel) -> checked-probabilistic ...
       | numerically zero
@@ -75,6 +78,12 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
     r = attempt("ring", lambda: strategies.ring(traced, seed=seed))
     if r["status"] == "proved":
         return certificate("proved", r["method"], decided(r))
+    rational = False
+    if r["status"] == "nonzero":         # exact arithmetic says nonzero: for a rational claim, show it
+        e = attempt("exact-witness", lambda: strategies.exact_witness(traced, seed=seed))
+        if e["status"] == "failed":
+            return certificate("failed", e["method"], decided(e))
+        rational = e["status"] == "zero"
 
     w = attempt("witness", lambda: strategies.witness(traced, seed=seed))
     if w["status"] == "failed":
@@ -88,8 +97,18 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
             s = attempt("sympy", lambda: strategies.sympy_simplify(traced))
             if s["status"] == "proved":
                 return certificate("proved", s["method"], decided(s))
+        if rational and rr["status"] == "nonzero":
+            # + - * / only, and the relations step (complete for rational functions) left a nonzero
+            # residual: the claim is exactly false. Numeric agreement must not turn that into `checked`.
+            e2 = attempt("exact-witness-wide", lambda: strategies.exact_witness(
+                traced, seed=seed + 1, points=tol.EXACT_WITNESS_POINTS_WIDE), share=1.0)
+            if e2["status"] == "failed":
+                return certificate("failed", e2["method"], decided(e2))
+            return certificate("inconclusive", "none", {"reason": "exact arithmetic shows the residual is a "
+                               "nonzero rational function, but no rational point where it differs was found"})
     else:                                # the exact ring did not finish: the randomised exact test
-        m = attempt("modp", lambda: strategies.modp(traced, seed=seed))
+        salt = f"{op.name}|{claim}|{sorted(traced.dims.items())}|{op.spec_sha256}|{CHECKER_SHA256}"
+        m = attempt("modp", lambda: strategies.modp(traced, seed=seed, salt=salt))
         if m["status"] == "proved-probabilistic":
             return certificate("checked-probabilistic", m["method"], decided(m))
 

@@ -24,8 +24,15 @@ WITNESS_SPAN = 2000
 WITNESS_POS_LO, WITNESS_POS_HI = 50, 1000
 WITNESS_MAX_LEAVES = 200
 
-# Randomised exact test over GF(2^61 - 1): independent trials, each a false pass with probability
-# <= degree / p (Schwartz-Zippel).
+# Exact witness: claims built from + - * / only are evaluated exactly at this many rational points.
+# A nonzero polynomial vanishes at a random point of a large grid with probability <= degree / grid.
+EXACT_WITNESS_POINTS = 3
+EXACT_WITNESS_POINTS_WIDE = 24      # when the relations step has shown the rational residual is nonzero
+EXACT_TEXT_MAX_CHARS = 2000    # longer exact rationals are shown to 30 digits (the point stays exact)
+
+# Randomised exact test over GF(p), a fresh random 63-bit prime per trial: independent trials, each
+# a false pass with probability <= degree / p + (prime divides the coefficients) + (atoms collide);
+# ``symbolic.fields.false_pass_bound``.
 MODP_TRIALS = 3
 
 # A shared intermediate that is a linear form with at least this many terms becomes an atom (with
@@ -33,7 +40,7 @@ MODP_TRIALS = 3
 LIN_ATOM_MIN_TERMS = 16
 
 # Share of the remaining claim budget each strategy may spend (the last one gets what is left).
-SHARE = {"ring": 0.5, "witness": 0.5, "relations": 0.5, "sympy": 0.6, "modp": 0.7}
+SHARE = {"ring": 0.5, "exact-witness": 0.3, "witness": 0.5, "relations": 0.5, "sympy": 0.6, "modp": 0.7}
 # SymPy's own derivation is only attempted on small claims (in traced nodes): beyond this it cannot
 # finish within any sensible budget (DESIGN: plain simplify took 16 s at softmax n=16).
 SYMPY_MAX_NODES = 4000

@@ -111,3 +111,12 @@ def test_the_committed_reports_are_current(capsys):
     code = main(["verify", str(ROOT / "reports")])
     out = capsys.readouterr().out
     assert code == 0, out[-4000:]
+
+
+def test_a_sample_of_the_committed_certificates_replays(capsys):
+    """CI re-derives a few committed verdicts on every run (a fresh draw each time, printed): a
+    certificate forged with a recomputed digest would pass `verify` but not this."""
+    code = main(["verify", str(ROOT / "reports"), "--no-missing", "--replay", "--sample", "4"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-4000:]
+    assert out.count("replayed ") == 4

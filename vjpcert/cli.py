@@ -104,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", action="append", default=[], metavar="FILE",
                    help="a user spec file whose ops the reports hold (repeatable)")
     p.add_argument("--no-missing", action="store_true", help="do not require the certificates of `vjpcert all`")
+    p.add_argument("--replay", action="store_true",
+                   help="re-derive each certificate's verdict by running its claim again (the digest only "
+                        "detects accidental edits; replay detects forged verdicts)")
+    p.add_argument("--sample", type=int, metavar="K", help="with --replay: replay K certificates drawn at random")
+    p.add_argument("--replay-seed", type=int, help="with --sample: the draw (default: a fresh one, printed)")
     p = sub.add_parser("frameworks", help="the Framework backwards report: PyTorch's (and JAX's) own backwards, "
                                           "proved and checked, in REPORTS/frameworks/")
     p.add_argument("--reports", default="reports")
@@ -348,6 +353,8 @@ def cmd_verify(args) -> int:
         plan_args = build_parser().parse_args(["all", "--reports", args.reports])
         tasks, _ = _plan(plan_args, ("symbolic", "numeric", "kernel"))
         expected = [task_relpath(t, ops[t.op.name].base_name) for t in tasks]
+    if args.sample is not None and (args.sample < 1 or not args.replay):
+        return _fail_bad_input("--sample K needs --replay and K >= 1")
     try:
         problems = verify(Path(args.reports), ops, expected)
     except NotAReportDir as exc:
@@ -358,6 +365,23 @@ def cmd_verify(args) -> int:
         problems += more
         for n in notes:
             print(n)
+    if args.replay:
+        import random
+
+        from vjpcert.ops import OpRef
+        from vjpcert.verify import replay, sample_paths
+        refs = {n: OpRef(n) for n in builtin_ops()}
+        for f in args.spec:
+            refs.update({o.name: OpRef(o.name, str(Path(f).resolve())) for o in load_file(f)})
+        seed = args.replay_seed if args.replay_seed is not None else random.SystemRandom().randrange(10**6)
+        paths = sample_paths(Path(args.reports), args.sample, seed)
+        print(f"vjpcert verify: replaying {len(paths)} certificate(s)"
+              + (f" (sample of {args.sample}, --replay-seed {seed})" if args.sample else ""))
+
+        def shown(rel, record, fresh):
+            mark = "same" if fresh.verdict == record["verdict"] and fresh.method == record["method"] else "DIFFERS"
+            print(f"  replayed {rel}: {record['verdict']} -> {fresh.verdict} ({mark})")
+        problems += replay(Path(args.reports), refs, paths, on_result=shown)
     for p in problems:
         print(p)
     if problems:
@@ -383,16 +407,18 @@ def _fail_bad_input(msg: str) -> int:
 
 
 _STOP_SIGNALS = None
+_IN_FORK = [False]
 
 
 def _interruptible():
     """Ctrl-C and `kill` both stop a run cleanly (finished certificates stay, reports are rendered),
     even when the shell started us with SIGINT ignored, as it does for background jobs.
 
-    Forks are made signal-safe: a signal that reaches a child while os.fork() runs its after-fork
-    hooks would run *our* handler there and print "Exception ignored in _after_fork". So the stop
-    signals are blocked across every fork; the child resets them to their defaults before unblocking
-    (a pending stop then ends it silently), the parent unblocks and handles them as usual."""
+    Forks are made signal-safe. Exceptions raised inside os.fork()'s at-fork hooks are printed and
+    ignored ("Exception ignored in _after_fork"), so: the stop signals are blocked across every fork;
+    the child resets them to their defaults before unblocking (a pending stop then ends it silently);
+    the parent unblocks, and a stop that arrives while it is still inside the hook only sets the stop
+    flag, which every wait and the runner poll (``core.budget.stop_requested``)."""
     import os
     import signal
 
@@ -402,7 +428,8 @@ def _interruptible():
 
     def stop(signum, frame):
         request_stop()                    # remembered even where the exception below is swallowed
-        raise KeyboardInterrupt(f"signal {signum}")
+        if not _IN_FORK[0]:
+            raise KeyboardInterrupt(f"signal {signum}")
     try:
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
@@ -411,13 +438,25 @@ def _interruptible():
     if _STOP_SIGNALS is None and hasattr(os, "register_at_fork"):
         _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
+        def before():
+            _IN_FORK[0] = True
+            signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+
+        def parent():
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+            _poll()                       # a call: pending Python handlers run here, flag-only
+            _IN_FORK[0] = False
+
         def child():
             for s in _STOP_SIGNALS:
                 signal.signal(s, signal.SIG_DFL)
+            _IN_FORK[0] = False
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
-        os.register_at_fork(before=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS),
-                            after_in_parent=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS),
-                            after_in_child=child)
+        os.register_at_fork(before=before, after_in_parent=parent, after_in_child=child)
+
+
+def _poll():
+    """Nothing: calling a Python function is a point where pending signal handlers run."""
 
 
 def main(argv=None) -> int:

@@ -21,10 +21,25 @@ TIERS = ("symbolic", "numeric", "fd64", "gradcheck", "jax")
 OURS = ("symbolic", "numeric")
 
 
+def _refused(op, dims) -> str | None:
+    """Our tiers validate a spec before running it (as `vjpcert all` plans it): a construct no
+    checker can follow faithfully is refused as bad input, which kills the mutant."""
+    from vjpcert.core.registry import SpecError
+    from vjpcert.core.validate import validate
+    try:
+        validate(op, dims)
+    except SpecError as exc:
+        return f"refused: {exc.problem}"[:200]
+    return None
+
+
 def _symbolic(op) -> tuple[bool, str]:
     from vjpcert.symbolic.composition import prove_compositional
     from vjpcert.symbolic.prover import prove_claim
     dims = op.dims[-1]
+    refused = _refused(op, dims)
+    if refused:
+        return True, refused
     for claim in op.claims():
         if "monolithic" in op.proofs or not claim.startswith("vjp["):
             cert = prove_claim(op, claim, dims)
@@ -36,8 +51,11 @@ def _symbolic(op) -> tuple[bool, str]:
 
 
 def _numeric(op) -> tuple[bool, str]:
-    from vjpcert.numeric.check import check_claim
-    for claim in op.claims():
+    from vjpcert.numeric.check import check_claim, numeric_claims
+    refused = _refused(op, op.check_dims)
+    if refused:
+        return True, refused
+    for claim in numeric_claims(op):
         if check_claim(op, claim, op.check_dims).verdict == "failed":
             return True, claim
     return False, ""

@@ -77,7 +77,8 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
             nopts = {**opts, "dps": dps, "method": method}
             if point is not None:
                 nopts["point"] = point
-            tasks += [make_task(tier, ref, claim, dims, **nopts) for claim in op.claims()]
+            from vjpcert.numeric.check import numeric_claims
+            tasks += [make_task(tier, ref, claim, dims, **nopts) for claim in numeric_claims(op)]
     if tier == "symbolic" and general and op.general:
         from vjpcert.symbolic.general import general_dims
         gopts = {**opts, **({"budget": budget} if budget is not None else {})}

@@ -3,6 +3,12 @@
 Each certificate is checked for being well-formed (JSON Schema), intact (its digest), current (the
 spec source and the checker code that issued it are unchanged, same schema and vjpcert version), and
 the plan of `vjpcert all` is checked for certificates that are missing. Every problem is named.
+
+What the digest detects, and what it does not: it is an unkeyed sha256 of the record, so it catches
+*accidental* edits (a hand-edited verdict, a merge that mixed two runs, a truncated file). Anyone can
+recompute it, so it cannot catch a deliberate forgery -- a `failed` rewritten as `proved` with a fresh
+digest. Only ``--replay`` catches that: it re-derives the verdict of each (or a sample of the)
+certificates by running the claim again and compares.
 """
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ from vjpcert.core.registry import Op
 
 @dataclass
 class Problem:
-    kind: str          # malformed | edited | stale | orphan | missing
+    kind: str          # malformed | edited | stale | orphan | missing | replay
     path: str
     why: str
 
@@ -90,3 +96,46 @@ def verify(root: Path, ops: dict[str, Op], expected: list[Path] | None = None,
         if rel not in seen:
             problems.append(Problem("missing", str(rel), "planned by `vjpcert all` but not in the reports"))
     return problems
+
+
+def replay(root: Path, refs: dict, paths: list[Path], on_result=None) -> list[Problem]:
+    """Re-derive the verdict of each certificate in ``paths`` (relative to ``root``) by running its
+    claim again; a verdict or method that differs is a problem. ``refs`` maps op names to OpRefs."""
+    from vjpcert.runner import execute, make_task
+    problems = []
+    for rel in paths:
+        try:
+            record = json.loads((root / rel).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            continue                      # malformed: already named by verify()
+        ref = refs.get(record.get("op"))
+        if ref is None:
+            continue                      # orphan: already named by verify()
+        options = dict(record.get("options") or {})
+        if record["tier"] == "symbolic" and record["method"] in ("compositional", "general"):
+            options["method"] = record["method"]
+        dims = record["dims"] if record["method"] != "general" else {}
+        fresh = execute(make_task(record["tier"], ref, record["claim"], dims, **options))
+        same = fresh.verdict == record["verdict"] and fresh.method == record["method"]
+        if on_result:
+            on_result(rel, record, fresh)
+        if not same:
+            problems.append(Problem("replay", str(rel), f"recorded {record['verdict']} ({record['method']}), "
+                                                        f"replayed {fresh.verdict} ({fresh.method})"))
+    return problems
+
+
+def sample_paths(root: Path, k: int | None, seed: int) -> list[Path]:
+    """Every certificate, or ``k`` of them drawn with ``seed`` (at least one per tier when possible)."""
+    import random
+    paths = sorted(p.relative_to(root) for p in (root / "certificates").rglob("*.json"))
+    if k is None or k >= len(paths):
+        return paths
+    rng = random.Random(seed)
+    by_tier: dict[str, list] = {}
+    for p in paths:
+        tier = p.name.split("__", 1)[0].split("-", 1)[0]
+        by_tier.setdefault(tier, []).append(p)
+    picked = [rng.choice(v) for _, v in sorted(by_tier.items())][:k]
+    rest = [p for p in paths if p not in picked]
+    return sorted(picked + rng.sample(rest, k - len(picked)))

@@ -56,3 +56,21 @@ def _(B, Q, K, V, dy):
     dQ, dK, _ = _back(B, Q, K, V, dy, _full(Q, K))
     S = scale(B, Q.shape[-1]) * (Q @ K.T)
     return dQ, dK, S.T @ dy
+
+
+def _unshifted_denominator(B, Q, K, V, mask):
+    """Masked softmax with the row maximum subtracted in the numerator only."""
+    S = scale(B, Q.shape[-1]) * (Q @ K.T)
+    e = np.where(mask, B.exp(S - B.max_shift(S, mask)), B.c(0))
+    Z = np.where(mask, B.exp(S), B.c(0)).sum(-1, keepdims=True)
+    return (e / np.where(mask.any(-1, keepdims=True), Z, B.c(1))) @ V
+
+
+@attention.mutant("denominator_unshifted", replaces="forward", kills=["max_shift_free"])
+def _(B, Q, K, V):
+    return _unshifted_denominator(B, Q, K, V, _full(Q, K))
+
+
+@attention_causal.mutant("denominator_unshifted", replaces="forward", kills=["max_shift_free"])
+def _(B, Q, K, V, offset):
+    return _unshifted_denominator(B, Q, K, V, causal_mask(Q.shape[0], offset))

@@ -38,5 +38,15 @@ def _(B, Q, K, V):
     from vjpcert.specs.softmax import softmax
     tape["P"] = softmax(B, tape["S"])
     tape["O"] = tape["P"] @ V
-    return np.concatenate([np.ravel(np.asarray(tape[k], dtype=object if B.dtype == object else None))
+    return np.concatenate([np.ravel(tape[k])
                            for k in graph.order])
+
+
+@attention_tape.mutant("softmax_node_unshifted_denominator", replaces="forward", kills=["max_shift_free"])
+def _(B, Q, K, V):
+    """The tape with a row softmax that subtracts the row maximum in the numerator only."""
+    tape = graph.eval(B, {"Q": Q, "K": K, "V": V})
+    S = tape["S"]
+    tape["P"] = B.exp(S - B.max_shift(S)) / B.exp(S).sum(-1, keepdims=True)
+    tape["O"] = tape["P"] @ V
+    return np.concatenate([np.ravel(tape[k]) for k in graph.order])

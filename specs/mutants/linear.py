@@ -21,3 +21,10 @@ def _(B, x, W, b, dy):
 @linear.mutant("sign_flip_dx", kills=["vjp[x]", "adjoint_x"])
 def _(B, x, W, b, dy):
     return -(dy @ W), dy.T @ x, dy.sum(0)
+
+
+@linear.mutant("weight_gradient_off_by_1e-90", kills=["vjp[W]", "adjoint_W"], exact_only=True)
+def _(B, x, W, b, dy):
+    """dW off by 1e-90 x: far below any rounding, so numerics agree to 80+ digits; but the claim is
+    rational, and an exact rational witness disproves it however small the error."""
+    return dy @ W, dy.T @ x + B.c(1, 10**90) * W, dy.sum(0)

@@ -38,3 +38,16 @@ def _(B, x, gamma, eps, dy):
 def _(B, x, gamma, eps, dy):
     """The backward recomputes rms with sum(x^2) instead of mean(x^2): a missing 1/n."""
     return _back(B, x, gamma, eps, dy, rstd=1 / B.sqrt((x * x).sum(-1, keepdims=True) + eps))
+
+
+@rmsnorm.mutant("branch_on_equal_rows", refused=True)
+def _(B, x, gamma, eps, dy):
+    """Doubles dx when the first two rows are equal -- wrong only there. The comparison is caught
+    even though the spec swallows the refusal and carries on."""
+    from vjpcert.specs.rmsnorm import rmsnorm_vjp
+    dx, dgamma = rmsnorm_vjp(B, x, gamma, eps, dy)
+    try:
+        same = bool((x[0] == x[-1]).all())
+    except Exception:
+        same = False
+    return (2 * dx if same else dx), dgamma

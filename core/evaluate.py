@@ -1,0 +1,251 @@
+"""Evaluating a traced DAG (``core.trace``) in a field: the shared machinery of every checker that
+looks at the *traced* spec -- the prover's exact fields (``vjpcert.symbolic.fields``), and the
+numeric tier's reference claim, which compares every backend with the function that was proved.
+
+Fields here: ``MpField`` (mpmath at a chosen precision) and ``QField`` (exact rationals, for exact
+witnesses: a rational point where backward and J^T dy differ is a disproof, however small the
+difference). A field supplies const, leaf, add, mul, neg, inv, pow and the transcendental kinds.
+"""
+from __future__ import annotations
+
+import functools
+import random
+from fractions import Fraction
+
+import numpy as np
+
+from vjpcert.core.trace import Node
+
+
+def postorder(root: Node, memo: dict):
+    """Nodes under root not yet in memo, each after all its arguments (iterative: DAGs of attention
+    or a ViT block are far deeper than Python's recursion limit)."""
+    stack = [(root, False)]
+    while stack:
+        node, ready = stack.pop()
+        if id(node) in memo:
+            continue
+        if not ready:
+            stack.append((node, True))
+            stack.extend((a, False) for a in node.args if id(a) not in memo)
+            continue
+        yield node
+
+
+def map_array(fn, arr) -> np.ndarray:
+    arr = np.asarray(arr, dtype=object)
+    out = np.empty(arr.shape, dtype=object)
+    for idx in np.ndindex(*arr.shape):
+        out[idx] = fn(arr[idx])
+    return out
+
+
+class Evaluator:
+    """Memoised, iterative (no recursion limit) evaluation of nodes in ``field``."""
+
+    def __init__(self, field, leaf_value=None, shared: set[int] | None = None):
+        self.field = field
+        self.leaf_value = leaf_value or field.leaf
+        self.share = getattr(field, "share", None) if shared else None
+        self.shared = shared or set()
+        self.memo: dict[int, object] = {}
+        self._keep: list[Node] = []       # keeps evaluated nodes alive, so their ids stay unique
+
+    def __call__(self, root: Node):
+        memo, f = self.memo, self.field
+        if not isinstance(root, Node):
+            root = Node.lift(root)
+        if id(root) in memo:
+            return memo[id(root)]
+        for node in postorder(root, memo):
+            args = [memo[id(a)] for a in node.args]
+            op = node.op
+            if op == "const":
+                v = f.const(node.value)
+            elif op == "leaf":
+                v = self.leaf_value(node.value)
+            elif op == "add":
+                v = f.add(*args)
+            elif op == "mul":
+                v = f.mul(*args)
+            elif op == "neg":
+                v = f.neg(args[0])
+            elif op == "inv":
+                v = f.inv(args[0])
+            elif op == "pow":
+                v = f.pow(args[0], node.value)
+            elif op == "pi":
+                v = f.pi()
+            elif op == "cpow":
+                v = f.cpow(node.args[0].value, node.value)
+            elif op in ("opaque", "opaque_jac"):
+                v = getattr(f, op)(node.value, args)
+            else:
+                v = getattr(f, op)(args[0])
+            if self.share is not None and id(node) in self.shared:
+                v = self.share(v)
+            memo[id(node)] = v
+            self._keep.append(node)
+        return memo[id(root)]
+
+    def array(self, arr) -> np.ndarray:
+        return map_array(self, arr)
+
+
+
+class NotRational(Exception):
+    """The value is not a rational number (a transcendental or an irrational constant)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def opaque_instance(key: tuple, k: int, n: int):
+    """Rational coefficients (a_j, b_jl) of output k of a concrete stand-in for the opaque F_key."""
+    import zlib
+    rng = random.Random(zlib.crc32(repr((key, k)).encode()))
+    a = [Fraction(rng.randint(-99, 99), 64) for _ in range(n)]
+    b = [[Fraction(rng.randint(-99, 99), 256) for _ in range(n)] for _ in range(n)]
+    return a, b
+
+
+class _OperatorField:
+    """Fields whose numbers already have the arithmetic operators (mpmath numbers, SymPy
+    expressions); subclasses give constants, leaves and the functions, and ``_concrete_opaque``
+    gives both of them the same concrete stand-in for an opaque node."""
+
+    def add(self, a, b):
+        return a + b
+
+    def mul(self, a, b):
+        return a * b
+
+    def neg(self, a):
+        return -a
+
+    def inv(self, a):
+        if a == 0:
+            raise ZeroDivisionError("division by zero at the sampled point")
+        return 1 / a
+
+    def pow(self, a, k):
+        return a ** k
+
+    def cpow(self, base, k):
+        return self.const(base) ** self.const(k)
+
+    def opaque(self, spec, args):
+        """A concrete F: F_k(x) = sum_j a_kj x_j + sum_jl b_kjl x_j x_l with coefficients fixed by
+        F's key; its Jacobian entries are exact, so a witness found here is a real counterexample."""
+        a, b = self._instance(spec)
+        n = spec.n
+        if spec.j is None:
+            return self._sum(a[j] * args[j] + self._sum(b[j][l] * args[l] for l in range(n)) * args[j]
+                             for j in range(n))
+        j = spec.j
+        return a[j] + self._sum((b[j][l] + b[l][j]) * args[l] for l in range(n))
+
+    opaque_jac = opaque
+
+    def _instance(self, spec):
+        key = (spec.key, spec.k, spec.n)
+        cache = self.__dict__.setdefault("_opaque", {})
+        if key not in cache:
+            a, b = opaque_instance(*key)
+            cache[key] = ([self.const(v) for v in a], [[self.const(v) for v in row] for row in b])
+        return cache[key]
+
+    def _sum(self, terms):
+        total = self.const(0)
+        for t in terms:
+            total = total + t
+        return total
+
+
+class MpField(_OperatorField):
+    """mpmath numbers in a private context at ``dps`` digits; leaves take the values given."""
+
+    def __init__(self, dps: int, values: dict):
+        import mpmath
+        self.ctx = mpmath.MPContext()
+        self.ctx.dps = dps
+        self.values = values
+
+    def const(self, q):
+        q = Fraction(q)
+        return self.ctx.mpf(q.numerator) / q.denominator
+
+    def leaf(self, leaf):
+        return self.const(self.values[leaf])
+
+    def exp(self, a):
+        return self.ctx.exp(a)
+
+    def log(self, a):
+        return self.ctx.log(a)
+
+    def sqrt(self, a):
+        return self.ctx.sqrt(a)
+
+    def erf(self, a):
+        return self.ctx.erf(a)
+
+    def tanh(self, a):
+        return self.ctx.tanh(a)
+
+    def sin(self, a):
+        return self.ctx.sin(a)
+
+    def cos(self, a):
+        return self.ctx.cos(a)
+
+    def pi(self):
+        return +self.ctx.pi
+
+    def _sum(self, terms):
+        return self.ctx.fsum(terms)
+
+
+
+class QField(_OperatorField):
+    """Exact rationals; leaves take the Fractions given. A transcendental raises NotRational, so only
+    claims built from + - * / and integer powers evaluate here."""
+
+    def __init__(self, values: dict):
+        self.values = values
+
+    def const(self, q):
+        return Fraction(q)
+
+    def leaf(self, leaf):
+        return Fraction(self.values[leaf])
+
+    def pow(self, a, k):
+        if a == 0 and k < 0:
+            raise ZeroDivisionError("division by zero at the sampled point")
+        return a ** k
+
+    def cpow(self, base, k):
+        raise NotRational(f"{base}^{k}")
+
+    def pi(self):
+        raise NotRational("pi")
+
+    def __getattr__(self, kind):       # exp, log, sqrt, erf, tanh, sin, cos
+        if kind.startswith("_"):
+            raise AttributeError(kind)
+
+        def transcendental(a):
+            if kind == "sqrt":
+                root = _sqrt_fraction(a)
+                if root is not None:
+                    return root
+            raise NotRational(kind)
+        return transcendental
+
+
+def _sqrt_fraction(q: Fraction):
+    """The exact square root of a non-negative rational, or None."""
+    import math
+    if q < 0:
+        return None
+    n, d = math.isqrt(q.numerator), math.isqrt(q.denominator)
+    return Fraction(n, d) if n * n == q.numerator and d * d == q.denominator else None

@@ -1,0 +1,245 @@
+"""Running error analysis of a spec's float evaluation: the backend ``RoundingBackend(dtype)``.
+
+A spec run on this backend computes, entry by entry, what the float64 / float32 backend computes (every
+operation rounded to the dtype, ``max_shift`` the row maximum) *and* a bound on how far that is from
+the exact value of the same expression (Higham, "Accuracy and Stability of Numerical Algorithms",
+section 3.3, running error analysis). Each number carries (v, e): v the rounded value, e a first-order
+bound on |v - exact|. With u the unit roundoff of the dtype and inputs exact (e = 0):
+
+    a + b   e = e_a + e_b + r(v)               a * b   e = |b| e_a + |a| e_b + e_a e_b + r(v)
+    a / b   e = (e_a + |a/b| e_b) / (|b| - e_b) + r(v)         (infinite if |b| <= e_b)
+    f(a)    e = |f'| e_a + C_F r(v)            (f' taken at the worse end of [a - e_a, a + e_a])
+    B.c(q)  e = |q - v| (the constant's own rounding, exactly)
+where r(v) = u |v| + eta bounds one rounding: eta, the smallest subnormal, covers underflow (an
+exp(-400) that rounds to 0 in float32 is off by 1e-174, not by u times 0).
+
+The bound follows the spec's own evaluation order (sequential sums); numpy sums pairwise, whose error
+is at most 2 log2(n) times this running bound (``numeric.reference`` allows for that). It is derived
+from the spec alone: nothing of an implementation under test enters it.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from vjpcert.core.backends import exact
+
+# Transcendental functions of numpy / scipy are accurate to a few ulps; C_F units of u (half an ulp)
+# per call: 8 u = 4 ulps, above the documented maximum error of numpy's float32 and float64 exp, log,
+# tanh, sin, cos and of scipy's erf.
+C_F = 8.0
+
+
+def _scaled(x: float, e: float) -> float:
+    """|x| e, where an exact 0 times an unbounded error is 0 (0 * anything is exactly 0)."""
+    return 0.0 if x == 0 or e == 0 else abs(x) * e
+
+
+class Rounded:
+    """A float value v (rounded to the backend's dtype) with a bound e on its distance to the exact."""
+
+    __slots__ = ("v", "e", "B")
+
+    def __init__(self, v, e, B):
+        # an undefined bound (inf - inf, 0 * inf in a derivative) means no bound: infinite
+        self.v, self.e, self.B = v, (e if e == e and v == v else math.inf), B
+
+    # ------------------------------------------------------------------ arithmetic
+    def _lift(self, o) -> "Rounded":
+        if isinstance(o, Rounded):
+            return o
+        return self.B.c(o)
+
+    def __add__(self, o):
+        if isinstance(o, np.ndarray):
+            return NotImplemented
+        o = self._lift(o)
+        v = self.B.rnd(self.v + o.v)
+        return Rounded(v, self.e + o.e + self.B.r(v), self.B)
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return Rounded(-self.v, self.e, self.B)
+
+    def __pos__(self):
+        return self
+
+    def __sub__(self, o):
+        if isinstance(o, np.ndarray):
+            return NotImplemented
+        return self + (-self._lift(o))
+
+    def __rsub__(self, o):
+        return self._lift(o) + (-self)
+
+    def __mul__(self, o):
+        if isinstance(o, np.ndarray):
+            return NotImplemented
+        o = self._lift(o)
+        v = self.B.rnd(self.v * o.v)
+        e = _scaled(o.v, self.e) + _scaled(self.v, o.e) + _scaled(self.e, o.e) + self.B.r(v)
+        return Rounded(v, e, self.B)
+
+    __rmul__ = __mul__
+
+    def _inv(self) -> "Rounded":
+        a, ea = abs(self.v), self.e
+        v = self.B.rnd(1.0 / self.v) if self.v != 0 else math.inf
+        e = ea / (a * (a - ea)) + self.B.r(v) if a > ea else math.inf
+        return Rounded(v, e, self.B)
+
+    def __truediv__(self, o):
+        if isinstance(o, np.ndarray):
+            return NotImplemented
+        o = self._lift(o)
+        b, eb = abs(o.v), o.e
+        if b <= eb:
+            return Rounded(math.inf if o.v == 0 else self.v / o.v, math.inf, self.B)
+        v = self.B.rnd(self.v / o.v)
+        # |a/b - A/B| <= (e_a + |a/b| e_b) / (|b| - e_b), then one rounding of the quotient
+        return Rounded(v, (self.e + abs(self.v / o.v) * eb) / (b - eb) + self.B.r(v), self.B)
+
+    def __rtruediv__(self, o):
+        return self._lift(o) / self
+
+    def __pow__(self, k):
+        if isinstance(k, np.ndarray):
+            return NotImplemented
+        if isinstance(k, Rounded):           # b ** k of two constants (RoPE's base ** (-2i/d))
+            if self.v <= 0:
+                raise ValueError("a power of a non-positive base")
+            v = self.B.rnd(self.v ** k.v)
+            e = abs(v * math.log(self.v)) * k.e + abs(k.v * self.v ** (k.v - 1)) * self.e
+            return Rounded(v, e + C_F * self.B.r(v), self.B)
+        k = Fraction(k)
+        if k == Fraction(1, 2):
+            return self.B.sqrt1(self)
+        if k == Fraction(-1, 2):
+            return self.B.sqrt1(self)._inv()
+        if k.denominator != 1:
+            raise TypeError(f"x ** {k} is not supported")
+        n = int(k)
+        if n < 0:
+            return (self ** (-n))._inv()
+        out = self.B.c(1)
+        for _ in range(n):
+            out = out * self
+        return out
+
+    def __float__(self):
+        return float(self.v)
+
+    def __repr__(self):
+        return f"{self.v!r}±{self.e:.3g}"
+
+
+class RoundingBackend:
+    """The float backend of ``dtype`` with a running error bound on every number (see the module)."""
+
+    def __init__(self, dtype):
+        self.dtype = np.dtype(dtype)
+        self.name = f"rounding-{self.dtype.name}"
+        self.u = float(np.finfo(self.dtype).eps) / 2
+        t = self.dtype.type
+        self.eta = float(np.finfo(self.dtype).smallest_subnormal)
+        self.rnd = lambda x: float(t(x))
+        self.pi = self._pi()
+        self.exp = self._unary(math.exp, lambda a: math.exp(a))
+        self.log = self._unary(math.log, lambda a: 1.0 / abs(a) if a != 0 else math.inf)
+        self.sqrt = self._elementwise(self.sqrt1)
+        self.erf = self._unary(math.erf, lambda a: 2 / math.sqrt(math.pi) * math.exp(-a * a))
+        self.tanh = self._unary(math.tanh, lambda a: 1 - math.tanh(a) ** 2)
+        self.sin = self._unary(math.sin, lambda a: 1.0)
+        self.cos = self._unary(math.cos, lambda a: 1.0)
+
+    # ------------------------------------------------------------------ numbers
+    def r(self, v: float) -> float:
+        """The error of one rounding to a result v: u |v|, plus eta for a result in the subnormal range."""
+        return self.u * abs(v) + self.eta
+
+    def c(self, p, q=1) -> Rounded:
+        f = exact(p, q)
+        v = self.rnd(f.numerator / f.denominator)
+        return Rounded(v, float(abs(Fraction(v) - f)), self)
+
+    def _pi(self) -> Rounded:
+        """numpy's pi is the double nearest pi (|pi - np.pi| < 1.3e-16), rounded again to the dtype."""
+        v = self.rnd(math.pi)
+        return Rounded(v, abs(v - math.pi) + 1.3e-16, self)
+
+    def input(self, a) -> np.ndarray:
+        """Float inputs are exact: error 0."""
+        a = np.asarray(a, dtype=np.float64)
+        out = np.empty(a.shape, dtype=object)
+        for idx in np.ndindex(*a.shape):
+            out[idx] = Rounded(self.rnd(a[idx]), 0.0, self)
+        return out
+
+    def sqrt1(self, a: Rounded) -> Rounded:
+        if a.v < 0:
+            return Rounded(math.nan, math.inf, self)
+        v = self.rnd(math.sqrt(a.v))
+        lo = a.v - a.e
+        deriv = 0.5 / math.sqrt(lo) if lo > 0 else math.inf
+        e = deriv * a.e if a.e else 0.0
+        return Rounded(v, e + self.r(v), self)
+
+    def _unary(self, f, fprime):
+        def one(a: Rounded) -> Rounded:
+            try:
+                v = self.rnd(f(a.v))
+            except (OverflowError, ValueError):
+                return Rounded(math.inf, math.inf, self)
+            if a.e:
+                try:
+                    slope = max(abs(fprime(a.v - a.e)), abs(fprime(a.v + a.e)), abs(fprime(a.v)))
+                except (OverflowError, ValueError):
+                    slope = math.inf
+                e = slope * a.e
+            else:
+                e = 0.0
+            return Rounded(v, e + C_F * self.r(v), self)
+        return self._elementwise(one)
+
+    @staticmethod
+    def _elementwise(fn):
+        ufunc = np.frompyfunc(fn, 1, 1)
+
+        def apply(a):
+            out = ufunc(a)
+            return out.astype(object) if isinstance(out, np.ndarray) else out
+        return apply
+
+    # ------------------------------------------------------------------ arrays
+    def zeros(self, shape):
+        out = np.empty(shape, dtype=object)
+        out.fill(Rounded(0.0, 0.0, self))
+        return out
+
+    def array(self, values):
+        return np.array(values, dtype=object)
+
+    def max_shift(self, x, mask=None):
+        """As the float backend: the row maximum of the computed values (over ``mask``), a constant
+        with no error -- any constant gives the same exact function (the shift-invariance law)."""
+        v = np.vectorize(lambda r: r.v, otypes=[np.float64])(np.asarray(x, dtype=object)) \
+            if np.size(x) else np.zeros(np.shape(x))
+        masked = v if mask is None else np.where(mask, v, -np.inf)
+        m = masked.max(-1, keepdims=True) if v.shape[-1] else np.zeros(v.shape[:-1] + (1,))
+        m = np.where(np.isfinite(m), m, 0.0)
+        out = np.empty(m.shape, dtype=object)
+        for idx in np.ndindex(*m.shape):
+            out[idx] = Rounded(self.rnd(m[idx]), 0.0, self)
+        return out
+
+
+def values_and_bounds(arr) -> tuple[np.ndarray, np.ndarray]:
+    """(v, e) float64 arrays of an array of Rounded numbers."""
+    arr = np.asarray(arr, dtype=object)
+    v = np.vectorize(lambda r: r.v, otypes=[np.float64])(arr) if arr.size else np.zeros(arr.shape)
+    e = np.vectorize(lambda r: r.e, otypes=[np.float64])(arr) if arr.size else np.zeros(arr.shape)
+    return v, e
+

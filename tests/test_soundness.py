@@ -1,0 +1,326 @@
+"""No false passes: user op files written the way the README shows, each trying to talk a checker into
+a verdict that is not true (one class of construct per test). Every test here was red before the
+checkers were hardened -- the construct got `proved`, `checked` or `checked-probabilistic`, or a
+correct spec got `failed` -- and must stay green.
+"""
+import json
+import textwrap
+from fractions import Fraction
+
+import pytest
+
+from vjpcert.cli import main
+
+
+def _file(tmp_path, body: str, name="my_ops.py"):
+    path = tmp_path / name
+    path.write_text("import numpy as np\nfrom vjpcert import op, Param\n\n" + textwrap.dedent(body))
+    return path
+
+
+def _run(tmp_path, capsys, *argv):
+    code = main([*argv, "--reports", str(tmp_path / "reports"), "--quiet"])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def _records(tmp_path):
+    root = tmp_path / "reports" / "certificates"
+    return [json.loads(p.read_text()) for p in root.rglob("*.json")] if root.exists() else []
+
+
+SQUARE = '''
+@op(inputs={"x": ("rows", "n")}, output=("rows", "n"), dims=[{"rows": 2, "n": 2}])
+def sq(B, x):
+    return x * x
+'''
+
+
+# ------------------------------------------------------------------------- 1. comparisons
+@pytest.mark.parametrize("backward", [
+    "np.where(x == 0, 5 * dy, 2 * x * dy)",                        # wrong only at x == 0
+    "2 * x * dy * (2 if bool((x[0] == x[1]).all()) else 1)",        # wrong only when two rows agree
+    "np.where(x != x, dy, 2 * x * dy)",
+    "np.maximum(2 * x * dy, 2 * x * dy)",
+])
+def test_a_comparison_of_traced_values_is_bad_input(tmp_path, capsys, backward):
+    f = _file(tmp_path, SQUARE + f"\n@sq.defvjp\ndef _(B, x, dy):\n    return ({backward},)\n")
+    code, out = _run(tmp_path, capsys, "prove", str(f))
+    assert code == 2, out
+    assert "comparison" in out and "my_ops.py:" in out, out       # names the construct, file and line
+    assert not _records(tmp_path), "nothing is written for bad input"
+
+
+def test_a_caught_refusal_is_still_bad_input(tmp_path, capsys):
+    """try/except around the comparison: the tracer must not let the spec take the other path."""
+    f = _file(tmp_path, SQUARE + '''
+@sq.defvjp
+def _(B, x, dy):
+    try:
+        same = bool((x[0] == x[1]).all())
+    except Exception:
+        same = False
+    return (2 * x * dy * (2 if same else 1),)
+''')
+    code, out = _run(tmp_path, capsys, "prove", str(f))
+    assert code == 2 and "caught" in out and "my_ops.py:" in out, out
+
+
+# ------------------------------------------------------------------------- 2. in-place writes
+@pytest.mark.parametrize("forward", ["x -= x.mean(-1, keepdims=True)\n    return x",
+                                     "x[...] = x[..., ::-1]\n    return x * 1",
+                                     "v = x[:, :1]\n    v *= 2\n    return x"])
+@pytest.mark.parametrize("backward", ["dy - dy.mean(-1, keepdims=True)", "dy * 7"])
+def test_a_write_into_an_input_is_bad_input_never_failed(tmp_path, capsys, forward, backward):
+    """A correct in-place spec and a wrong one are both refused (before: a wrong backward was proved
+    and a correct one failed, because the tangents were seeded on overwritten leaves)."""
+    f = _file(tmp_path, f'''
+@op(inputs={{"x": ("rows", "n")}}, output=("rows", "n"), dims=[{{"rows": 1, "n": 3}}])
+def f(B, x):
+    {forward}
+
+@f.defvjp
+def _(B, x, dy):
+    return ({backward},)
+''')
+    code, out = _run(tmp_path, capsys, "all", str(f), "--no-plots")
+    assert code == 2 and "in place" in out and "my_ops.py:" in out, out
+
+
+def test_writing_into_a_fresh_array_is_fine(tmp_path, capsys):
+    f = _file(tmp_path, '''
+@op(inputs={"x": ("rows", "n")}, output=("rows", "n"), dims=[{"rows": 1, "n": 3}])
+def f(B, x):
+    xc = x - x.mean(-1, keepdims=True)
+    xc *= 2
+    return xc
+
+@f.defvjp
+def _(B, x, dy):
+    g = dy * 2
+    g -= g.mean(-1, keepdims=True)
+    return (g,)
+''')
+    code, out = _run(tmp_path, capsys, "prove", str(f))
+    assert code == 0, out
+
+
+# ------------------------------------------------------------------------- 3. backend identity
+@pytest.mark.parametrize("peek", ['B.name == "float64"', 'getattr(B, "dtype", None) == np.float64',
+                                  'hasattr(B, "ctx")', "B.__dict__ is None"])
+def test_reading_the_backend_identity_is_bad_input(tmp_path, capsys, peek):
+    f = _file(tmp_path, SQUARE + f'''
+@sq.defvjp
+def _(B, x, dy):
+    if {peek}:
+        return (3 * x * dy,)
+    return (2 * x * dy,)
+''')
+    code, out = _run(tmp_path, capsys, "prove", str(f))
+    assert code == 2 and "my_ops.py:" in out, out
+
+
+LSE = '''
+@op(inputs={"x": ("rows", "n")}, output=("rows", "n"), dims=[{"rows": 1, "n": 3}],
+    check_dims={"rows": 3, "n": 5})
+def lsm(B, x):
+    m = B.max_shift(x)
+    return x - B.log(B.exp(x - m).sum(-1, keepdims=True))          # forgets to add m back
+
+@lsm.defvjp
+def _(B, x, dy):
+    e = B.exp(x - B.max_shift(x))
+    return (dy - e / e.sum(-1, keepdims=True) * dy.sum(-1, keepdims=True),)
+'''
+
+
+def test_a_float_path_that_forgets_the_shift_fails_in_both_tiers(tmp_path, capsys):
+    """Exact backends shift by 0, floats by the row max: a log-sum-exp that forgets to add it back
+    was proved and checked while its float64 reference was off by the row maximum."""
+    f = _file(tmp_path, LSE)
+    code, out = _run(tmp_path, capsys, "all", str(f), "--no-plots")
+    assert code == 1, out
+    verdicts = {(r["tier"], r["claim"]): r["verdict"] for r in _records(tmp_path)}
+    assert verdicts[("symbolic", "max_shift_free")] == "failed"      # exact: the shift does not cancel
+    assert verdicts[("numeric", "max_shift_free")] == "failed"
+    assert verdicts[("numeric", "reference")] == "failed"            # the float64 reference is wrong
+    assert verdicts[("symbolic", "vjp[x]")] == "proved"              # (its derivative is right)
+
+
+def test_a_float_path_chosen_by_sniffing_the_dtype_fails_the_reference(tmp_path, capsys):
+    """The facade hides the backend's name, but a spec can still look at what arrays it gets; the
+    reference claim compares every backend with the traced (proved) function."""
+    f = _file(tmp_path, '''
+@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 3}], check_dims={"n": 5})
+def sq(B, x):
+    if B.zeros(1).dtype != object:
+        return x * x * (1 + B.c(1, 1000))
+    return x * x
+
+@sq.defvjp
+def _(B, x, dy):
+    return (2 * x * dy,)
+''')
+    code, out = _run(tmp_path, capsys, "check", str(f), "--no-plots")
+    assert code == 1, out
+    ref = next(r for r in _records(tmp_path) if r["claim"] == "reference")
+    assert ref["verdict"] == "failed" and ref["evidence"]["witness"]["dtype"] in ("float64", "float32")
+
+
+def test_every_builtin_float_reference_is_checked(ops):
+    from vjpcert.numeric.reference import check_reference
+    for name in ("softmax", "log_softmax", "layernorm", "gelu_tanh", "attention_causal"):
+        cert = check_reference(ops[name], ops[name].check_dims)
+        assert cert.verdict == "checked", (name, cert.evidence)
+        for case in cert.evidence["cases"].values():
+            assert case["mpmath_backend_digits"] >= 40
+            for dtype in ("float64", "float32"):
+                assert all(v["ratio"] <= 1 for v in case[dtype].values())
+
+
+# ------------------------------------------------------------------------- 4. exact disagreement
+@pytest.mark.parametrize("eps", ["B.c(1, 10**90)", "B.c(1, 10**30)", "B.c(1, 10**300)"])
+def test_an_exact_nonzero_residual_is_failed_with_an_exact_witness(tmp_path, capsys, eps):
+    f = _file(tmp_path, SQUARE + f"\n@sq.defvjp\ndef _(B, x, dy):\n    return (2 * x * dy + {eps} * x,)\n")
+    code, out = _run(tmp_path, capsys, "prove", str(f))
+    assert code == 1, out
+    (cert,) = [r for r in _records(tmp_path) if r["claim"] == "vjp[x]"]
+    assert cert["verdict"] == "failed" and cert["method"] == "exact-rational-witness"
+    w = cert["evidence"]["witness"]
+    assert w["exact"] and Fraction(w["residual"]) != 0
+    # the witness replays: at its exact point, backward - J^T dy is exactly the recorded residual
+    x = {k: Fraction(v) for k, v in w["point"].items()}
+    entry = w["component"]
+    assert Fraction(w["backward"]) - Fraction(w["J^T dy"]) == Fraction(w["residual"]), entry
+    assert x
+
+
+def test_checked_never_comes_from_an_exactly_nonzero_rational_residual():
+    from vjpcert.symbolic import strategies
+    from vjpcert.symbolic.claims import trace_claim
+    from vjpcert.core.registry import op as declare
+
+    @declare(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}], name="tiny_cube_test")
+    def cube(B, x):
+        return x * x * x
+
+    @cube.defvjp
+    def _(B, x, dy):
+        return (3 * x * x * dy + B.c(1, 10**60) * dy / (1 + x * x),)
+
+    from vjpcert.symbolic.prover import prove_claim
+    cert = prove_claim(cube, "vjp[x]", {"n": 2})
+    assert cert.verdict == "failed" and cert.method == "exact-rational-witness"
+    traced = trace_claim(cube, "vjp[x]", {"n": 2})
+    assert strategies.exact_witness(traced)["status"] == "failed"
+
+
+# ------------------------------------------------------------------------- 5. numeric allowance
+def test_a_backward_scaled_by_1e45_fails_the_numeric_tier(tmp_path, capsys):
+    f = _file(tmp_path, '''
+@op(inputs={"x": ("rows", "n")}, output=("rows", "n"), dims=[{"rows": 1, "n": 3}],
+    check_dims={"rows": 3, "n": 7})
+def sm(B, x):
+    e = B.exp(x - B.max_shift(x))
+    return e / e.sum(-1, keepdims=True)
+
+@sm.defvjp
+def _(B, x, dy):
+    y = sm(B, x)
+    return (B.c(1, 10**45) * y * (dy - (y * dy).sum(-1, keepdims=True)),)
+''')
+    code, out = _run(tmp_path, capsys, "check", str(f), "--no-plots")
+    assert code == 1
+    vjp = [r for r in _records(tmp_path) if r["claim"] == "vjp[x]"]
+    assert vjp and all(r["verdict"] == "failed" for r in vjp)
+    for r in vjp:             # the allowance came from the forward: it cannot excuse 45 digits
+        for case in r["evidence"]["cases"].values():
+            assert case.get("conditioning_loss", 0) <= 20
+
+
+# ------------------------------------------------------------------------- 6. the mod-p prime
+def test_an_error_divisible_by_a_fixed_prime_is_caught_by_random_primes():
+    """Before: every trial was mod 2^61 - 1, so an error term with that factor vanished in every
+    trial while the certificate stated a false-pass probability of 5e-54."""
+    from vjpcert.core.registry import op as declare
+    from vjpcert.symbolic import strategies
+    from vjpcert.symbolic.claims import trace_claim
+
+    @declare(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}], name="p61_target_test")
+    def f(B, x):
+        return B.exp(x)
+
+    @f.defvjp
+    def _(B, x, dy):
+        return (B.exp(x) * dy + (2**61 - 1) * x * dy,)
+
+    traced = trace_claim(f, "vjp[x]", {"n": 2})
+    out = strategies.modp(traced, seed=0, salt="p61")
+    assert out["status"] == "nonzero"
+    assert int(out["prime"]) != 2**61 - 1 and int(out["prime"]).bit_length() == 63
+
+
+def test_primes_are_recorded_and_change_with_the_claim():
+    from vjpcert.core.registry import op as declare
+    from vjpcert.symbolic import strategies
+    from vjpcert.symbolic.claims import trace_claim
+
+    @declare(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}], name="modp_record_test")
+    def g(B, x):
+        return B.exp(x) * x
+
+    @g.defvjp
+    def _(B, x, dy):
+        return ((B.exp(x) * x + B.exp(x)) * dy,)
+
+    traced = trace_claim(g, "vjp[x]", {"n": 2})
+    a = strategies.modp(traced, seed=0, salt="claim-a")
+    b = strategies.modp(traced, seed=0, salt="claim-b")
+    assert a["status"] == b["status"] == "proved-probabilistic"
+    assert len(a["primes"]) == 3 and a["primes"] != b["primes"]
+    assert a == strategies.modp(traced, seed=0, salt="claim-a")          # reproducible
+    assert float(a["false_pass_probability"]) < 1e-40
+
+
+# ------------------------------------------------------------------------- 7. laws that say nothing
+def test_an_empty_law_is_bad_input(tmp_path, capsys):
+    f = _file(tmp_path, SQUARE + '''
+@sq.defvjp
+def _(B, x, dy):
+    return (2 * x * dy,)
+
+@sq.law
+def nothing(B, x, forward):
+    return forward(x)[5:], x[5:] * 7
+''')
+    code, out = _run(tmp_path, capsys, "prove", str(f))
+    assert code == 2 and "empty" in out, out
+
+
+# ------------------------------------------------------------------------- 8. forged certificates
+def test_a_forged_verdict_passes_the_digest_but_not_replay(tmp_path, capsys):
+    from vjpcert.core.certificate import record_digest
+    f = _file(tmp_path, SQUARE + "\n@sq.defvjp\ndef _(B, x, dy):\n    return (3 * x * dy,)\n")
+    code, out = _run(tmp_path, capsys, "prove", str(f))
+    assert code == 1
+    path = next((tmp_path / "reports" / "certificates").rglob("symbolic__vjp-x*.json"))
+    record = json.loads(path.read_text())
+    record.update(verdict="proved", trust="exact proof at these dims", method="flint-atoms")
+    record["digest"] = record_digest(record)
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    verify = ["verify", str(tmp_path / "reports"), "--spec", str(f), "--no-missing"]
+    assert main(verify) == 0                      # the digest only catches accidental edits
+    capsys.readouterr()
+    assert main([*verify, "--replay"]) == 1
+    assert "replay" in capsys.readouterr().out
+
+
+def test_replay_of_a_sample_is_reproducible_and_names_its_seed(tmp_path, capsys):
+    f = _file(tmp_path, SQUARE + "\n@sq.defvjp\ndef _(B, x, dy):\n    return (2 * x * dy,)\n")
+    assert _run(tmp_path, capsys, "all", str(f), "--no-plots")[0] == 0
+    argv = ["verify", str(tmp_path / "reports"), "--spec", str(f), "--no-missing", "--replay",
+            "--sample", "2", "--replay-seed", "7"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv) == 0
+    assert capsys.readouterr().out == first and "--replay-seed 7" in first
