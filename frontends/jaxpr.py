@@ -16,7 +16,7 @@ into one jaxpr: the forward, and the backward JAX would run (a ``custom_vjp``'s 
 one over the backend ``B`` (``vjpcert.frontends.values``), nested jaxprs (``jit``, ``custom_jvp_call``,
 ``custom_vjp_call``) recursively; only the equations an output needs are evaluated. A primitive without
 a rule is bad input naming it. ``reduce_max`` (jax.nn.softmax's shift) is a maximum of input values:
-it is evaluated as B.max_shift and the op carries the law ``max_shift_cancels``.
+it is evaluated as B.max_shift, and the op carries the claim ``max_shift_free``.
 
 JAX is optional (``pip install -e '.[jax]'``); nothing here imports it until a JAX op is made.
 """
@@ -408,7 +408,7 @@ class JaxGraph:
         self.code = str(closed)
         self.n_out = len(closed.jaxpr.outvars)
         probe = self._dry_run()
-        self.max_entries = probe.sites
+        self.max_sites = probe.sites
         self.readings = dict(probe.constants.readings)
         self.casts = set(probe.casts)
         self.decomposed = []
@@ -422,8 +422,8 @@ class JaxGraph:
         run_jaxpr(c, self.closed.jaxpr, list(self.closed.consts), args)
         return c
 
-    def evaluate(self, B, arrays, part: str, shifts=None) -> list[np.ndarray]:
-        c = Context(B, Constants(self.constants_mode), self.op_name, shifts=shifts)
+    def evaluate(self, B, arrays, part: str) -> list[np.ndarray]:
+        c = Context(B, Constants(self.constants_mode), self.op_name)
         jaxpr = self.closed.jaxpr
         args = [Val(np.asarray(a), False) for a in arrays]
         if part == "forward":

@@ -23,7 +23,6 @@ from vjpcert.core.registry import Op, Param, SpecError, dim_names, dim_size
 from vjpcert.frontends.values import decimal_of, describe_readings
 
 FRONTEND_DIR = Path(__file__).resolve().parent
-MAX_SHIFT = "max_shift"
 
 
 def _signature(names) -> inspect.Signature:
@@ -72,8 +71,6 @@ class FrontendOp(Op):
                 raise SpecError(name, f"param {k!r}: a framework function receives parameters as Python "
                                       f"values, so they are fixed (symbolic=False) in its proofs")
         self._user_nondiff = dict(nondiff or {})
-        if MAX_SHIFT in {*inputs, *self._user_nondiff, *params}:
-            raise SpecError(name, f"{MAX_SHIFT!r} is the name of the op's row-maximum shifts; rename that input")
         names = [*inputs, *self._user_nondiff, *params]
 
         def forward(B, **values):
@@ -87,19 +84,14 @@ class FrontendOp(Op):
         self._declared_output = tuple(output) if output else None
         first = self._first_graph(inputs, params, dims[0])
         out_decl = self._declared_output or self._traced_output_decl(first, dims[0])
-        all_nondiff = dict(self._user_nondiff)
-        if first.max_entries:
-            all_nondiff[MAX_SHIFT] = (_MaxEntries(self),)
-        super().__init__(forward, name=name, inputs=inputs, output=out_decl, nondiff=all_nondiff, params=params,
-                         dims=dims, large_dims=large_dims, check_dims=check_dims,
+        super().__init__(forward, name=name, inputs=inputs, output=out_decl, nondiff=self._user_nondiff,
+                         params=params, dims=dims, large_dims=large_dims, check_dims=check_dims,
                          assumptions=(), constraints=None)
         self.vjp = backward
         self.module = module
         self.doc = doc or (inspect.getdoc(module) if module is not None else "") or ""
         if spec is not None:
             self._add_spec_law(spec)
-        if first.max_entries:
-            self._add_shift_law()
 
     # ------------------------------------------------------------------ graphs
     def _shapes(self, values: Mapping) -> tuple:
@@ -118,13 +110,13 @@ class FrontendOp(Op):
         shapes = tuple(self.shape(d, dims) for d in [*self.inputs.values(), *self._user_nondiff.values()])
         return self.graph(shapes, {**self.param_values(), **(params or {})})
 
-    def _evaluate(self, B, values: Mapping, part: str, shifts=None):
+    def _evaluate(self, B, values: Mapping, part: str):
         params = {k: values[k] for k in self.params}
         g = self.graph(self._shapes(values), params)
         arrays = [values[n] for n in [*self.inputs, *self._user_nondiff]]
         if part != "forward":
             arrays.append(values["dy"])
-        return g.evaluate(B, arrays, part, shifts=shifts)
+        return g.evaluate(B, arrays, part)
 
     def _first_graph(self, inputs, params, dims):
         shapes = tuple(tuple(dim_size(e, dims, self.name) for e in d)
@@ -180,26 +172,6 @@ class FrontendOp(Op):
                 out.append(f"{k} = {p.default} (the spec's default)")
         return ", ".join(out) or "no parameters"
 
-    # ------------------------------------------------------------------ the max-shift law
-    def _add_shift_law(self):
-        """A graph that takes a maximum of input values (JAX's softmax, a hand-written one) is
-        evaluated with that maximum replaced by B.max_shift (0 in exact arithmetic). That is the
-        framework's function only if nothing depends on the maximum's value: this law says the graph's
-        every output (forward and cotangents) is the same with an arbitrary value added to each
-        maximum (the non-differentiable input ``max_shift``, a free symbol per entry in proofs)."""
-        op = self
-        names = [*self.inputs, *self._user_nondiff, MAX_SHIFT, *self.params, "dy"]
-
-        def max_shift_cancels(B, **values):
-            shifted = op._evaluate(B, values, "all", shifts=values[MAX_SHIFT])
-            plain = op._evaluate(B, values, "all")
-            flat = lambda arrays: np.concatenate([np.asarray(a, dtype=object).ravel() for a in arrays])
-            return flat(shifted), flat(plain)
-        max_shift_cancels.__signature__ = _signature(names)
-        max_shift_cancels.__doc__ = ("Every output (forward and cotangents) is the same with any value added to "
-                                     "each maximum of input values in the graph: the maximum is only a shift.")
-        self.law(max_shift_cancels, name="max_shift_cancels")
-
     # ------------------------------------------------------------------ identity and words
     @property
     def assumptions(self) -> tuple:
@@ -228,10 +200,10 @@ class FrontendOp(Op):
         if self.params:
             words.append("parameters are fixed at the values given: "
                          + ", ".join(f"{k} = {p.default!r}" for k, p in self.params.items()))
-        if MAX_SHIFT in self.nondiff:
-            words.append("each maximum of input values in the graph is evaluated as 0 in exact arithmetic (the "
-                         "maximum in floats): the graph is the framework's function only because the law "
-                         "max_shift_cancels holds (a claim of this op)")
+        if any(getattr(self.graph_at(d), "max_sites", 0) for d in self.dims[:1]):
+            words.append("each maximum of input values in the graph (a softmax's shift) is B.max_shift: 0 in "
+                         "exact arithmetic, the maximum in floats; the graph is the framework's function "
+                         "because nothing depends on it (the claim max_shift_free)")
         if self.spec is not None:
             words.append(f"matches_spec[{self.spec.name}] compares with the spec "
                          + (f"at {w}" if (w := self._spec_params_words(self.spec)) != "no parameters" else
@@ -278,21 +250,6 @@ class FrontendOp(Op):
 
     def __repr__(self):
         return f"<{self.framework} op {self.name}: inputs {list(self.inputs)}>"
-
-
-class _MaxEntries:
-    """The number of entries of the graph's row maxima at some dims (the size of ``max_shift``)."""
-
-    def __init__(self, op: FrontendOp):
-        self.op = op
-
-    def __call__(self, dims):
-        return self.op.graph_at(dims).max_entries
-
-    def __str__(self):
-        return "maxima"
-
-    __repr__ = __str__
 
 
 class _OutputSize:

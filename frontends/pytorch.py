@@ -589,8 +589,7 @@ class TorchGraph:
         self._needed = {"forward": self._needed_for(self.outputs[:1]),
                         "backward": self._needed_for(self.outputs[1:]),
                         "all": self._needed_for(self.outputs)}
-        self.max_entries = sum(int(np.prod(tuple(n.meta["val"].shape))) for n in self.order
-                               if n in self._needed["all"] and _op_name(n.target) in MAX_SITES)
+        self.max_sites = sum(1 for n in self.order if _op_name(n.target) in MAX_SITES)
         self.code = gm.code
         self._scan()
 
@@ -622,8 +621,8 @@ class TorchGraph:
                     self.casts.add(f"{str(src).replace('torch.', '')} -> {str(dtype).replace('torch.', '')}")
         self.readings = dict(consts.readings)
 
-    def evaluate(self, B, arrays, part: str, shifts=None) -> list[np.ndarray]:
-        ctx = Context(B, Constants(self.constants_mode), self.op_name, shifts=shifts)
+    def evaluate(self, B, arrays, part: str) -> list[np.ndarray]:
+        ctx = Context(B, Constants(self.constants_mode), self.op_name)
         env = {}
         for ph, a in zip(self.placeholders, arrays):
             env[ph] = Val(np.asarray(a), False)

@@ -167,13 +167,12 @@ def describe_readings(mode: str, readings: Mapping[str, str]) -> list[str]:
 class Context:
     """Arithmetic on ``Val``s over one backend; ``at`` names the graph node for error messages."""
 
-    def __init__(self, B, constants: Constants, op_name: str | None = None, shifts=None):
+    def __init__(self, B, constants: Constants, op_name: str | None = None):
         self.B = B
         self.constants = constants
         self.op_name = op_name
         self.at = ""
-        self.shifts = None if shifts is None else np.asarray(shifts).ravel()   # see max_site
-        self.sites = 0          # entries of row maxima evaluated so far
+        self.sites = 0                   # maxima of input values met (see max_site)
         self.casts: set[str] = set()     # dtype conversions met (for the assumptions)
 
     # ---------------------------------------------------------------- errors
@@ -478,10 +477,10 @@ class Context:
 
     def max_site(self, x: Val, axes, keepdims: bool) -> Val:
         """A maximum of input values over ``axes`` (a softmax's shift, as JAX and hand-written code
-        compute it): B.max_shift, i.e. 0 in exact arithmetic and the maximum in floats, plus, when the
-        op checks its law ``max_shift_cancels``, an arbitrary value per entry (``shifts``). The
-        values of the graph equal the framework's only if its outputs do not depend on these
-        entries: that law is a claim of every op with such a site (``FrontendOp``)."""
+        compute it): B.max_shift of each row, i.e. 0 in exact arithmetic and the maximum in floats.
+        The graph is then the framework's function only if nothing it computes depends on that value:
+        the claim ``max_shift_free``, which every op whose code calls B.max_shift carries (the exact
+        tier proves it with a free shift per row, ``core.trace.TraceBackend``)."""
         x = self.scalar(x)
         self._no_nan(x)
         if x.neginf is not None:
@@ -497,14 +496,8 @@ class Context:
         m = np.asarray(self.B.max_shift(flat))                       # shape rest + (1,)
         out_shape = tuple(1 if i in axes else x.shape[i] for i in range(nd)) if keepdims else \
             tuple(x.shape[i] for i in rest)
-        m = m.reshape(out_shape)
-        count = int(np.prod(out_shape)) if out_shape else 1
-        if self.shifts is not None:
-            if self.sites + count > self.shifts.size:
-                self.refuse("more row maxima than the op declared (its graph changed?)")
-            m = m + self.shifts[self.sites:self.sites + count].reshape(out_shape)
-        self.sites += count
-        return Val(np.asarray(m), False)
+        self.sites += 1
+        return Val(np.asarray(m.reshape(out_shape)), False)
 
     def softmax(self, x: Val, axis: int, log: bool = False) -> Val:
         """Row softmax (or log-softmax) along ``axis``, its mathematical definition: exp(x_i) / sum_j
