@@ -41,6 +41,14 @@ def _jax():
     return jax
 
 
+def _x64(jax):
+    """64-bit floats for the trace only (``jax.enable_x64`` since 0.4.31; before, experimental)."""
+    enable = getattr(jax, "enable_x64", None)
+    if enable is None:
+        from jax.experimental import enable_x64 as enable
+    return enable(True)
+
+
 def jax_version() -> str:
     return _jax().__version__
 
@@ -454,7 +462,7 @@ def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants
     def call(*xs):
         return fn(*xs, **params)
 
-    with jax.enable_x64(True):
+    with _x64(jax):
         structs = [jax.ShapeDtypeStruct(tuple(s), jnp.float64) for s in shapes]
         try:
             out = jax.eval_shape(call, *structs)

@@ -19,7 +19,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from vjpcert.core.registry import Op, Param, SpecError, dim_names, dim_size
+from vjpcert.core.registry import Op, Param, SpecError, dim_size
 from vjpcert.frontends.values import decimal_of, describe_readings
 
 FRONTEND_DIR = Path(__file__).resolve().parent
@@ -50,8 +50,7 @@ class FrontendOp(Op):
     def __init__(self, *, name: str, framework: str, tracer: Callable, module, inputs: Mapping[str, tuple],
                  dims: list[dict], nondiff: Mapping[str, tuple] | None = None, params: Mapping | None = None,
                  output: tuple | None = None, large_dims=None, check_dims=None, spec: Op | None = None,
-                 constants: str = "decimal", doc: str = "", declaration: dict | None = None,
-                 framework_version: str = ""):
+                 constants: str = "decimal", doc: str = "", framework_version: str = ""):
         if not inputs:
             raise SpecError(name, "a framework op needs at least one differentiable input")
         if not dims:
@@ -63,7 +62,6 @@ class FrontendOp(Op):
         self.framework_version = framework_version
         self.constants = constants
         self.spec = spec
-        self.declaration = dict(declaration or {})
         self._sha = None
         params = {k: (v if isinstance(v, Param) else Param(v, symbolic=False)) for k, v in (params or {}).items()}
         for k, p in params.items():
@@ -273,10 +271,3 @@ def _freeze(v):
     if isinstance(v, dict):
         return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
     return v
-
-
-def dims_names(decls) -> set[str]:
-    out = set()
-    for d in decls:
-        out |= dim_names(d)
-    return out
