@@ -1,5 +1,7 @@
 """The Framework backwards report: its plan (proofs at small dims, checks at realistic ones), its
-note, and `vjpcert verify` over it (a stale, edited or missing certificate is named)."""
+note, and `vjpcert verify` over it (a stale, edited or missing certificate is named). That the
+committed report is current is tests/test_all_verify.py's guard: `vjpcert verify reports` covers
+reports/frameworks/."""
 import json
 import shutil
 from pathlib import Path
@@ -29,11 +31,6 @@ def test_every_op_of_the_table_is_planned_proved_small_and_checked_realistic():
     assert sorted(map(str, expected_paths(one))) == sorted(str(task_relpath(t, "pytorch.softmax")) for t in tasks)
 
 
-def test_the_committed_framework_report_is_current_and_complete():
-    problems, _ = verify_report(REPORT)
-    assert not problems, "\n".join(map(str, problems[:20]))
-
-
 def test_the_note_says_what_was_proved_what_only_checked_and_why():
     note = (REPORT / "README.md").read_text()
     for heading in ("## Verdicts", "## What was proved, what only checked, and why", "## Assumptions per op"):
@@ -54,7 +51,11 @@ def report_copy(tmp_path):
     return root
 
 
-def test_verify_names_an_edited_and_a_missing_framework_certificate(report_copy, capsys):
+def test_verify_names_an_edited_and_a_missing_framework_certificate(report_copy, capsys, monkeypatch):
+    """Also where JAX is not installed (as in CI): its certificates are skipped with a note, the
+    PyTorch ones still verified."""
+    import vjpcert.frameworks
+    monkeypatch.setattr(vjpcert.frameworks, "jax_available", lambda: False)
     certs = sorted((report_copy / "frameworks" / "certificates" / "pytorch.softmax").glob("*.json"))
     rec = json.loads(certs[0].read_text())
     rec["seconds"] += 1.0                                  # a hand edit the digest does not cover
@@ -63,13 +64,8 @@ def test_verify_names_an_edited_and_a_missing_framework_certificate(report_copy,
     assert main(["verify", str(report_copy), "--no-missing"]) == 1
     out = capsys.readouterr().out
     assert "edited" in out and f"frameworks/certificates/pytorch.softmax/{certs[0].name}" in out
-    problems, _ = verify_report(report_copy / "frameworks")
+    has_jax = any((REPORT / "certificates").glob("jax.*"))
+    assert ("JAX certificates not verified (JAX is not installed" in out) == has_jax
+    problems, notes = verify_report(report_copy / "frameworks")
     assert any(p.kind == "missing" and certs[1].name in p.path for p in problems)
-
-
-def test_the_plan_and_the_committed_certificates_agree():
-    ops = pytorch_ops()
-    want = {str(p) for p in expected_paths(ops)}
-    have = {str(p.relative_to(REPORT)) for p in (REPORT / "certificates").rglob("*.json")
-            if p.parent.name.startswith("pytorch.")}
-    assert want == have
+    assert not any("jax." in p.path for p in problems) and bool(notes) == has_jax

@@ -209,11 +209,12 @@ WHY = [
     (r"^(pytorch|jax)\.gelu$", r"^vjp\[", "GELU's backward is the derivative of GELU at the irrational its "
      "forward rounds: PyTorch multiplies exp(-x^2/2) by 0.3989422804014327 (1/sqrt(2 pi)), JAX by "
      "1.1283791670955126 (2/sqrt(pi)); with 0.7071067811865476 read as written, its square is not 1/2 and "
-     "the residual is about 1e-17 of the gradient. Read as the irrationals they round (`.named`): proved. "
+     "the residual is in the 17th or 18th significant digit of the gradient. Read as the irrationals they round (`.named`): proved. "
      "A rounding of constants, not a wrong formula."),
     (r"^(pytorch|jax)\.(gelu|gelu_tanh|sdpa|sdpa_causal)$", r"^matches_spec", "The forward writes a rounded "
      "irrational (1/sqrt(2), sqrt(2/pi), the attention scale); read as printed it is not the spec's exact "
-     "constant, so the traced forward differs from the spec by about 1e-17 relative. See the `.named` row."),
+     "constant, so the traced forward differs from the spec in the 16th or 17th significant digit. See the "
+     "`.named` row."),
     (r"^pytorch\.sdpa(_causal)?\.named$", r"^matches_spec", "PyTorch's math path scales Q and K each by "
      "fl(sqrt(fl(1/sqrt(d)))); at d = 3 that float is not the rounding of 3^(-1/4), so no named constant "
      "matches and the two scales multiply to a number off 1/sqrt(3) by about 1e-16. The VJP claims are "
