@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Verdicts, strongest first. Only `proved*` claim more than "agrees where we looked".
 VERDICTS = {
@@ -74,7 +74,17 @@ class Certificate:
     schema: int = SCHEMA_VERSION
     trust: str = field(default="")
     options: dict = field(default_factory=dict)   # what the run was asked for: seed, dps, budget, ...
+    sources: list = field(default_factory=list)   # the spec-code files spec_sha256 covers
     digest: str = ""                              # sha256 of the record itself: hand edits show
+
+    @classmethod
+    def issue(cls, op, **fields) -> "Certificate":
+        """A certificate about ``op``: its name (a mutant's is its op's), the hash of every file of
+        its code and their names (``Op.source_files``), and the versions in use filled in."""
+        from vjpcert.core.sources import shown
+        fields.setdefault("versions", versions())
+        return cls(op=op.base_name, spec_sha256=op.spec_sha256,
+                   sources=[shown(p) for p in op.source_files], **fields)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -94,9 +104,12 @@ class Certificate:
 
     @property
     def variant(self) -> str:
-        """The tier, refined by how a symbolic claim was decided as a whole (monolithic or by
-        composition), so both certificates of one claim can stand side by side."""
-        return f"{self.tier}-{self.method}" if self.method in ("compositional", "general") else self.tier
+        """The tier, refined by how a symbolic claim was decided as a whole (monolithic, by
+        composition, for every size), and a numeric check at a given point kept apart from the
+        sampled ones, so the certificates of one claim can stand side by side."""
+        if self.tier == "symbolic" and self.method in ("compositional", "general"):
+            return f"{self.tier}-{self.method}"
+        return f"{self.tier}-point" if (self.options or {}).get("point") else self.tier
 
     def relpath(self) -> Path:
         return cert_relpath(self.op, self.variant, self.claim, self.dims)
@@ -128,12 +141,13 @@ def record_digest(record: dict) -> str:
 
 CERTIFICATE_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://vjpcert.invalid/schema/certificate-v1.json",
+    "$id": "https://vjpcert.invalid/schema/certificate-v2.json",
     "title": "vjpcert certificate",
     "description": "One record per (op, claim, tier/method, dims). JSON is the source of truth.",
     "type": "object",
     "required": ["op", "claim", "tier", "verdict", "method", "dims", "assumptions", "evidence", "seconds",
-                 "spec_sha256", "checker_sha256", "versions", "schema", "trust", "options", "digest"],
+                 "spec_sha256", "checker_sha256", "versions", "schema", "trust", "options", "sources",
+                 "digest"],
     "additionalProperties": False,
     "properties": {
         "op": {"type": "string", "minLength": 1},
@@ -151,6 +165,7 @@ CERTIFICATE_SCHEMA = {
         "schema": {"const": SCHEMA_VERSION},
         "trust": {"enum": sorted(set(TRUST.values()))},
         "options": {"type": "object"},
+        "sources": {"type": "array", "items": {"type": "string"}},
         "digest": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
     },
     "allOf": [{"if": {"properties": {"verdict": {"const": "failed"}}},
@@ -166,6 +181,13 @@ def versions() -> dict:
         except metadata.PackageNotFoundError:
             out[dist] = "not installed"
     return out
+
+
+def checker_code_sha256(package_dir) -> str:
+    """A tier's checker hash: its own package and the machinery every tier runs on (``core/``: tracing,
+    backends, evaluation, validation). A change to either makes the tier's certificates stale."""
+    core = Path(__file__).parent
+    return sources_sha256([*core.glob("*.py"), *Path(package_dir).glob("*.py")])
 
 
 def sources_sha256(paths) -> str:

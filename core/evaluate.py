@@ -8,8 +8,6 @@ difference). A field supplies const, leaf, add, mul, neg, inv, pow and the trans
 """
 from __future__ import annotations
 
-import functools
-import random
 from fractions import Fraction
 
 import numpy as np
@@ -78,8 +76,6 @@ class Evaluator:
                 v = f.pi()
             elif op == "cpow":
                 v = f.cpow(node.args[0].value, node.value)
-            elif op in ("opaque", "opaque_jac"):
-                v = getattr(f, op)(node.value, args)
             else:
                 v = getattr(f, op)(args[0])
             if self.share is not None and id(node) in self.shared:
@@ -97,20 +93,9 @@ class NotRational(Exception):
     """The value is not a rational number (a transcendental or an irrational constant)."""
 
 
-@functools.lru_cache(maxsize=4096)
-def opaque_instance(key: tuple, k: int, n: int):
-    """Rational coefficients (a_j, b_jl) of output k of a concrete stand-in for the opaque F_key."""
-    import zlib
-    rng = random.Random(zlib.crc32(repr((key, k)).encode()))
-    a = [Fraction(rng.randint(-99, 99), 64) for _ in range(n)]
-    b = [[Fraction(rng.randint(-99, 99), 256) for _ in range(n)] for _ in range(n)]
-    return a, b
-
-
 class _OperatorField:
-    """Fields whose numbers already have the arithmetic operators (mpmath numbers, SymPy
-    expressions); subclasses give constants, leaves and the functions, and ``_concrete_opaque``
-    gives both of them the same concrete stand-in for an opaque node."""
+    """Fields whose numbers already have the arithmetic operators (mpmath numbers, exact rationals,
+    SymPy expressions); subclasses give constants, leaves and the functions."""
 
     def add(self, a, b):
         return a + b
@@ -131,33 +116,6 @@ class _OperatorField:
 
     def cpow(self, base, k):
         return self.const(base) ** self.const(k)
-
-    def opaque(self, spec, args):
-        """A concrete F: F_k(x) = sum_j a_kj x_j + sum_jl b_kjl x_j x_l with coefficients fixed by
-        F's key; its Jacobian entries are exact, so a witness found here is a real counterexample."""
-        a, b = self._instance(spec)
-        n = spec.n
-        if spec.j is None:
-            return self._sum(a[j] * args[j] + self._sum(b[j][l] * args[l] for l in range(n)) * args[j]
-                             for j in range(n))
-        j = spec.j
-        return a[j] + self._sum((b[j][l] + b[l][j]) * args[l] for l in range(n))
-
-    opaque_jac = opaque
-
-    def _instance(self, spec):
-        key = (spec.key, spec.k, spec.n)
-        cache = self.__dict__.setdefault("_opaque", {})
-        if key not in cache:
-            a, b = opaque_instance(*key)
-            cache[key] = ([self.const(v) for v in a], [[self.const(v) for v in row] for row in b])
-        return cache[key]
-
-    def _sum(self, terms):
-        total = self.const(0)
-        for t in terms:
-            total = total + t
-        return total
 
 
 class MpField(_OperatorField):
@@ -199,10 +157,6 @@ class MpField(_OperatorField):
 
     def pi(self):
         return +self.ctx.pi
-
-    def _sum(self, terms):
-        return self.ctx.fsum(terms)
-
 
 
 class QField(_OperatorField):

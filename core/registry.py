@@ -98,6 +98,20 @@ class Mutant:
     exact_only: bool = False          # an error below any finite precision: only exact tiers must kill it
 
 
+# Op and claim names become file names (reports/certificates/<op>/...): a name is refused unless it
+# is plainly one path component -- no separators, no "..", nothing a shell or a filesystem reads.
+_OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_CLAIM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-\[\]]*$")
+
+
+def check_name(kind: str, name: str, pattern=None) -> str:
+    pattern = pattern or (_OP_NAME if kind == "op" else _CLAIM_NAME)
+    if not isinstance(name, str) or not pattern.match(name) or ".." in name:
+        raise SpecError(None, f"{kind} name {name!r} is not allowed: use letters, digits and _ . - "
+                              f"(it becomes a file name in the reports)")
+    return name
+
+
 Dims = Mapping[str, int]
 _DIM_TERM = re.compile(r"^\s*([A-Za-z_]\w*|\d+)\s*$")
 
@@ -194,7 +208,7 @@ class Op:
         ``(lhs, rhs)`` that must be equal, which also tells the witness search the scale)."""
         def register(f):
             self._check_signature(f, "law", extra=LAW_EXTRAS)
-            law_name = name or f.__name__
+            law_name = check_name("law", name or f.__name__)
             if law_name in {l.name for l in self.laws} or law_name.startswith("vjp[") \
                     or law_name in RESERVED_CLAIMS:
                 raise SpecError(self.name, f"law name {law_name!r} is used twice (or is reserved: "
@@ -276,6 +290,7 @@ class Op:
         twin = object.__new__(type(self))
         twin.__dict__.update(self.__dict__)
         twin._fixed_claims = tuple(self.claims())
+        twin._extra_functions = (*getattr(self, "_extra_functions", ()), mutant.fn)
         twin.name = f"{self.name}~{mutant.name}"
         twin.base_name = self.name
         if mutant.replaces == "vjp":
@@ -344,30 +359,23 @@ class Op:
     # ---------------------------------------------------------------- identity
     @property
     def source_files(self) -> list[Path]:
-        """The spec module and every other spec module whose ops it uses (a composite op's proof is
-        only current while the ops it is built from are unchanged)."""
-        seen: dict[str, Path] = {}
-
-        def visit(module):
-            if module is None or getattr(module, "__file__", None) is None:
-                return
-            path = Path(module.__file__).resolve()
-            if str(path) in seen:
-                return
-            seen[str(path)] = path
-            for value in vars(module).values():
-                if isinstance(value, Op):
-                    visit(value.module)
-        visit(self.module)
-        return sorted(seen.values())
+        """Every file of this op's code from outside vjpcert's machinery (``core.sources``): the spec
+        module, what it imports (transitively), the spec files of its nodes, a mutant's file."""
+        from vjpcert.core.sources import code_files
+        functions = [self.forward, self.vjp, *(law.fn for law in self.laws if law.fn is not None),
+                     *getattr(self, "_extra_functions", ())]
+        files = set(code_files(modules=[self.module], functions=[f for f in functions if f is not None]))
+        for node in self.nodes.values():
+            node_op = getattr(node, "op", node)
+            if isinstance(node_op, Op):
+                files.update(node_op.source_files)
+        return sorted(files)
 
     @property
     def spec_sha256(self) -> str:
-        h = hashlib.sha256()
-        for path in self.source_files:
-            h.update(path.name.encode())
-            h.update(path.read_bytes())
-        return h.hexdigest()
+        """The hash of those files as this process loaded them (a worker with old code says so)."""
+        from vjpcert.core.sources import files_sha256
+        return files_sha256(self.source_files)
 
     def __call__(self, B, *args, **kwargs):
         from vjpcert.core.backends import spec_backend
@@ -431,23 +439,28 @@ REGISTRY: dict[str, Op] = {}
 
 def op(*, inputs: Mapping[str, tuple], output: tuple, dims: list[Dims], nondiff=None, params=None,
        large_dims=None, check_dims=None, assumptions=(), constraints=None, name=None, tags=(),
-       kinks=None, sample=None, nodes=None, proofs=("monolithic",)):
+       kinks=None, sample=None, nodes=None, proofs=("monolithic",), compositional_dims=None):
     """Declare an op. ``dims`` is the ladder of shapes at which proofs run by default (smallest first;
     prefer non-square sizes, a transposed gradient can hide at m = d); ``check_dims`` is where the
     numeric tier works. ``kinks(B, **inputs)`` returns each entry's distance to a point where the op
     is not differentiable (samplers stay away); ``sample`` gives custom samplers for some inputs.
     ``nodes`` names the sub-ops of a composite; ``proofs`` says how its VJP claims are proved:
-    "monolithic" (the whole op at once) and/or "compositional" (nodes, then the wiring)."""
+    "monolithic" (the whole op at once) and/or "compositional" (nodes, then the wiring);
+    ``compositional_dims`` are further (realistic) sizes at which only the compositional VJP proofs
+    run: the wiring is proved there directly, the nodes rest on their every-size proofs."""
     if not dims:
         raise SpecError(name, "an op needs at least one entry in dims")
 
     def register(fn):
-        o = Op(fn, name=name or fn.__name__, inputs=inputs, output=output, nondiff=nondiff,
+        o = Op(fn, name=check_name("op", name or fn.__name__), inputs=inputs, output=output, nondiff=nondiff,
                params=params, dims=dims, large_dims=large_dims, check_dims=check_dims,
                assumptions=tuple(assumptions), constraints=constraints, tags=tags, kinks=kinks,
                sample=sample)
         o.nodes = dict(nodes or {})
         o.proofs = tuple(proofs)
+        o.compositional_dims = [dict(d) for d in (compositional_dims or [])]
+        if o.compositional_dims and "compositional" not in o.proofs:
+            raise SpecError(o.name, "compositional_dims need proofs=(..., 'compositional')")
         if "compositional" in o.proofs and not o.nodes:
             raise SpecError(o.name, "a compositional proof needs nodes=...")
         old = REGISTRY.get(o.name)
@@ -456,6 +469,9 @@ def op(*, inputs: Mapping[str, tuple], output: tuple, dims: list[Dims], nondiff=
             raise SpecError(o.name, f"is the name of a built-in op ({old.module.__file__}); "
                                     f"choose another name")
         REGISTRY[o.name] = o
+        from vjpcert.core.sources import code_files, snapshot
+        for path in code_files(modules=[o.module]):     # hashed as loaded, before anything changes
+            snapshot(path)
         return o
     return register
 
@@ -465,7 +481,11 @@ def load_file(path: str | Path) -> list[Op]:
     path = Path(path)
     if not path.is_file():
         raise SpecError(None, f"file not found: {path}")
+    from vjpcert.core.sources import add_to_path, forget, purge_user_modules
     mod_name = "vjpcert_user_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    add_to_path(path.parent)              # modules beside the spec import as they would from a script
+    purge_user_modules(path)              # ... and as they are on disk now, not as first imported
+    forget([path])
     spec = importlib.util.spec_from_file_location(mod_name, path)
     if spec is None or spec.loader is None:
         raise SpecError(None, f"{path}: not a Python file")

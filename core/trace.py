@@ -202,29 +202,6 @@ class Node:
         return f"{self.op}({', '.join(map(repr, self.args))})" + (f"^{self.value}" if self.op == "pow" else "")
 
 
-@dataclass(frozen=True)
-class Opaque:
-    """Entry k of an unknown function F_key of n inputs at the point given by the node's n arguments;
-    with ``j`` set, the entry (k, j) of F's Jacobian there. The prover keeps both as atoms keyed by the
-    point, independent of each other and of every other point: an identity that holds for them holds
-    for *every* differentiable F, including the real node."""
-
-    key: tuple
-    k: int
-    n: int
-    j: int | None = None
-
-
-def opaque(key: tuple, k: int, xs) -> Node:
-    xs = tuple(Node.lift(x) for x in xs)
-    return Node("opaque", xs, Opaque(key, k, len(xs)))
-
-
-def opaque_jacobian(key: tuple, k: int, j: int, xs) -> Node:
-    xs = tuple(Node.lift(x) for x in xs)
-    return Node("opaque_jac", xs, Opaque(key, k, len(xs), j))
-
-
 ZERO = Node("const", (), Fraction(0))
 ONE = Node("const", (), Fraction(1))
 

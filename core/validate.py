@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vjpcert.core.registry import Op, SpecError, take_refusals
+from vjpcert.core.registry import RESERVED_CLAIMS, Op, SpecError, take_refusals
 from vjpcert.core.trace import TRACE, Leaf, Node, leaf_array
 
 _UFUNC_HINT = " (a numpy function such as np.exp was applied to traced values: use B.exp, B.sqrt, ...)"
@@ -182,8 +182,22 @@ def uses_max_shift(op: Op, dims: dict | None = None) -> bool:
     return bool(free.shifts)
 
 
+def check_claim_files(op: Op) -> None:
+    """Two claims of an op must never share a certificate file (a law named ``vjp-x`` beside the
+    claim ``vjp[x]`` would overwrite it, and a rerun would read the law's verdict as the VJP's)."""
+    from vjpcert.core.certificate import claim_slug
+    seen: dict[str, str] = {}
+    for claim in dict.fromkeys([*op.claims(), *RESERVED_CLAIMS]):
+        slug = claim_slug(claim)
+        if slug in seen:
+            raise SpecError(op.name, f"claims {seen[slug]!r} and {claim!r} would share one certificate "
+                                     f"file ({slug}): rename one")
+        seen[slug] = claim
+
+
 def validate(op: Op, dims: dict | None = None) -> None:
     """Trace the forward, the backward and every law once; raises SpecError on any problem."""
+    check_claim_files(op)
     for d in ([dims] if dims else op.dims[:1]):
         d = op.resolve_dims(d)
         values = primal_values(op, d)

@@ -27,10 +27,10 @@ import numpy as np
 from vjpcert.cuda_kernels import env
 from vjpcert.cuda_kernels import tolerances as tol
 from vjpcert.core.backends import F32, F64
-from vjpcert.core.certificate import Certificate, dims_slug, sources_sha256, versions
+from vjpcert.core.certificate import Certificate, checker_code_sha256, dims_slug, versions
 from vjpcert.core.registry import Op, SpecError
 
-CHECKER_SHA256 = sources_sha256(Path(__file__).parent.glob("*.py"))
+CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
 WITNESS_INPUTS_MAX = 256        # store the inputs themselves in a witness up to this many entries
 
 

@@ -19,7 +19,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from vjpcert.core.registry import Op, Param, SpecError, dim_size
+from vjpcert.core.registry import Op, Param, SpecError, check_name, dim_size
 from vjpcert.frontends.values import decimal_of, describe_readings
 
 FRONTEND_DIR = Path(__file__).resolve().parent
@@ -48,6 +48,7 @@ class FrontendOp(Op):
     identity) and ``assumptions`` (its constants, casts, decompositions, in words)."""
 
     def __init__(self, *, name: str, framework: str, tracer: Callable, module, inputs: Mapping[str, tuple],
+                 fn: Callable | None = None,
                  dims: list[dict], nondiff: Mapping[str, tuple] | None = None, params: Mapping | None = None,
                  output: tuple | None = None, large_dims=None, check_dims=None, spec: Op | None = None,
                  constants: str = "decimal", doc: str = "", framework_version: str = ""):
@@ -55,7 +56,8 @@ class FrontendOp(Op):
             raise SpecError(name, "a framework op needs at least one differentiable input")
         if not dims:
             raise SpecError(name, "a framework op needs dims: the shapes it is traced and proved at")
-        self.name = name
+        self.name = check_name("op", name)
+        self._fn = fn                   # the framework function (its module's code is the op's code)
         self._tracer = tracer
         self._graphs: dict = {}
         self.framework = framework
@@ -214,12 +216,15 @@ class FrontendOp(Op):
 
     @property
     def source_files(self) -> list[Path]:
-        files = []
-        if self.module is not None and getattr(self.module, "__file__", None):
-            files.append(Path(self.module.__file__).resolve())
+        """The user's code the op comes from (its module and what that imports, as for a spec:
+        ``core.sources``; a framework's own installed code is covered by its version and the graph),
+        and the spec it is tied to."""
+        from vjpcert.core.sources import code_files
+        files = set(code_files(modules=[self.module] if self.module is not None else [],
+                               functions=[self._fn] if self._fn is not None else []))
         if self.spec is not None:
-            files += self.spec.source_files
-        return sorted(set(files))
+            files |= set(self.spec.source_files)
+        return sorted(files)
 
     @property
     def spec_sha256(self) -> str:
@@ -227,21 +232,16 @@ class FrontendOp(Op):
         the user's source file(s), the spec it is tied to, and the traced graph at the first dims
         (a framework release that changes a derivative formula changes the graph)."""
         if self._sha is None:
+            from vjpcert.core.sources import files_sha256
             h = hashlib.sha256()
-            for path in sorted(FRONTEND_DIR.glob("*.py")):
-                h.update(path.name.encode())
-                h.update(path.read_bytes())
+            h.update(files_sha256(sorted(FRONTEND_DIR.glob("*.py"))).encode())
             h.update(f"{self.framework} {self.framework_version}".encode())
             decl = {"name": self.name, "inputs": self.inputs, "nondiff": self.nondiff,
                     "params": {k: repr(p.default) for k, p in self.params.items()},
                     "dims": self.dims, "large_dims": self.large_dims, "check_dims": self.check_dims,
                     "constants": self.constants, "output": [str(e) for e in self.output]}
             h.update(json.dumps(_jsonable(decl), sort_keys=True, default=str).encode())
-            for path in self.source_files:
-                h.update(path.name.encode())
-                h.update(path.read_bytes())
-            if self.spec is not None:
-                h.update(self.spec.spec_sha256.encode())
+            h.update(files_sha256(self.source_files).encode())
             h.update(self.graph_at(self.dims[0]).code.encode())
             self._sha = h.hexdigest()
         return self._sha

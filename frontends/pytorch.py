@@ -772,7 +772,7 @@ def from_torch(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tu
 
     def tracer(shapes, param_values):
         return trace(fn, shapes, n_diff, param_values, constants=constants, op_name=name)
-    return FrontendOp(name=name, framework="PyTorch", framework_version=torch_version(), tracer=tracer,
+    return FrontendOp(name=name, framework="PyTorch", framework_version=torch_version(), tracer=tracer, fn=fn,
                       module=module if module is not None else inspect.getmodule(fn), inputs=inputs,
                       dims=list(dims or []), nondiff=nondiff, params=params, output=output,
                       large_dims=large_dims, check_dims=check_dims, spec=spec, constants=constants,

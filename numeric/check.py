@@ -8,6 +8,7 @@ twice the digits (a wrong backward does not improve with precision; rounding doe
 from __future__ import annotations
 
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +17,12 @@ from vjpcert.numeric import tolerances as tol
 from vjpcert.numeric.derivatives import METHODS, derivative
 from vjpcert.numeric.sampling import cotangent, kink_distance, rng_for, sample_point
 from vjpcert.core.backends import MpmathBackend
-from vjpcert.core.certificate import Certificate, sources_sha256, versions
+from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.tolerance import digits as _digits
 from vjpcert.core.registry import SHIFT_CLAIM, Op, SpecError
 from vjpcert.core.validate import validate
 
-CHECKER_SHA256 = sources_sha256(Path(__file__).parent.glob("*.py"))
+CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
 
 
 class Contamination(SpecError):
@@ -50,6 +51,18 @@ def _check_clean(op: Op, arr, what: str, ctx) -> np.ndarray:
 
 
 REFERENCE_CLAIM = "reference"
+OTHER_PARAMS = "other_params"
+
+
+def other_params(op: Op) -> dict:
+    """Values of the symbolic parameters away from their defaults (eps = 1e-5 -> 37/11 * 1e-5 ...)."""
+    out = {}
+    for name, p in op.params.items():
+        if p.symbolic:
+            d = Fraction(p.default)
+            out[name] = d * tol.OTHER_PARAM_FACTOR if d != 0 else Fraction(1)
+    return out
+
 
 
 def numeric_claims(op: Op) -> list[str]:
@@ -62,13 +75,14 @@ def required_digits(method: str, dps: int) -> float:
 
 
 # ------------------------------------------------------------------------------ one point, one precision
-def _compare_vjp(op: Op, wrt: str, point: dict, dy: np.ndarray, dirs, dps: int, method: str, full: bool):
+def _compare_vjp(op: Op, wrt: str, point: dict, dy: np.ndarray, dirs, dps: int, method: str, full: bool,
+                 params: dict | None = None):
     """(digits, details) for backward_wrt against derivatives of the forward at this point; worked at
     dps + GUARD_DIGITS so an ill-conditioned derivative still has its dps digits to report."""
     work = dps + tol.GUARD_DIGITS
     B = MpmathBackend(work)
     ctx = B.ctx
-    values = _mp_values(op, B, point)
+    values = _mp_values(op, B, point, params)
     x = values[wrt]
 
     def f(xx):
@@ -186,11 +200,11 @@ class _ShiftedMpmath(MpmathBackend):
         return out
 
 
-def _shift_sides(op: Op, point: dict, dy: np.ndarray, work: int, seed: int):
+def _shift_sides(op: Op, point: dict, dy: np.ndarray, work: int, seed: int, params=None):
     """The forward and every cotangent with B.max_shift random per row, and with it 0."""
     sides = []
     for B in (_ShiftedMpmath(work, seed), MpmathBackend(work)):
-        values = _mp_values(op, B, point)
+        values = _mp_values(op, B, point, params)
         with B.strict():
             y = np.asarray(op.bind(op.forward, B, values), dtype=object)
             cots = op.bind(op.vjp, B, {**values, "dy": B.convert(dy)})
@@ -200,14 +214,15 @@ def _shift_sides(op: Op, point: dict, dy: np.ndarray, work: int, seed: int):
     return to_plain(sides[0]).astype(object), sides[1], B
 
 
-def _compare_law(op: Op, law_name: str, point: dict, dy: np.ndarray, dps: int, seed: int = 0):
+def _compare_law(op: Op, law_name: str, point: dict, dy: np.ndarray, dps: int, seed: int = 0,
+                 params: dict | None = None):
     law = op.get_law(law_name)
     if law_name == SHIFT_CLAIM:
-        lhs, rhs, B = _shift_sides(op, point, dy, dps + tol.GUARD_DIGITS, seed)
+        lhs, rhs, B = _shift_sides(op, point, dy, dps + tol.GUARD_DIGITS, seed, params)
         out = (lhs, rhs)
     else:
         B = MpmathBackend(dps + tol.GUARD_DIGITS)
-        values = _mp_values(op, B, point, law.params)
+        values = _mp_values(op, B, point, {**(params or {}), **law.params})
         if law.needs_dy:
             values["dy"] = B.convert(dy)
         with B.strict():
@@ -251,12 +266,13 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
     need = required_digits(method, dps) if is_vjp else dps - tol.LAW_MARGIN_DIGITS
 
     def certificate(verdict, evidence):
-        return Certificate(op=op.base_name, claim=claim, tier="numeric", verdict=verdict,
+        return Certificate.issue(op, claim=claim, tier="numeric", verdict=verdict,
                            method=f"{method}@{dps}" if is_vjp else f"mpmath-eval@{dps}", dims=dims,
-                           assumptions=[f"{n} = {p.default}" for n, p in op.params.items()]
+                           assumptions=[f"{n} = {p.default}" + (f" (and {other_params(op)[n]} at the point "
+                                                                f"'{OTHER_PARAMS}')" if p.symbolic else "")
+                                        for n, p in op.params.items()]
                            + [f"evaluated at sampled points ({', '.join(cases) if point is None else 'given point'})"],
-                           evidence=evidence, seconds=time.perf_counter() - start,
-                           spec_sha256=op.spec_sha256, checker_sha256=CHECKER_SHA256, versions=versions())
+                           evidence=evidence, seconds=time.perf_counter() - start, checker_sha256=CHECKER_SHA256)
 
     points = {}
     if point is not None:
@@ -270,6 +286,13 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
     else:
         for case in cases:
             points[case] = sample_point(op, dims, case, seed)
+    # symbolic parameters are checked away from their defaults too: a composite that calls a node
+    # without a parameter (the node's default then stands in) agrees with itself at the defaults only
+    other = other_params(op)
+    case_params = {case: None for case in points}
+    if other and point is None:
+        points[OTHER_PARAMS] = sample_point(op, dims, "random", seed + 1)
+        case_params[OTHER_PARAMS] = other
 
     y_shape = op.shape(op.output, dims)
     in_size = points[next(iter(points))][wrt].size if is_vjp else 0
@@ -279,12 +302,14 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
         dy = cotangent(y_shape, seed, op.name, case)
         if is_vjp:
             dirs = [cotangent(pt[wrt].shape, seed, op.name, case, "u", k) for k in range(tol.DIRECTIONS)]
-            digits, info = _compare_vjp(op, wrt, pt, dy, dirs, dps, method, full)
+            digits, info = _compare_vjp(op, wrt, pt, dy, dirs, dps, method, full, case_params[case])
             if float(info["vjp_max"]) <= tol.TINY_VJP * max(1.0, float(np.abs(dy).max())):
                 warnings.append(f"{case}: the VJP is ~0 at this point; the check proves little there")
         else:
-            digits, info = _compare_law(op, claim, pt, dy, dps, seed)
+            digits, info = _compare_law(op, claim, pt, dy, dps, seed, case_params[case])
         per_case[case] = {"digits": round(digits, 1), **info}
+        if case_params[case]:
+            per_case[case]["params"] = {k: str(v) for k, v in case_params[case].items()}
 
     # the worst case is the one with the least margin over what its conditioning allows
     worst_case = min(per_case, key=lambda c: per_case[c]["digits"] + per_case[c].get("conditioning_loss", 0))
@@ -309,14 +334,14 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
     dy = cotangent(y_shape, seed, op.name, worst_case)
     if is_vjp:
         dirs = [cotangent(pt[wrt].shape, seed, op.name, worst_case, "u", k) for k in range(tol.DIRECTIONS)]
-        digits2, info2 = _compare_vjp(op, wrt, pt, dy, dirs, dps2, method, full)
+        digits2, info2 = _compare_vjp(op, wrt, pt, dy, dirs, dps2, method, full, case_params[worst_case])
         persists = digits2 <= worst + tol.PERSIST_GAIN
         if persists and method != "mpmath-diff":
-            alt, _ = _compare_vjp(op, wrt, pt, dy, dirs, dps2, "mpmath-diff", full)
+            alt, _ = _compare_vjp(op, wrt, pt, dy, dirs, dps2, "mpmath-diff", full, case_params[worst_case])
             evidence["confirm_independent"] = {"method": "mpmath-diff", "dps": dps2, "digits": round(alt, 1)}
             persists = alt < required_digits("mpmath-diff", dps)
     else:
-        digits2, info2 = _compare_law(op, claim, pt, dy, dps2, seed)
+        digits2, info2 = _compare_law(op, claim, pt, dy, dps2, seed, case_params[worst_case])
         persists = digits2 <= worst + tol.PERSIST_GAIN
     evidence["confirm"] = {"dps": dps2, "digits": round(digits2, 1)}
     if persists:

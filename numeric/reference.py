@@ -32,7 +32,7 @@ import numpy as np
 
 from vjpcert.core import reference as float_reference
 from vjpcert.core.backends import MpmathBackend
-from vjpcert.core.certificate import Certificate, versions
+from vjpcert.core.certificate import Certificate
 from vjpcert.core.evaluate import Evaluator, MpField
 from vjpcert.core.registry import Op
 from vjpcert.core.rounding import RoundingBackend, values_and_bounds
@@ -193,10 +193,10 @@ def check_reference(op: Op, dims: dict, *, dps: int = tol.DEFAULT_DPS, seed: int
     assumptions = [f"{n} = {p.default}" for n, p in op.params.items()] + [
         f"evaluated at sampled points ({', '.join(points)})",
         "float inputs rounded to the dtype first; the exact side uses the rounded values"]
-    return Certificate(op=op.base_name, claim=CLAIM, tier="numeric", verdict=verdict,
+    return Certificate.issue(op, claim=CLAIM, tier="numeric", verdict=verdict,
                        method=f"float-reference@{dps}", dims=dims, assumptions=assumptions,
-                       evidence=evidence, seconds=time.perf_counter() - start, spec_sha256=op.spec_sha256,
-                       checker_sha256=_checker_sha256(), versions=versions())
+                       evidence=evidence, seconds=time.perf_counter() - start,
+                       checker_sha256=_checker_sha256())
 
 
 def _mpmath_agreement(op: Op, point: dict, dy, exact, dps: int) -> float:

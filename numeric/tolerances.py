@@ -1,4 +1,5 @@
 """Every number the numeric checker decides with, and where it comes from."""
+from fractions import Fraction
 
 DEFAULT_DPS = 50
 # Guard digits: evaluations run at dps + GUARD_DIGITS and report at most dps digits. Where a derivative
@@ -30,6 +31,9 @@ WITNESS_COMPONENTS_MAX = 64
 LARGE_SCALE = 30.0
 NEAR_CONSTANT_SPREAD = 1e-6
 CASES = ("random", "large_magnitude", "near_constant")
+# ... plus, for ops with symbolic parameters, a random point with every such parameter at this many
+# times its default (a value no default can coincide with by accident).
+OTHER_PARAM_FACTOR = Fraction(37, 11)
 
 # A derivative below 10^(ZERO_GRADIENT_DIGITS - dps) of its natural size |y|/|x| is numerically 0
 # (an exactly zero gradient such as a key bias's): agreement is then measured against |y|/|x|.

@@ -12,7 +12,7 @@ import importlib
 from vjpcert.core.registry import Op, SpecError, load_file
 
 BUILTIN_MODULES = ("softmax", "log_softmax", "rope", "rmsnorm", "layernorm", "gelu", "linear", "scaled_dot",
-                   "attention", "attention_tape", "mhsa", "mlp", "vit")
+                   "attention", "attention_tape", "rotary_attention", "mhsa", "mlp", "vit")
 
 
 def builtin_ops() -> dict[str, Op]:

@@ -71,12 +71,6 @@ class Tangent:
             elif op == "tanh":                      # d tanh a = (1 - tanh^2 a) da
                 v = P(node)
                 t = self._scale(f.add(f.const(Fraction(1)), f.neg(f.mul(v, v))), ts[0])
-            elif op == "opaque":                    # dF_k = sum_j dF_k/dx_j (at this point) dx_j
-                spec, xs, t = node.value, [P(a) for a in args], None
-                for j in range(spec.n):
-                    if ts[j] is not None:
-                        jac = f.opaque_jac(type(spec)(spec.key, spec.k, spec.n, j), xs)
-                        t = self._add(t, f.mul(jac, ts[j]))
             elif op == "sin":
                 t = self._scale(f.cos(P(args[0])), ts[0])
             elif op == "cos":

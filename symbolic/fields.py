@@ -332,12 +332,6 @@ class RingField:
     def cpow(self, base: Fraction, k: Fraction):
         return self._atom("cpow", (base, k), key_arg=f"{base}^{k}")
 
-    def opaque(self, spec, args):
-        """F(x)_k and dF_k/dx_j(x): atoms per point x, independent of each other."""
-        return self._atom("opaque", None, key_arg=(spec.key, spec.k, spec.j, tuple(str(x) for x in args)))
-
-    opaque_jac = opaque
-
     # -------------------------------------------------------------- relations
     def relations(self):
         """Defining relations of the atoms, latest atom first: ("recip", var, b) for var*b = 1 and
@@ -518,11 +512,6 @@ class ModPField:
     def cpow(self, base, k):
         return self._atom(("cpow", base, k))
 
-    def opaque(self, spec, args):
-        return self._atom(("opaque", spec.key, spec.k, spec.j, tuple(args)))
-
-    opaque_jac = opaque
-
 
 class BoundField:
     """Upper bounds of a rational function N/D in leaves and atoms (atoms count as variables), as
@@ -598,14 +587,6 @@ class BoundField:
 
     def pi(self):
         return self._atom()
-
-    def opaque(self, spec, args):
-        for a in args:
-            self._atom(a)
-        self.atoms -= len(args)
-        return self._atom()
-
-    opaque_jac = opaque
 
 
 # ------------------------------------------------------------------------------ random primes

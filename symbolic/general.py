@@ -47,7 +47,7 @@ import sympy as sp
 from sympy import Indexed
 
 from vjpcert.core.budget import run_with_budget
-from vjpcert.core.certificate import Certificate, versions
+from vjpcert.core.certificate import Certificate
 from vjpcert.core.registry import Op, SpecError
 from vjpcert.symbolic import tolerances as tol
 from vjpcert.symbolic.general_form import (GeneralBuilder, Statement, _cot_name, _entry, assumptions_of,  # noqa: F401
@@ -506,7 +506,7 @@ def _where(builder) -> str:
 
 
 def _certificate(op, claim, verdict, dims, assumptions, evidence, start, builder) -> Certificate:
-    return Certificate(op=op.base_name, claim=claim, tier="symbolic", verdict=verdict, method="general",
+    return Certificate.issue(op, claim=claim, tier="symbolic", verdict=verdict, method="general",
                        dims=dims or {d: "general" for d in sorted(op.dim_names())}, assumptions=assumptions, evidence=evidence,
-                       seconds=time.perf_counter() - start, spec_sha256=op.spec_sha256,
-                       checker_sha256=CHECKER_SHA256, versions=versions())
+                       seconds=time.perf_counter() - start,
+                       checker_sha256=CHECKER_SHA256)

@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 
 from vjpcert.core.budget import run_with_budget
-from vjpcert.core.certificate import Certificate, sources_sha256, versions
+from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.registry import Op
 from vjpcert.symbolic import strategies, tolerances as tol
 from vjpcert.symbolic.claims import trace_claim
 from vjpcert.core.trace import dag_size
 
-CHECKER_SHA256 = sources_sha256(Path(__file__).parent.glob("*.py"))
+CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
 
 
 def assumptions_of(op: Op, overrides: dict) -> list[str]:
@@ -66,10 +66,9 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
 
     def certificate(verdict: str, method: str, evidence: dict) -> Certificate:
         evidence = {**evidence, "strategies": log, "dag_nodes": dag_size(traced.roots())}
-        return Certificate(op=op.base_name, claim=claim, tier="symbolic", verdict=verdict, method=method,
+        return Certificate.issue(op, claim=claim, tier="symbolic", verdict=verdict, method=method,
                            dims=traced.dims, assumptions=assumptions_of(op, traced.overrides),
-                           evidence=evidence, seconds=time.perf_counter() - start,
-                           spec_sha256=op.spec_sha256, checker_sha256=CHECKER_SHA256, versions=versions())
+                           evidence=evidence, seconds=time.perf_counter() - start, checker_sha256=CHECKER_SHA256)
 
     def decided(entry):
         keep = {k: v for k, v in entry.items() if k not in ("status", "strategy", "seconds", "method")}

@@ -345,12 +345,17 @@ def cmd_verify(args) -> int:
     from vjpcert.plan import task_relpath
     from vjpcert.verify import NotAReportDir, verify
 
-    ops = dict(builtin_ops())
+    builtins = builtin_ops()
+    ops = dict(builtins)
     for f in args.spec:
         ops.update({o.name: o for o in load_file(f)})
     expected = None
     if not args.no_missing:
-        plan_args = build_parser().parse_args(["all", "--reports", args.reports])
+        # the plan of `vjpcert all` over the user's spec files, and over the built-in ops unless the
+        # directory holds none of theirs (a user's own report directory)
+        present = {p.parent.name for p in Path(args.reports).glob("certificates/*/*.json")}
+        targets = [*args.spec] + ([] if args.spec and not (present & set(builtins)) else list(builtins))
+        plan_args = build_parser().parse_args(["all", *targets, "--reports", args.reports])
         tasks, _ = _plan(plan_args, ("symbolic", "numeric", "kernel"))
         expected = [task_relpath(t, ops[t.op.name].base_name) for t in tasks]
     if args.sample is not None and (args.sample < 1 or not args.replay):

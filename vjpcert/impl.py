@@ -24,7 +24,7 @@ import numpy as np
 from vjpcert.numeric.sampling import cotangent, sample_point
 from vjpcert.core import tolerance
 from vjpcert.core.backends import MpmathBackend
-from vjpcert.core.certificate import Certificate, atomic_write, sources_sha256, versions
+from vjpcert.core.certificate import Certificate, atomic_write, sources_sha256
 from vjpcert.core.reference import forward as reference_forward
 from vjpcert.core.reference import vjp as reference_vjp
 from vjpcert.core.registry import Op, SpecError
@@ -200,14 +200,14 @@ def check_backward(op: Op, impl, *, name: str, dims: dict | None = None, dtype=n
         verdict = "failed"
         evidence["witness"] = failure
     suffix = "" if dtype == np.float64 else f"@{dtype.name}"
-    return Certificate(op=op.base_name, claim=f"impl[{name}]{suffix}", tier="numeric", verdict=verdict,
-                       method=f"tolerance-rule@{dtype.name}", dims=dims,
-                       assumptions=[f"{n} = {v!r}" for n, v in values.items()]
-                       + ["truth: the spec in mpmath at 50 digits (the spec is proved separately)"]
-                       + (["the autograd.Function's forward is checked too (the rule for forwards)"]
-                          if run.forward is not None else []),
-                       evidence=evidence, seconds=time.perf_counter() - start, spec_sha256=op.spec_sha256,
-                       checker_sha256=CHECKER_SHA256, versions=versions())
+    return Certificate.issue(op, claim=f"impl[{name}]{suffix}", tier="numeric", verdict=verdict,
+                             method=f"tolerance-rule@{dtype.name}", dims=dims,
+                             assumptions=[f"{n} = {v!r}" for n, v in values.items()]
+                             + ["truth: the spec in mpmath at 50 digits (the spec is proved separately)"]
+                             + (["the autograd.Function's forward is checked too (the rule for forwards)"]
+                                if run.forward is not None else []),
+                             evidence=evidence, seconds=time.perf_counter() - start,
+                             checker_sha256=CHECKER_SHA256)
 
 
 def _with_digits(r: dict, truth) -> dict:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vjpcert.specs import builtin_ops, resolve_op
@@ -14,15 +14,20 @@ FRAMEWORKS = ("torch", "jax")
 
 @dataclass(frozen=True)
 class OpRef:
-    """A picklable handle on an op: a worker process (or a Dask worker) resolves it again."""
+    """A picklable handle on an op: a worker process (or a Dask worker) resolves it again. An op
+    declared in a running program (a test, a notebook) is held directly (``obj``): it runs in this
+    process only."""
 
     name: str
     file: str | None = None        # a user's spec file, or None for a built-in op
     mutant: str | None = None
     frontend: str | None = None    # a torch:/jax: target and its declaration (JSON), built again
     collection: str | None = None  # "module:function" taking names=[...], returning {name: op} (the framework report)
+    obj: object = field(default=None, compare=False, repr=False)
 
     def resolve(self) -> Op:
+        if self.obj is not None:
+            return self.obj
         if self.frontend:
             decl = json.loads(self.frontend)
             for key in ("inputs", "nondiff"):       # kept as pairs: their order is the call order
@@ -204,3 +209,13 @@ def dims_ladder(op: Op, overrides: dict[str, int], large: bool) -> list[dict]:
         base = dict((op.large_dims or op.dims)[-1] if large else op.dims[-1])
         return [op.resolve_dims({**base, **mine})]
     return [op.resolve_dims(d) for d in ((op.large_dims or op.dims[-1:]) if large else op.dims)]
+
+
+def ref_for(op: Op) -> OpRef:
+    """The handle of an op object: a built-in's name, a user file's path, or the object itself."""
+    module = getattr(op.module, "__name__", "")
+    if module.startswith("vjpcert.specs.") and op.base_name in builtin_ops():
+        return OpRef(op.base_name)
+    if module.startswith("vjpcert_user_") and getattr(op.module, "__file__", None):
+        return OpRef(op.base_name, str(Path(op.module.__file__).resolve()))
+    return OpRef(op.name, obj=op)

@@ -26,9 +26,12 @@ def checker_sha256(tier: str) -> str:
 
 
 def variant_of(task: Task) -> str:
-    method = dict(task.options).get("method")
-    return f"{task.tier}-{method}" if task.tier == "symbolic" and method in ("compositional", "general") \
-        else task.tier
+    """The certificate's variant (its file name's first part): see ``Certificate.variant``."""
+    opts = dict(task.options)
+    method = opts.get("method")
+    if task.tier == "symbolic" and method in ("compositional", "general"):
+        return f"{task.tier}-{method}"
+    return f"{task.tier}-point" if "point" in opts else task.tier
 
 
 def task_relpath(task: Task, op_name: str) -> Path:
@@ -46,7 +49,17 @@ def kernel_available() -> bool:
 def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, seed: int,
                budget: float | None = None, dps: int = 50, method: str = "mpmath-diff",
                point=None, fixed_dims=None, general: bool = False) -> list[Task]:
-    """Every task of one tier for one op, validating the spec at each dims."""
+    """Every task of one tier for one op, validating the spec at each dims. Each task carries the
+    code hashes it was planned with (``Task.expect``)."""
+    import dataclasses
+    tasks = _tier_tasks(tier, ref, op, overrides=overrides, large=large, seed=seed, budget=budget, dps=dps,
+                        method=method, point=point, fixed_dims=fixed_dims, general=general)
+    expect = (op.spec_sha256, checker_sha256(tier)) if tasks else ()
+    return [dataclasses.replace(t, expect=expect) for t in tasks]
+
+
+def _tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, seed: int,
+                budget: float | None, dps: int, method: str, point, fixed_dims, general: bool) -> list[Task]:
     opts = {"seed": seed}
     if tier == "kernel":
         from vjpcert.cuda_kernels.check import detect_mode, kernel_claims, kernel_dims
@@ -63,6 +76,12 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
     else:
         ladder = dims_ladder(op, overrides, large)
     tasks = []
+    if tier == "symbolic" and fixed_dims is None and not overrides and not large:
+        for dims in getattr(op, "compositional_dims", []):          # realistic sizes: composition only
+            dims = op.resolve_dims(dims)
+            tasks += [make_task(tier, ref, claim, dims, method="compositional", seed=seed,
+                                **({"budget": budget} if budget is not None else {}))
+                      for claim in op.claims() if claim.startswith("vjp[")]
     for dims in ladder:
         validate(op, dims)
         if tier == "symbolic":
@@ -94,15 +113,37 @@ def read_record(path: Path) -> dict | None:
         return None
 
 
+def task_identity(task: Task, op: Op) -> dict:
+    """Everything that makes a certificate the certificate of this task."""
+    from vjpcert.runner import certificate_options
+    dims = task.dims_dict
+    if dict(task.options).get("method") == "general":
+        from vjpcert.symbolic.general import general_dims
+        dims = general_dims(op, task.claim)
+    return json.loads(json.dumps({"op": op.base_name, "claim": task.claim, "tier": task.tier,
+                                  "variant": variant_of(task), "dims": dims,
+                                  "options": certificate_options(task)}, default=str))
+
+
+def record_identity(record: dict) -> dict:
+    from vjpcert.core.certificate import Certificate
+    try:
+        variant = Certificate.from_dict(record).variant
+    except (TypeError, ValueError):
+        return {}
+    return json.loads(json.dumps({k: record.get(k) for k in ("op", "claim", "tier", "dims", "options")}
+                                 | {"variant": variant}, default=str))
+
+
 def is_current(record: dict | None, task: Task, op: Op) -> bool:
-    """A certificate is current when it is intact, was issued for this spec and checker code and
-    these options, and is not the record of a checker crash."""
+    """A certificate is current when it is intact, is the certificate of this very task (op, claim,
+    tier, variant, dims, every option -- a file name could be shared, its content cannot), was issued
+    for the spec and checker code there is now, and is not the record of a checker crash."""
     if not record or record.get("digest") != record_digest(record):
         return False
-    options = {k: v for k, v in task.options if k != "point"}
-    return (record.get("schema") == SCHEMA_VERSION and record.get("spec_sha256") == op.spec_sha256
+    return (record.get("schema") == SCHEMA_VERSION and record_identity(record) == task_identity(task, op)
+            and record.get("spec_sha256") == op.spec_sha256
             and record.get("checker_sha256") == checker_sha256(task.tier)
-            and json.loads(json.dumps(record.get("options"))) == json.loads(json.dumps(options))
             and "error" not in record.get("evidence", {}))
 
 
@@ -118,3 +159,27 @@ def split_current(tasks: list[Task], ops: dict[str, Op], root: Path) -> tuple[li
 def require(cond: bool, msg: str):
     if not cond:
         raise SpecError(None, msg)
+
+
+def plan_op(op, tiers=("symbolic", "numeric", "kernel"), *, dims: dict | None = None, claims=None,
+            seed: int = 0, budget: float | None = None, dps: int = 50, method: str = "mpmath-diff",
+            general: bool = True, large: bool = False) -> list[Task]:
+    """The one planner: the tasks of one op (an Op, a built-in name, or "file.py::name") in these
+    tiers -- what `vjpcert all/prove/check`, the pytest fixture, the session API and Dask runs run.
+    ``dims`` overrides dims as `--dims` does; ``claims`` keeps only those claims."""
+    from vjpcert.ops import ref_for
+    from vjpcert.specs import resolve_op
+    op = resolve_op(op)
+    ref = ref_for(op)
+    tasks = []
+    for tier in tiers:
+        if tier == "kernel" and not kernel_available():
+            continue
+        tasks += tier_tasks(tier, ref, op, overrides=dict(dims or {}), large=large, seed=seed, budget=budget,
+                            dps=dps, method=method, general=general)
+    if claims is not None:
+        unknown = set(claims) - {t.claim for t in tasks}
+        if unknown:
+            raise SpecError(op.name, f"has no claims {sorted(unknown)} in the tiers {list(tiers)}")
+        tasks = [t for t in tasks if t.claim in set(claims)]
+    return tasks

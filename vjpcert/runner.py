@@ -22,6 +22,9 @@ class Task:
     claim: str
     dims: tuple                      # sorted (name, size) pairs: hashable and picklable
     options: tuple = field(default=())
+    # (spec_sha256, checker_sha256) the run was planned with: a worker whose loaded code differs (a
+    # long-lived Dask worker that imported an older helper) refuses instead of certifying old code
+    expect: tuple = field(default=(), compare=False)
 
     @property
     def dims_dict(self) -> dict:
@@ -32,15 +35,50 @@ class Task:
         return f"{self.op} {self.claim} [{d}]"
 
 
-def make_task(tier: str, ref: OpRef, claim: str, dims: dict, **options) -> Task:
-    return Task(tier, ref, claim, tuple(sorted(dims.items())), tuple(sorted(options.items())))
+def make_task(tier: str, ref: OpRef, claim: str, dims: dict, *, expect: tuple = (), **options) -> Task:
+    return Task(tier, ref, claim, tuple(sorted(dims.items())), tuple(sorted(options.items())), expect)
+
+
+def point_sha256(point) -> str:
+    """The identity of a ``--point``: the sha256 of its values (the values go into the evidence)."""
+    import hashlib
+    import json
+    return hashlib.sha256(json.dumps(point, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def certificate_options(task: Task) -> dict:
+    """What a certificate records of its task's options (its identity): a point by its hash."""
+    opts = dict(task.options)
+    if "point" in opts:
+        opts["point"] = point_sha256(opts["point"])
+    return opts
+
+
+class CodeChanged(Exception):
+    """The code this process would run is not the code the run was planned with."""
 
 
 def execute(task: Task) -> Certificate:
     """Run one task (in whatever process it lands); the certificate records the task's options."""
     cert = _execute(task)
-    cert.options = {k: v for k, v in task.options if k != "point"}
+    cert.options = certificate_options(task)
+    if "point" in dict(task.options):
+        cert.evidence["given_point"] = {k: v for k, v in dict(task.options)["point"]}
     return cert
+
+
+def _check_code(task: Task, op) -> None:
+    if not task.expect:
+        return
+    spec, checker = task.expect
+    if op.spec_sha256 != spec:
+        raise CodeChanged(f"the code of {op.name} this worker loaded ({', '.join(p.name for p in op.source_files)}) "
+                          f"is not the code the run was planned with: it changed on disk, or this is a "
+                          f"long-lived worker that imported it before; rerun (restart the workers)")
+    from vjpcert.plan import checker_sha256
+    if checker_sha256(task.tier) != checker:
+        raise CodeChanged(f"this worker runs other {task.tier} checker code than the run was planned with "
+                          f"(another vjpcert version?)")
 
 
 def _execute(task: Task) -> Certificate:
@@ -50,6 +88,7 @@ def _execute(task: Task) -> Certificate:
     op = None
     try:
         op = task.op.resolve()
+        _check_code(task, op)
         opts = dict(task.options)
         if task.tier == "symbolic":
             method = opts.pop("method", "monolithic")
@@ -77,7 +116,7 @@ def _execute(task: Task) -> Certificate:
                                      "traceback": traceback.format_exc(limit=6)},
                            seconds=time.perf_counter() - start,
                            spec_sha256=op.spec_sha256 if op is not None else "",
-                           checker_sha256=sources_sha256([]), versions=versions())
+                           checker_sha256=sources_sha256([]), versions=versions())  # never current
 
 
 def run_tasks(tasks: Iterable[Task], *, jobs: int = 1, executor: Executor | None = None,

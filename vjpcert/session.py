@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import sympy
 
-from vjpcert.numeric.check import check_claim
 from vjpcert.specs import builtin_ops
 from vjpcert.reference import forward as reference_forward
 from vjpcert.reference import vjp as reference_vjp
 from vjpcert.symbolic.api import forward, jacobian, symbols, vjp
-from vjpcert.symbolic.api import prove as _prove
 
 sympy.init_printing()
 OPS = builtin_ops()
@@ -38,14 +36,17 @@ class Certificates(list):
 
 
 def prove(op, claims=None, budget: float = 60.0, **dims) -> Certificates:
-    return Certificates(_prove(op, claims=claims, budget=budget, **dims))
+    """Certificates of the symbolic tier, planned as `vjpcert prove` plans them (dims as --dims)."""
+    from vjpcert.plan import plan_op
+    from vjpcert.runner import execute
+    return Certificates(execute(t) for t in plan_op(op, ("symbolic",), dims=dims, claims=claims, budget=budget))
 
 
 def check(op, claims=None, dps: int = 50, **dims) -> Certificates:
-    from vjpcert.specs import resolve_op
-    op = resolve_op(op)
-    d = op.resolve_dims({**op.check_dims, **dims})
-    return Certificates(check_claim(op, c, d, dps=dps) for c in (claims or op.claims()))
+    """Certificates of the numeric tier, planned as `vjpcert check` plans them (dims as --shape)."""
+    from vjpcert.plan import plan_op
+    from vjpcert.runner import execute
+    return Certificates(execute(t) for t in plan_op(op, ("numeric",), dims=dims, claims=claims, dps=dps))
 
 
 __all__ = ["OPS", "Certificates", "check", "forward", "jacobian", "prove", "reference_forward",

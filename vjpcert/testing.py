@@ -45,13 +45,13 @@ def _explain(certs) -> str:
     return "\n".join(lines)
 
 
-def assert_proved(op, claims=None, dims: dict | None = None, budget: float = 60.0):
-    """Prove every claim (or those named) exactly; raise with the witnesses otherwise."""
-    from vjpcert.symbolic.prover import prove_claim
-    op = resolve(op)
-    certs = []
-    for d in ([dims] if dims else op.dims):
-        certs += [prove_claim(op, c, d, budget=budget) for c in (claims or op.claims())]
+def assert_proved(op, claims=None, dims: dict | None = None, budget: float = 60.0, general: bool = True):
+    """Prove every claim (or those named) exactly, as `vjpcert prove` plans them (its dims ladder,
+    compositional and every-size proofs; ``dims`` as `--dims`); raise with the witnesses otherwise."""
+    from vjpcert.plan import plan_op
+    from vjpcert.runner import execute
+    certs = [execute(t) for t in plan_op(op, ("symbolic",), dims=dims, claims=claims, budget=budget,
+                                         general=general)]
     if not all(c.verdict.startswith("proved") for c in certs):
         raise CertificationError("not proved:\n" + _explain([c for c in certs if not c.verdict.startswith("proved")]
                                                               or certs))
@@ -59,11 +59,11 @@ def assert_proved(op, claims=None, dims: dict | None = None, budget: float = 60.
 
 
 def assert_checked(op, claims=None, dims: dict | None = None, dps: int = 50):
-    """Check every claim in mpmath; raise with the witnesses otherwise."""
-    from vjpcert.numeric.check import check_claim
-    op = resolve(op)
-    d = op.resolve_dims(dims or op.check_dims)
-    certs = [check_claim(op, c, d, dps=dps) for c in (claims or op.claims())]
+    """Check every claim in mpmath as `vjpcert check` plans them (its dims, the float references);
+    raise with the witnesses otherwise."""
+    from vjpcert.plan import plan_op
+    from vjpcert.runner import execute
+    certs = [execute(t) for t in plan_op(op, ("numeric",), dims=dims, claims=claims, dps=dps)]
     if not all(c.passed for c in certs):
         raise CertificationError("not checked:\n" + _explain(certs))
     return certs

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from vjpcert.core.certificate import CERTIFICATE_SCHEMA, SCHEMA_VERSION, record_digest
+from vjpcert.core.certificate import CERTIFICATE_SCHEMA, SCHEMA_VERSION, Certificate, record_digest
 from vjpcert.core.registry import Op
 
 
 @dataclass
 class Problem:
-    kind: str          # malformed | edited | stale | orphan | missing | replay
+    kind: str          # malformed | edited | stale | orphan | mismatched | missing | extra | replay
     path: str
     why: str
 
@@ -78,6 +78,16 @@ def verify(root: Path, ops: dict[str, Op], expected: list[Path] | None = None,
         if op is None:
             problems.append(Problem("orphan", str(rel), f"no op {record['op']!r} in the registry"))
             continue
+        try:
+            own = Certificate.from_dict(record).relpath()
+        except (TypeError, ValueError) as exc:
+            problems.append(Problem("malformed", str(rel), f"{type(exc).__name__}: {exc}"))
+            continue
+        if Path(own) != rel:
+            problems.append(Problem("mismatched", str(rel), f"it is the certificate of {record['op']} "
+                                                            f"{record['claim']} at {record['dims']}, whose "
+                                                            f"file is {own}"))
+            continue
         why = []
         if record["spec_sha256"] != op.spec_sha256:
             why.append("spec changed (" + ", ".join(p.name for p in op.source_files) + ")")
@@ -92,9 +102,13 @@ def verify(root: Path, ops: dict[str, Op], expected: list[Path] | None = None,
             why.append(f"issued by vjpcert {record['versions'].get('vjpcert')}, this is {ours}")
         if why:
             problems.append(Problem("stale", str(rel), "; ".join(why)))
-    for rel in expected or []:
-        if rel not in seen:
+    if expected is not None:
+        planned = {Path(r) for r in expected}
+        for rel in sorted(planned - seen):
             problems.append(Problem("missing", str(rel), "planned by `vjpcert all` but not in the reports"))
+        for rel in sorted(seen - planned):
+            problems.append(Problem("extra", str(rel), "not planned by `vjpcert all` (an old claim or dims, "
+                                                       "a hand-made file): remove it or rerun"))
     return problems
 
 
@@ -114,6 +128,9 @@ def replay(root: Path, refs: dict, paths: list[Path], on_result=None) -> list[Pr
         options = dict(record.get("options") or {})
         if record["tier"] == "symbolic" and record["method"] in ("compositional", "general"):
             options["method"] = record["method"]
+        if "point" in options:                 # identified by its hash; the values are in the evidence
+            given = record.get("evidence", {}).get("given_point", {})
+            options["point"] = tuple(sorted((k, _freeze(v)) for k, v in given.items()))
         dims = record["dims"] if record["method"] != "general" else {}
         fresh = execute(make_task(record["tier"], ref, record["claim"], dims, **options))
         same = fresh.verdict == record["verdict"] and fresh.method == record["method"]
@@ -139,3 +156,7 @@ def sample_paths(root: Path, k: int | None, seed: int) -> list[Path]:
     picked = [rng.choice(v) for _, v in sorted(by_tier.items())][:k]
     rest = [p for p in paths if p not in picked]
     return sorted(picked + rng.sample(rest, k - len(picked)))
+
+
+def _freeze(v):
+    return tuple(_freeze(x) for x in v) if isinstance(v, list) else v

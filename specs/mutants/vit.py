@@ -66,3 +66,21 @@ def _(B, X, g1, be1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, g2, be2, W1, b1, W2, b2, he
     """dbk := dbq (a copy-paste slip): dbk must be exactly 0, dbq is not."""
     return _back(B, X, g1, be1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, g2, be2, W1, b1, W2, b2, heads, eps, dy,
                  nodes, dbk_from_q=True)
+
+
+@vit_block.mutant("ln1_backward_without_eps", kills=["vjp[X]", "vjp[g1]"])
+def _(B, X, g1, be1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, g2, be2, W1, b1, W2, b2, heads, eps, dy, nodes):
+    """LN1's backward called without eps: it falls back to LayerNorm's default (1e-5), which is the
+    block's default too, so at default parameters the numbers agree. The node is called at another
+    point than its forward (eps = default, not eps): the wiring proof names the node and the argument,
+    and the numeric tier sees it at a non-default eps."""
+    N1 = nodes.ln1(X, g1, be1, eps=eps)
+    Y = X + nodes.attn(N1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, heads=heads)
+    N2 = nodes.ln2(Y, g2, be2, eps=eps)
+    dN2, dW1, db1, dW2, db2 = nodes.mlp.vjp(N2, W1, b1, W2, b2, dy)
+    dYb, dg2, dbe2 = nodes.ln2.vjp(Y, g2, be2, dN2, eps=eps)
+    dY = dy + dYb
+    dN1, dWq, dbq, dWk, dbk, dWv, dbv, dWo, dbo = nodes.attn.vjp(N1, Wq, bq, Wk, bk, Wv, bv, Wo, bo,
+                                                                  dy=dY, heads=heads)
+    dXb, dg1, dbe1 = nodes.ln1.vjp(X, g1, be1, dN1)
+    return (dY + dXb, dg1, dbe1, dWq, dbq, dWk, dbk, dWv, dbv, dWo, dbo, dg2, dbe2, dW1, db1, dW2, db2)

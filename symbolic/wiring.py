@@ -1,0 +1,269 @@
+"""The wiring of a composite, proved at any concrete size: linear maps with opaque node Jacobians.
+
+A composite (``nodes=...``) reaches its sub-ops only through ``nodes.<name>(...)`` and
+``nodes.<name>.vjp(...)``. Its VJP claim then splits into (1) each node's own VJP claim and (2) the
+*wiring*: the composite's backward equals the transpose of its forward's derivative when every node is
+an arbitrary differentiable function. This module proves (2) without ever writing a node's Jacobian
+out entry by entry, so it costs about the same at m = 16, D = 64 as at m = 2, D = 2:
+
+* The composite's forward and backward run once on a backend whose arrays hold *tags*: hash-consed
+  names of values (an input entry, a parameter, entry k of a node call's output, a sum of two tags, a
+  constant multiple). Every node call is recorded with its *point*: the tags of all its array arguments
+  and the values of all its parameters -- differentiable or not. Two calls are the same opaque
+  function at the same point only if every argument matches; a backward that calls a node's VJP with
+  another `pos`, another `eps`, or the default where the forward passed a value calls it somewhere the
+  forward never was.
+* Tangents and cotangents are *linear expressions*: sums of words ``c * S0 J1 S1 ... Jk Sk`` applied to
+  an input tangent t_x or to the output cotangent dy, where each J is one node call's Jacobian block
+  (call, argument) or its transpose -- opaque, never expanded -- and each S an exact integer sparse
+  matrix (slicing, concatenation, reshapes, broadcasts, residual fan-out: whatever the composite's own
+  numpy code did, recorded by running it on object arrays).
+* The forward's derivative is read off the tags (the chain rule through each call, over *every*
+  argument whose tangent is nonzero), transposed word by word, and compared with the backward's
+  expression after a canonical form: adjacent S multiplied out, identities dropped, integer content
+  moved into the coefficient, like words collected. Equal canonical forms are equal linear maps for
+  every value of every J, so the wiring is `proved`. Anything else is not a proof.
+
+Only linear wiring is treated here: the composite's own code may add, scale by constants, slice,
+concatenate, reshape, transpose and broadcast; a product of two values or a transcendental in the
+composite's own code raises ``Unsupported`` (the caller falls back to entry-level opaque atoms at small
+dims).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from vjpcert.core.backends import exact
+from vjpcert.core.registry import Op, SpecError
+from vjpcert.symbolic.wiring_algebra import (Call, J, Tag, Tape, Term, Unsupported, canonical, collect,
+                                             transpose_word)
+
+__all__ = ["Unsupported", "node_signatures", "prove_wiring"]
+
+
+# ============================================================================ the backend and nodes
+class WiringBackend:
+    """The ``B`` a composite's own code sees while its wiring is traced: exact constants, zeros and
+    arrays of tags; anything else is not linear wiring."""
+
+    name = "wiring"
+
+    def __init__(self, tape: Tape):
+        self.tape = tape
+
+    @property
+    def node_backend(self):
+        return self
+
+    def c(self, p, q=1):
+        return self.tape.const(exact(p, q))
+
+    def zeros(self, shape):
+        out = np.empty(shape, dtype=object)
+        out.fill(self.tape.const(0))
+        return out
+
+    def array(self, values):
+        return np.array(values, dtype=object)
+
+    def _unsupported(self, *a, **k):
+        raise Unsupported("the composite's own code calls a function of B (a transcendental or "
+                          "max_shift): not linear wiring; put it inside a node")
+
+    exp = log = sqrt = erf = tanh = sin = cos = max_shift = _unsupported
+
+    @property
+    def pi(self):
+        raise Unsupported("the composite's own code uses B.pi")
+
+
+class OpaqueCalls:
+    """Stands in for a node: records every call with its full point, returns tags for the forward and
+    transposed Jacobian blocks for the VJP."""
+
+    def __init__(self, instance: str, op: Op, tape: Tape):
+        self.instance, self.op, self.tape = instance, op, tape
+        self.inputs, self.nondiff, self.params = op.inputs, op.nondiff, op.params
+
+    def _point(self, values):
+        from vjpcert.core.reference import infer_dims
+        arrays = {}
+        for name in [*self.op.inputs, *self.op.nondiff]:
+            arr = np.asarray(values[name], dtype=object)
+            if any(not isinstance(v, Tag) for v in arr.ravel()):
+                raise Unsupported(f"node {self.instance}: argument {name} is not a primal value")
+            arrays[name] = arr
+        params = {}
+        for name, p in self.op.params.items():
+            v = values[name]
+            params[name] = v if isinstance(v, Tag) else (self.tape.lift(v) if p.symbolic else v)
+        key = (self.instance,
+               tuple((n, a.shape, tuple(t.id for t in a.ravel())) for n, a in arrays.items()),
+               tuple((n, ("tag", v.id) if isinstance(v, Tag) else ("value", repr(v))) for n, v in params.items()))
+        dims = infer_dims(self.op, {k: np.empty(a.shape) for k, a in arrays.items()})
+        return key, arrays, params, dims
+
+    def _call(self, values, from_backward: bool) -> Call:
+        key, arrays, params, dims = self._point(values)
+        call = self.tape._calls_by_key.get(key)
+        if call is None:
+            call = Call(len(self.tape.calls), self.instance, self.op, key, arrays, params, dims,
+                        self.op.shape(self.op.output, dims), from_backward)
+            self.tape.calls.append(call)
+            self.tape._calls_by_key[key] = call
+            if from_backward:
+                self.tape.mismatches.append(self._mismatch(call))
+        return call
+
+    def _mismatch(self, call: Call) -> dict:
+        """Where a VJP was called at a point no forward call of this node used: the argument that
+        differs, and how, compared with the nearest forward call of the same node."""
+        forwards = [c for c in self.tape.calls if c.instance == self.instance and not c.from_backward]
+        out = {"node": self.instance, "op": self.op.name}
+        if not forwards:
+            out["problem"] = "its VJP is called, but its forward never is"
+            return out
+
+        def differing(c):
+            diffs = []
+            for name in call.args:
+                a, b = call.args[name], c.args[name]
+                if a.shape != b.shape:
+                    diffs.append((name, f"shape {b.shape}", f"shape {a.shape}"))
+                    continue
+                for idx in np.ndindex(*a.shape):
+                    if a[idx] is not b[idx]:
+                        diffs.append((f"{name}{list(idx)}", repr(b[idx]), repr(a[idx])))
+                        break
+            for name in call.params:
+                a, b = call.params[name], c.params[name]
+                if (a is not b) if isinstance(a, Tag) else (a != b):
+                    diffs.append((name, repr(b), repr(a)))
+            return diffs
+        best = min(forwards, key=lambda c: len(differing(c)))
+        diffs = differing(best)
+        out["argument"], out["forward_used"], out["backward_used"] = diffs[0]
+        out["arguments_that_differ"] = [d[0] for d in diffs][:8]
+        return out
+
+    def bind(self, fn, B, values):
+        if fn is self.op.forward:
+            call = self._call(values, False)
+            out = np.empty(call.out_shape, dtype=object)
+            for k, idx in enumerate(np.ndindex(*call.out_shape)):
+                out[idx] = self.tape.tag("out", call.id, k)
+            return out
+        if fn is self.op.vjp:
+            call = self._call(values, True)
+            e = self.tape.expr_from_array(values["dy"])
+            cots = []
+            for name in self.op.inputs:
+                terms = []
+                for t in self.tape.exprs[e].terms:
+                    got = canonical(t.coef, (J(call.id, name, True), *t.word))
+                    if got is not None:
+                        terms.append(Term(got[0], got[1], t.base))
+                size = int(np.prod(call.args[name].shape))
+                cots.append(self.tape.lin_array(self.tape.new_expr(size, terms), call.args[name].shape))
+            return tuple(cots)
+        raise Unsupported(f"node {self.instance}: called with an unknown function")
+
+    @property
+    def forward(self):
+        return self.op.forward
+
+    @property
+    def vjp(self):
+        return self.op.vjp
+
+
+# ============================================================================ the proof
+def _run(op: Op, dims: dict):
+    """The composite's forward and backward on tags: (tape, y, cotangents, why it stopped or None)."""
+    tape = Tape()
+    B = WiringBackend(tape)
+    twin = op.with_nodes({n: OpaqueCalls(n, o, tape) for n, o in op.nodes.items()}, "wiring")
+    values, tape._inputs = {}, {}
+    for name, decl in op.inputs.items():
+        shape = op.shape(decl, dims)
+        values[name] = tape.tag_array("in", name, shape)
+        tape._inputs[name] = (tape.base(("t", name), int(np.prod(shape))), shape)
+    for name, decl in op.nondiff.items():
+        values[name] = tape.tag_array("nondiff", name, op.shape(decl, dims))
+    for name, p in op.params.items():
+        values[name] = tape.tag("param", name) if p.symbolic else p.default
+    y = cots = None
+    try:
+        y = np.asarray(twin.bind(twin.forward, B, values), dtype=object)
+        dy = tape.lin_array(tape.base("dy", int(np.prod(y.shape))), y.shape)
+        cots = twin.bind(twin.vjp, B, {**values, "dy": dy})
+    except Unsupported as exc:
+        return tape, y, cots, str(exc)
+    return tape, y, cots, None
+
+
+def prove_wiring(op: Op, claim: str, dims: dict) -> dict:
+    """{"status": "proved" | "failed" | "unsupported", ...evidence}. ``failed`` means: for *some*
+    differentiable node functions the backward is not the transpose of the forward's derivative (it
+    may still be right for the real nodes); the evidence names the words that differ and every node
+    whose VJP was called at a point its forward never used (node, argument, both values)."""
+    if not claim.startswith("vjp["):
+        raise SpecError(op.name, f"only VJP claims have a wiring, not {claim!r}")
+    wrt = claim[4:-1]
+    tape, y, cots, stopped = _run(op, dims)
+    try:
+        if stopped:
+            raise Unsupported(stopped)
+        cot = np.asarray(cots[list(op.inputs).index(wrt)], dtype=object)
+        lhs = collect(tape, tape.expr_from_array(cot))
+        jt = tape.expr_from_parts([tape.tangent_parts(v) for v in y.ravel()])
+    except Unsupported as exc:
+        return {"status": "unsupported", "reason": str(exc)}
+    rhs: dict = {}
+    base = ("t", wrt)
+    for t in tape.exprs[jt].terms:
+        if t.base != base:
+            continue
+        got = canonical(t.coef, transpose_word(t.word))
+        if got is None:
+            continue
+        key = (got[1], "dy")
+        rhs[key] = rhs.get(key, 0) + got[0]
+        if rhs[key] == 0:
+            del rhs[key]
+    calls = [{"node": c.instance, "op": c.op.name, "dims": dict(c.dims),
+              "params": {k: (repr(v) if isinstance(v, Tag) else v) for k, v in c.params.items()},
+              "from": "backward only" if c.from_backward else "forward"} for c in tape.calls]
+    evidence = {"words": len(rhs), "node_calls": len(tape.calls), "primal_tags": len(tape.tags),
+                "calls": calls}
+    if lhs == rhs:
+        return {"status": "proved", **evidence}
+    only_b = [_show(tape, k, v) for k, v in lhs.items() if rhs.get(k) != v][:4]
+    only_j = [_show(tape, k, v) for k, v in rhs.items() if lhs.get(k) != v][:4]
+    evidence.update({"backward_words_not_in_J^T dy": only_b, "J^T dy_words_not_in_backward": only_j})
+    if tape.mismatches:
+        evidence["node_called_at_another_point"] = tape.mismatches
+    return {"status": "failed", **evidence}
+
+
+def _show(tape: Tape, key, coef) -> str:
+    word, _ = key
+    parts = []
+    for el in word:
+        if isinstance(el, J):
+            c = tape.calls[el.call]
+            parts.append(f"J[{c.instance}/{el.arg}]" + ("^T" if el.transposed else ""))
+        else:
+            parts.append(f"S{el.shape}")
+    return f"{coef} * " + " ".join(parts or ["I"]) + " dy"
+
+
+def node_signatures(op: Op, dims: dict) -> list[tuple]:
+    """(instance, node op, node dims, static params) of every node call of the composite's forward and
+    backward at these dims (those recorded before a construct outside linear wiring, if any)."""
+    tape = _run(op, dims)[0]
+    out = set()
+    for c in tape.calls:
+        static = tuple(sorted((k, v) for k, v in c.params.items() if not isinstance(v, Tag)))
+        out.add((c.instance, c.op, tuple(sorted(c.dims.items())), static))
+    return sorted(out, key=lambda s: (s[0], s[2], s[3]))

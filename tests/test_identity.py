@@ -1,0 +1,134 @@
+"""A certificate is current only when nothing that made it has changed: the code it ran (the spec and
+every user module it imports), the task it stands for (op, claim, tier, variant, dims, options), and
+the file it lives in. Each test here was a false pass with exit 0 before (the note says which)."""
+import json
+import textwrap
+
+import pytest
+
+from vjpcert.cli import main
+
+HELPER_RIGHT = "def gain(B, x):\n    return 2 * x\n"
+HELPER_WRONG = "def gain(B, x):\n    return 3 * x\n"
+SPEC = '''
+import numpy as np
+from vjpcert import op
+from helpers import gain
+
+@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 3}], check_dims={"n": 4})
+def sq(B, x):
+    return x * x
+
+@sq.defvjp
+def _(B, x, dy):
+    return (gain(B, x) * dy,)
+'''
+
+
+def _project(tmp_path, helper=HELPER_RIGHT, spec=SPEC):
+    (tmp_path / "helpers.py").write_text(helper)
+    f = tmp_path / "my_ops.py"
+    f.write_text(textwrap.dedent(spec))
+    return f
+
+
+def _verdicts(reports, tier="symbolic"):
+    return {json.loads(p.read_text())["claim"]: json.loads(p.read_text())["verdict"]
+            for p in (reports / "certificates").rglob(f"{tier}__*.json")}
+
+
+def test_an_edited_helper_module_makes_its_certificates_stale(tmp_path, capsys):
+    f = _project(tmp_path)
+    reports = tmp_path / "reports"
+    assert main(["prove", str(f), "--reports", str(reports), "--quiet"]) == 0
+    record = json.loads(next((reports / "certificates").rglob("symbolic__vjp-x*.json")).read_text())
+    assert "helpers.py" in " ".join(record["sources"]) and "my_ops.py" in " ".join(record["sources"])
+    (tmp_path / "helpers.py").write_text(HELPER_WRONG)           # the spec file itself is unchanged
+    verify = ["verify", str(reports), "--spec", str(f)]
+    assert main(verify) == 1 and "stale" in capsys.readouterr().out
+    assert main(["prove", str(f), "--reports", str(reports), "--quiet"]) == 1   # rerun, not skipped
+    assert _verdicts(reports)["vjp[x]"] == "failed"
+
+
+def test_a_dask_worker_runs_the_code_on_disk_now(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    f = _project(tmp_path)
+    reports = tmp_path / "reports"
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        args = ["prove", str(f), "--reports", str(reports), "--quiet", "--scheduler", cluster.scheduler_address]
+        assert main(args) == 0
+        (tmp_path / "helpers.py").write_text(HELPER_WRONG)
+        dask_code = main([*args, "--force"])                     # the same long-lived worker
+        dask = _verdicts(reports)
+    assert main(["prove", str(f), "--reports", str(reports), "--quiet", "--force", "--jobs", "1"]) == dask_code == 1
+    assert dask == _verdicts(reports) == {"vjp[x]": "failed"}
+
+
+def test_a_point_check_is_not_reused_by_a_plain_check(tmp_path, capsys):
+    f = _project(tmp_path)
+    point = tmp_path / "p.json"
+    point.write_text(json.dumps({"x": [0.5, -1.0, 2.0, 0.25]}))
+    reports = tmp_path / "reports"
+    assert main(["check", str(f), "--point", str(point), "--reports", str(reports), "--no-plots"]) == 0
+    capsys.readouterr()
+    assert main(["check", str(f), "--reports", str(reports), "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    assert "are current: skipped" not in err                    # the plain check ran
+    variants = {p.name.split("__")[0] for p in (reports / "certificates").rglob("numeric*.json")}
+    assert variants == {"numeric", "numeric-point"}             # side by side, neither overwritten
+
+
+def test_two_claims_that_would_share_a_file_are_a_spec_error(tmp_path, capsys):
+    f = _project(tmp_path, spec=SPEC + '''
+@sq.law(name="vjp-x")
+def clash(B, x, forward):
+    return forward(x) - x * x
+''')
+    assert main(["prove", str(f), "--reports", str(tmp_path / "r"), "--quiet"]) == 2
+    assert "share one certificate file" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("name", ["softmax/../softmax", "../x", "a b", ".hidden", "x/y"])
+def test_a_path_like_op_name_is_rejected(tmp_path, capsys, name):
+    spec = SPEC.replace('@op(inputs', f'@op(name={name!r}, inputs')
+    f = _project(tmp_path, spec=spec)
+    assert main(["prove", str(f), "--reports", str(tmp_path / "r"), "--quiet"]) == 2
+    assert "is not allowed" in capsys.readouterr().err
+
+
+def test_a_deleted_user_certificate_fails_verify(tmp_path, capsys):
+    f = _project(tmp_path)
+    reports = tmp_path / "reports"
+    assert main(["all", str(f), "--reports", str(reports), "--quiet", "--no-plots"]) == 0
+    assert main(["verify", str(reports), "--spec", str(f)]) == 0
+    victim = next((reports / "certificates").rglob("numeric__vjp-x*.json"))
+    victim.unlink()
+    capsys.readouterr()
+    assert main(["verify", str(reports), "--spec", str(f)]) == 1
+    out = capsys.readouterr().out
+    assert "missing" in out and victim.name in out and "softmax" not in out   # no built-in noise
+
+
+def test_a_certificate_under_another_name_is_mismatched(tmp_path, capsys):
+    f = _project(tmp_path)
+    reports = tmp_path / "reports"
+    assert main(["prove", str(f), "--reports", str(reports), "--quiet"]) == 0
+    src = next((reports / "certificates").rglob("symbolic__vjp-x*.json"))
+    src.rename(src.with_name(src.name.replace("vjp-x", "vjp-y")))
+    capsys.readouterr()
+    assert main(["verify", str(reports), "--spec", str(f), "--no-missing"]) == 1
+    assert "mismatched" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "vit_block", "rotary_attention"])
+def test_the_fixture_the_session_and_the_cli_plan_the_same_claims(name):
+    from vjpcert.cli import _plan, build_parser
+    from vjpcert.plan import plan_op
+
+    def key(t):
+        return repr((t.tier, t.claim, t.dims, t.options))
+    for tiers, command in ((("symbolic",), "prove"), (("numeric",), "check")):
+        cli, _ = _plan(build_parser().parse_args([command, name]), tiers)
+        assert sorted(map(key, plan_op(name, tiers))) == sorted(map(key, cli))
