@@ -17,7 +17,7 @@ import numpy as np
 
 # k: FlashAttention's tests (Dao-AILab/flash-attention, tests/test_flash_attn.py) assert
 #   (out - out_ref).abs().max() <= 2 * (out_pt - out_ref).abs().max()
-# with out_pt the reference run in the kernel's dtype. DESIGN.md fixes k = 2 forward and k = 3
+# with out_pt the reference run in the kernel's dtype. We take k = 2 forward and k = 3
 # backward: backward kernels recompute P from the saved log-sum-exp and sum dK, dV, dQ, dgamma in
 # orders of their own, which costs a little more than the forward.
 K_FORWARD = 2.0

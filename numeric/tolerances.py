@@ -12,7 +12,7 @@ GUARD_DIGITS = 20
 MAX_CONDITIONING_LOSS = GUARD_DIGITS
 MIN_DPS = 20           # below this a 40-digit claim cannot even be stated; refuse rather than mislead
 # Digits each derivative method delivers, as a fraction of the working digits. Measured here on
-# attention m=d=4 at 50 digits (DESIGN): central difference 34, Richardson 40, mpmath.diff 51,
+# attention m=d=4 at 50 digits: central difference 34, Richardson 40, mpmath.diff 51,
 # complex step 50.5; we require these fractions minus MARGIN, so noise never fails a correct backward.
 METHOD_FRACTION = {"central": 0.62, "richardson": 0.78, "mpmath-diff": 0.95, "complex-step": 0.95}
 MARGIN_DIGITS = 6

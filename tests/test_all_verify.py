@@ -62,7 +62,8 @@ def test_force_reruns_and_resume_skips(tmp_path, capsys):
     assert main(args) == 0
     capsys.readouterr()
     assert main(args) == 0
-    assert "11 of 11 certificates are current" in capsys.readouterr().err
+    import re
+    assert re.search(r"(\d+) of \1 certificates are current", capsys.readouterr().err)
     assert main(args + ["--force"]) == 0
     assert "are current" not in capsys.readouterr().err
 

@@ -15,7 +15,9 @@ def test_check_writes_digits_and_a_linked_plot(tmp_path):
     code, reports = run(tmp_path, "softmax", "--dps", "30", "--seed", "3")
     assert code == 0
     recs = [json.loads(p.read_text()) for p in (reports / "certificates" / "softmax").glob("numeric__*.json")]
-    assert len(recs) == 6 and all(r["verdict"] == "checked" for r in recs)
+    from vjpcert.plan import plan_op
+    assert len(recs) == len(plan_op("softmax", ("numeric",))) and all(r["verdict"] == "checked" for r in recs)
+    assert {r["claim"] for r in recs} >= {"vjp[x]", "reference", "max_shift_free"}
     assert all(r["evidence"]["dps"] == 30 and r["evidence"]["seed"] == 3 for r in recs)
     assert (reports / "plots" / "softmax-fd.png").stat().st_size > 10_000
     assert "plots/softmax-fd.png" in (reports / "softmax.md").read_text()
@@ -26,8 +28,9 @@ def test_check_a_given_point_with_another_method(tmp_path):
     point.write_text(json.dumps({"x": [[0.5, -1.0, 2.0]]}))
     code, reports = run(tmp_path, "softmax", "--point", point, "--method", "richardson", "--no-plots")
     assert code == 0
-    rec = json.loads((reports / "certificates/softmax/numeric__vjp-x__n3-rows1.json").read_text())
+    rec = json.loads((reports / "certificates/softmax/numeric-point__vjp-x__n3-rows1.json").read_text())
     assert rec["evidence"]["cases"].keys() == {"given"} and rec["method"] == "richardson@50"
+    assert rec["evidence"]["given_point"] == {"x": [[0.5, -1.0, 2.0]]} and len(rec["options"]["point"]) == 64
 
 
 def test_wrong_backward_is_exit_1(tmp_path):

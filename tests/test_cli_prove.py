@@ -35,10 +35,13 @@ def test_builtin_op_writes_json_markdown_and_index(tmp_path):
     code, reports = run(tmp_path, "softmax", "--jobs", "2")
     assert code == 0
     certs = list((reports / "certificates" / "softmax").glob("*.json"))
-    assert len(certs) == 11          # 9 at fixed dims, 2 for every size
+    from vjpcert.plan import plan_op
+    planned = plan_op("softmax", ("symbolic",))
+    assert len(certs) == len(planned) and any(t.claim == "max_shift_free" for t in planned)
+    assert {dict(t.options).get("method") for t in planned} == {None, "general"}
     record = json.loads(certs[0].read_text())
     for key in ("op", "claim", "verdict", "method", "dims", "assumptions", "evidence", "seconds",
-                "spec_sha256", "versions", "schema"):
+                "spec_sha256", "sources", "versions", "schema"):
         assert key in record
     assert "proved" in (reports / "softmax.md").read_text()
     assert "[softmax](softmax.md)" in (reports / "README.md").read_text()

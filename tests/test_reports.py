@@ -36,7 +36,8 @@ def test_html_report_is_self_contained_with_formulas_plots_and_trust(tmp_path):
 def test_every_certificate_validates_against_the_published_schema(tmp_path):
     reports = tmp_path / "reports"
     assert main(["prove", "layernorm", "--reports", str(reports), "--quiet"]) == 0
-    schema = json.loads((reports / "schema" / "certificate-v1.schema.json").read_text())
+    from vjpcert.core.certificate import SCHEMA_VERSION
+    schema = json.loads((reports / "schema" / f"certificate-v{SCHEMA_VERSION}.schema.json").read_text())
     for path in (reports / "certificates").rglob("*.json"):
         jsonschema.validate(json.loads(path.read_text()), schema)
     bad = json.loads(next((reports / "certificates").rglob("*.json")).read_text())
