@@ -65,7 +65,7 @@ def cert_relpath(op: str, variant: str, claim: str, dims: dict) -> Path:
 class Certificate:
     op: str
     claim: str
-    tier: str                       # "symbolic" | "numeric" | "kernel"
+    tier: str                       # "symbolic" | "numeric" | "kernel" | "implementation"
     verdict: str
     method: str
     dims: dict

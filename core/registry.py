@@ -278,7 +278,7 @@ class Op:
 
     def with_nodes(self, nodes: Mapping[str, object], suffix: str) -> "Op":
         """A copy whose node namespace maps to other implementations (opaque maps, recorders)."""
-        twin = object.__new__(Op)
+        twin = object.__new__(type(self))      # a subclass (a framework op) stays one
         twin.__dict__.update(self.__dict__)
         twin.name = f"{self.name}~{suffix}"
         twin.nodes = dict(nodes)
@@ -287,7 +287,7 @@ class Op:
 
     def with_mutant(self, mutant: Mutant) -> "Op":
         """A copy of this op whose backward (or forward) is the mutant; it is not registered."""
-        twin = object.__new__(Op)
+        twin = object.__new__(type(self))
         twin.__dict__.update(self.__dict__)
         twin._fixed_claims = tuple(self.claims())
         twin._extra_functions = (*getattr(self, "_extra_functions", ()), mutant.fn)

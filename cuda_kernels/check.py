@@ -51,11 +51,18 @@ def detect_mode() -> str:
     return mode if mode in ("gpu", "simulator") else "none"
 
 
+def unavailable_reason() -> str | None:
+    """Why kernels cannot run in this process, or None. Our kernels use warp shuffles, which only the
+    patched simulator has: an unpatched one would fail every kernel for a reason not the kernel's."""
+    if detect_mode() == "simulator":
+        from vjpcert.cuda_kernels.simulator import unavailable_reason as simulator_reason
+        return simulator_reason()
+    return None
+
+
 def _registry():
     from vjpcert.cuda_kernels.registry import DIMS, KERNELS
     return KERNELS, DIMS
-
-
 
 
 def _op(op) -> Op:

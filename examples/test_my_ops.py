@@ -3,8 +3,10 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 MY_OPS = str(Path(__file__).with_name("my_ops.py"))
+MY_TORCH_OPS = str(Path(__file__).with_name("my_torch_ops.py"))
 
 
 def test_my_op_is_proved(vjpcert):
@@ -32,3 +34,23 @@ def my_softmax_backward(x, dy):
 def test_my_kernel_matches_the_spec(vjpcert):
     vjpcert.matches_spec("softmax", my_softmax_forward, kind="forward", dtype=np.float32)
     vjpcert.matches_spec("softmax", my_softmax_backward, kind="backward", dtype=np.float32)
+
+
+def test_my_torch_backward_is_proved(vjpcert):
+    """The autograd.Function's backward, from its torch code: proved = J^T dy of its forward, and the
+    forward proved equal to the certified RMSNorm at eps = 1e-6."""
+    pytest.importorskip("torch")
+    certs = vjpcert.proved(f"{MY_TORCH_OPS}::my_rmsnorm")
+    assert {c.claim for c in certs} == {"vjp[x]", "vjp[gamma]", "matches_spec[rmsnorm]"}
+
+
+def test_my_torch_layernorm_at_my_eps(vjpcert):
+    """An implementation that uses eps = 1e-6 is checked against the spec at eps = 1e-6."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    def backward(x, gamma, beta, dy, eps):
+        xs = [torch.tensor(a, requires_grad=True) for a in (x, gamma, beta)]
+        y = F.layer_norm(xs[0], xs[0].shape[-1:], xs[1], xs[2], eps)
+        return tuple(g.numpy() for g in torch.autograd.grad(y, xs, torch.tensor(dy)))
+    vjpcert.matches_spec("layernorm", backward, kind="backward", dtype=np.float64, params={"eps": 1e-6})

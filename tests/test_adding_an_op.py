@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOORS = ("core", "specs", "symbolic", "numeric", "cuda_kernels", "vjpcert")
+FLOORS = ("core", "specs", "frontends", "symbolic", "numeric", "cuda_kernels", "vjpcert")
 
 SILU = '''
 """SiLU, elementwise: y = x sigmoid(x),  dx = dy sigmoid(x) (1 + x (1 - sigmoid(x)))."""

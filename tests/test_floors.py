@@ -2,7 +2,7 @@
 
     vjpcert (CLI, runner, reports)          may import everything below
     symbolic | numeric | cuda_kernels       may import specs and core, never each other nor vjpcert's top
-    specs                                    may import core (and other specs)
+    specs | frontends                        may import core (and themselves), never each other
     core                                     imports no other floor
 Nothing imports the repository's folders by their bare names (``import specs``): installed, they live
 under the ``vjpcert`` namespace, so a user's own ``specs`` package can never shadow them.
@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOORS = ("core", "specs", "symbolic", "numeric", "cuda_kernels")
+FLOORS = ("core", "specs", "frontends", "symbolic", "numeric", "cuda_kernels")
 ALLOWED = {
     "core": {"core"},
     "specs": {"core", "specs"},
+    "frontends": {"core", "frontends"},     # framework code (PyTorch, JAX) turned into ops, beside specs
     "symbolic": {"core", "specs", "symbolic"},
     "numeric": {"core", "specs", "numeric"},
     "cuda_kernels": {"core", "specs", "cuda_kernels"},

@@ -21,3 +21,42 @@ def test_certify_your_own_op_walkthrough_runs(tmp_path):
     path.write_text(blocks[0] + "\n" + blocks[1])
     assert main(["prove", "--quiet", "--reports", str(tmp_path / "r"), str(path)]) == 0
     assert len(list((tmp_path / "r" / "certificates" / "square_scale").glob("*.json"))) == 3
+
+
+def test_prove_your_pytorch_backward_walkthrough_runs(tmp_path, monkeypatch):
+    """The RMSNorm Function is proved from its torch code alone; the one-term typo fails with a
+    witness; the two commands shown run as shown."""
+    import json
+    import sys
+
+    import pytest
+    pytest.importorskip("torch")
+    section = README.split("## Prove your PyTorch backward")[1].split("\n## ")[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    path = tmp_path / "my_torch_ops.py"
+    path.write_text(blocks[0] + "\n" + blocks[1])
+    reports = tmp_path / "r"
+    assert main(["prove", "--quiet", "--reports", str(reports), str(path)]) == 1       # the typo fails
+    verdicts = {}
+    for p in (reports / "certificates").rglob("*.json"):
+        rec = json.loads(p.read_text())
+        verdicts[(rec["op"], rec["claim"], tuple(sorted(rec["dims"].items())))] = rec
+    mine = {k: r["verdict"] for k, r in verdicts.items() if k[0] == "my_rmsnorm"}
+    assert len(mine) == 9 and set(mine.values()) == {"proved"}          # 3 claims x the spec's 3 dims
+    typo = {k: r for k, r in verdicts.items() if k[0] == "my_rmsnorm_typo"}
+    assert {k[1] for k, r in typo.items() if r["verdict"] == "failed"} == {"vjp[x]"}
+    assert all(r["evidence"]["witness"]["point"] for r in typo.values() if r["verdict"] == "failed")
+
+    commands = re.findall(r"```sh\n(.*?)```", section, re.S)[0].strip().splitlines()
+    (tmp_path / "my_module.py").write_text(blocks[0].split("@torch_op")[0]
+                                           + "\ndef rmsnorm(x, gamma, eps):\n    return RMSNorm.apply(x, gamma, eps)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    try:
+        for command in commands:
+            argv = command.split()[1:] + ["--quiet", "--reports", str(tmp_path / "r2"), "--no-plots"] \
+                if command.split()[1] == "check" else command.split()[1:] + ["--quiet", "--reports", str(tmp_path / "r2")]
+            assert main(argv) == 0, command
+    finally:
+        sys.modules.pop("my_module", None)

@@ -6,6 +6,7 @@
     vjpcert kernels [OP ...]        the kernel tier: CUDA kernels against the specs
     vjpcert verify  [REPORTS]       are the committed certificates still current?
     vjpcert mutate  [OP ...]        the mutation suite: which checker kills which wrong backward
+    vjpcert frameworks              PyTorch's (and JAX's) own backwards, proved: reports/frameworks/
 
 Exit codes: 0 every claim passed (for ``prove``: every claim proved); 1 a claim failed (a wrong
 backward: the certificate holds a witness) or, for ``verify``, a certificate is stale, edited,
@@ -26,7 +27,8 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNDECIDED, EXIT_INTERRUPTED = 0, 1, 2
 # ------------------------------------------------------------------------------ arguments
 def _targets(p):
     p.add_argument("targets", nargs="*", metavar="OP|FILE",
-                   help="built-in op names or paths of spec files (default: every built-in op)")
+                   help="built-in op names, paths of spec files, or torch:module:function / "
+                        "jax:module:function (default: every built-in op)")
 
 
 def _run_options(p, *, budget=True):
@@ -43,6 +45,22 @@ def _run_options(p, *, budget=True):
     p.add_argument("--quiet", action="store_true", help="no per-claim lines")
 
 
+def _frontend_options(p):
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a parameter value (repeatable): passed to a torch:/jax: function, or the spec's "
+                        "value for --impl (e.g. eps=1e-6)")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=DIM,DIM",
+                   help="a torch:/jax: target's differentiable input and its dims, in call order "
+                        "(repeatable), e.g. --input x=rows,n --input gamma=n")
+    p.add_argument("--nondiff", action="append", default=[], metavar="NAME=DIM,DIM",
+                   help="a torch:/jax: target's non-differentiable input (after the differentiable ones)")
+    p.add_argument("--spec", dest="like", metavar="OP|FILE::NAME",
+                   help="a torch:/jax: target's forward must equal this spec's (and takes its inputs and dims)")
+    p.add_argument("--constants", choices=["decimal", "named"], default="decimal",
+                   help="read a torch:/jax: graph's float constants as the decimals they print as (default) "
+                        "or as the irrationals they round (1/sqrt(2), sqrt(2/pi), ...) where one matches")
+
+
 def _numeric_options(p):
     p.add_argument("--dps", type=int, default=50, help="mpmath digits (default 50, at least 20)")
     p.add_argument("--method", default="mpmath-diff",
@@ -56,12 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("all", help="every tier for every op: proofs, numeric checks, kernel checks")
     _targets(p)
     _run_options(p)
+    _frontend_options(p)
     _numeric_options(p)
     p.add_argument("--no-general", dest="general", action="store_false",
                    help="skip the general (every-size) proofs")
     p = sub.add_parser("prove", help="prove backward = J^T dy and every law exactly (symbolic tier)")
     _targets(p)
     _run_options(p)
+    _frontend_options(p)
     p.add_argument("--no-general", dest="general", action="store_false",
                    help="skip the general (every-size) proofs")
     p = sub.add_parser("check", help="check backward against derivatives of the forward in mpmath "
@@ -69,10 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     _targets(p)
     _run_options(p, budget=False)
     _numeric_options(p)
+    _frontend_options(p)
     p.add_argument("--shape", dest="dims_alias", help="alias of --dims")
     p.add_argument("--point", help="JSON file {input: nested list}: check at this point only")
     p.add_argument("--impl", metavar="MODULE:FUNCTION",
                    help="check your own backward (a callable or torch.autograd.Function) against the spec")
+    p.add_argument("--dtype", default=None, metavar="float64|float32",
+                   help="with --impl: the precision the implementation runs in (default float64)")
     p = sub.add_parser("kernels", help="check the CUDA kernels against the specs (simulator or GPU)")
     _targets(p)
     _run_options(p, budget=False)
@@ -86,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "detects accidental edits; replay detects forged verdicts)")
     p.add_argument("--sample", type=int, metavar="K", help="with --replay: replay K certificates drawn at random")
     p.add_argument("--replay-seed", type=int, help="with --sample: the draw (default: a fresh one, printed)")
+    p = sub.add_parser("frameworks", help="the Framework backwards report: PyTorch's (and JAX's) own backwards, "
+                                          "proved and checked, in REPORTS/frameworks/")
+    p.add_argument("--reports", default="reports")
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--only", action="append", default=[], metavar="OP")
+    p.add_argument("--quiet", action="store_true")
     p = sub.add_parser("mutate", help="run every tier on every mutant and write the kill matrix")
     _targets(p)
     p.add_argument("--reports", default="reports")
@@ -124,8 +154,8 @@ def _freeze(v):
 def _plan(args, tiers: tuple[str, ...]):
     """Select ops, expand dims and claims per tier, and validate every spec before anything is
     written. Returns (tasks, ops by name)."""
-    from vjpcert.ops import parse_dims, select_ops
-    from vjpcert.plan import kernel_available, tier_tasks
+    from vjpcert.ops import frontend_declaration, parse_dims, select_ops
+    from vjpcert.plan import kernel_unavailable, tier_tasks
 
     if getattr(args, "dims_alias", None):
         args.dims = args.dims_alias
@@ -137,11 +167,13 @@ def _plan(args, tiers: tuple[str, ...]):
         raise SpecError(None, "--jobs must be >= 1")
     if getattr(args, "timeout", None) is not None and args.timeout <= 0:
         raise SpecError(None, "--timeout must be > 0")
-    if "kernel" in tiers and not kernel_available():
+    kernel_missing = kernel_unavailable() if "kernel" in tiers else None
+    if kernel_missing:
         if tiers == ("kernel",):
-            raise SpecError(None, "the kernel tier needs numba-cuda: pip install -e '.[cuda]'")
+            raise SpecError(None, kernel_missing)
+        print(f"vjpcert: {kernel_missing}; the other tiers run without it", file=sys.stderr)
         tiers = tuple(t for t in tiers if t != "kernel")
-    selected = select_ops(args.targets)
+    selected = select_ops(args.targets, frontend_declaration(args))
     overrides = parse_dims(args.dims)
     if overrides:
         known = set().union(*(op.dim_names() for _, op in selected))
@@ -336,6 +368,12 @@ def cmd_verify(args) -> int:
         problems = verify(Path(args.reports), ops, expected)
     except NotAReportDir as exc:
         return _fail_bad_input(str(exc))
+    if (Path(args.reports) / "frameworks" / "certificates").is_dir():
+        from vjpcert.frameworks import verify_report
+        more, notes = verify_report(Path(args.reports) / "frameworks", no_missing=args.no_missing)
+        problems += more
+        for n in notes:
+            print(n)
     if args.replay:
         import random
 
@@ -360,6 +398,11 @@ def cmd_verify(args) -> int:
         return EXIT_FAILED
     print(f"vjpcert verify: every certificate in {args.reports}/ is current")
     return EXIT_OK
+
+
+def cmd_frameworks(args) -> int:
+    from vjpcert.frameworks import SUBDIR, run
+    return run(Path(args.reports) / SUBDIR, jobs=args.jobs, force=args.force, only=args.only, quiet=args.quiet)
 
 
 def cmd_mutate(args) -> int:
@@ -431,7 +474,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     commands = {"all": cmd_all, "prove": cmd_prove, "check": cmd_check, "kernels": cmd_kernels,
-                "verify": cmd_verify, "mutate": cmd_mutate}
+                "verify": cmd_verify, "mutate": cmd_mutate, "frameworks": cmd_frameworks}
     try:
         return commands[args.command](args)
     except SpecError as exc:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from vjpcert.core.certificate import TRUST, VERDICTS, Certificate
 from vjpcert.core.registry import Op
-from vjpcert.report_data import SEVERITY, load_resources, summary
+from vjpcert.report_data import SEVERITY, load_resources, summary, tiers_present
+from vjpcert.tiers import TIERS
 
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -26,16 +27,17 @@ def render_html(certs: list[Certificate], ops: dict[str, Op], root: Path, comman
     by_op = defaultdict(list)
     for c in certs:
         by_op[c.op].append(c)
-    tiers = ["symbolic", "numeric", "kernel"]
+    tiers = list(TIERS)                      # the table order; the matrix shows the ones present
+    shown_tiers = tiers_present(certs)
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>vjpcert report</title>"
              f"<style>{CSS}</style></head><body><h1>vjpcert report</h1>",
              f"<p>Made by <code>{e(command)}</code> from {len(certs)} certificates. JSON certificates under "
              f"<code>certificates/</code> are the source of truth; <code>vjpcert verify</code> checks they are current.</p>",
-             "<h2>Verdict matrix</h2><table><tr><th>op</th>" + "".join(f"<th>{t}</th>" for t in tiers) + "</tr>"]
+             "<h2>Verdict matrix</h2><table><tr><th>op</th>" + "".join(f"<th>{t}</th>" for t in shown_tiers) + "</tr>"]
     for name in sorted(by_op):
         cells = []
-        for t in tiers:
+        for t in shown_tiers:
             group = [c for c in by_op[name] if c.tier == t]
             worst = min((c.verdict for c in group), key=SEVERITY.index) if group else ""
             cells.append(f"<td class='v-{worst}'>{e(summary(group)).replace('**', '')}</td>")

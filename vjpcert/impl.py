@@ -11,12 +11,13 @@ subclass whose ``apply`` takes the op's differentiable inputs in order.
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import math
 import time
+from fractions import Fraction
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
@@ -24,92 +25,195 @@ from vjpcert.numeric.sampling import cotangent, sample_point
 from vjpcert.core import tolerance
 from vjpcert.core.backends import MpmathBackend
 from vjpcert.core.certificate import Certificate, atomic_write, sources_sha256
+from vjpcert.core.reference import forward as reference_forward
 from vjpcert.core.reference import vjp as reference_vjp
 from vjpcert.core.registry import Op, SpecError
 
 CHECKER_SHA256 = sources_sha256([Path(__file__), Path(tolerance.__file__)])
 
 
-def truth_vjp(op: Op, point: dict, dy: np.ndarray, dps: int = 50) -> tuple:
-    """The spec's backward in mpmath, rounded once to float64."""
-    B = MpmathBackend(dps)
+def spec_params(op: Op, params: Mapping | None) -> dict:
+    """The op's parameter values with the given ones applied; an unknown name is bad input."""
+    params = dict(params or {})
+    unknown = set(params) - set(op.params)
+    if unknown:
+        raise SpecError(op.name, f"unknown params {sorted(unknown)}; it has {list(op.params) or 'none'}")
+    return {k: params.get(k, p.default) for k, p in op.params.items()}
+
+
+def _exact(v):
+    """A parameter value as an exact number: a float is the decimal it prints as (1e-06 is 1/10^6)."""
+    if isinstance(v, float):
+        return Fraction(repr(v))
+    return v
+
+
+def _mp_values(op: Op, B: MpmathBackend, point: dict, params: Mapping | None) -> dict:
     values = {k: B.convert(v) for k, v in point.items()}
-    values.update({k: (B.c(p.default) if p.symbolic else p.default) for k, p in op.params.items()})
+    for k, v in spec_params(op, params).items():
+        values[k] = B.c(_exact(v)) if op.params[k].symbolic else v
+    return values
+
+
+def _to_float64(a) -> np.ndarray:
+    return np.vectorize(float, otypes=[np.float64])(np.asarray(a, dtype=object))
+
+
+def truth_vjp(op: Op, point: dict, dy: np.ndarray, dps: int = 50, params: Mapping | None = None) -> tuple:
+    """The spec's backward in mpmath (50 digits), rounded once to float64."""
+    B = MpmathBackend(dps)
+    values = _mp_values(op, B, point, params)
     with B.strict():
         cots = op.bind(op.vjp, B, {**values, "dy": B.convert(dy)})
-    return tuple(np.vectorize(float, otypes=[np.float64])(np.asarray(c, dtype=object)) for c in cots)
+    return tuple(_to_float64(c) for c in cots)
 
 
-def _as_backward(impl, op: Op, dtype):
-    """A uniform ``backward(point, dy) -> tuple of numpy arrays`` from a callable or a torch Function."""
-    names = list(op.inputs)
+def truth_forward(op: Op, point: dict, dps: int = 50, params: Mapping | None = None) -> np.ndarray:
+    """The spec's forward in mpmath (50 digits), rounded once to float64: the reference of a forward
+    check (the float64 spec is the *baseline* of a float64 check, so it cannot be its reference too)."""
+    B = MpmathBackend(dps)
+    values = _mp_values(op, B, point, params)
+    with B.strict():
+        y = op.bind(op.forward, B, values)
+    return _to_float64(y)
+
+
+def _accepted(fn, names, skip: int = 0) -> list[str]:
+    """The names among ``names`` that ``fn`` takes (all of them if it takes **kwargs), in the order of
+    its signature."""
     try:
-        import torch
-        is_fn = inspect.isclass(impl) and issubclass(impl, torch.autograd.Function)
-    except ImportError:
-        is_fn = False
-    if is_fn:
-        tdtype = torch.float64 if np.dtype(dtype) == np.float64 else torch.float32
+        sig = list(inspect.signature(fn).parameters.values())[skip:]
+    except (TypeError, ValueError):
+        return []
+    if any(p.kind == p.VAR_KEYWORD for p in sig):
+        return list(names)
+    return [p.name for p in sig if p.name in names]
+
+
+class Implementation:
+    """A uniform face on what a user gives: ``backward(point, dy) -> cotangents`` and, for a torch
+    ``autograd.Function`` (whose forward is part of what runs), ``forward(point) -> y``. The spec's
+    parameter values (the given ones, else its defaults) reach the implementation when it takes them:
+    by name for a callable; for a Function, positionally after its tensor inputs, in the order its
+    ``forward`` names them. So both sides run at the same eps."""
+
+    def __init__(self, impl, op: Op, dtype, params: Mapping | None):
+        self.op, self.dtype = op, np.dtype(dtype)
+        values = spec_params(op, params)
+        self.forward = None
+        names = list(op.inputs)
+        try:
+            import torch
+            is_fn = inspect.isclass(impl) and issubclass(impl, torch.autograd.Function)
+        except ImportError:
+            is_fn = False
+        if is_fn:
+            tdtype = torch.float64 if self.dtype == np.float64 else torch.float32
+            extra = [values[k] for k in _accepted(impl.forward, values, skip=1 + len(op.inputs) + len(op.nondiff))]
+
+            def run(point, dy=None):
+                xs = [torch.tensor(np.asarray(point[n]), dtype=tdtype, requires_grad=True) for n in names]
+                fixed = [torch.tensor(np.asarray(point[n]), dtype=tdtype) for n in op.nondiff]
+                out = impl.apply(*xs, *fixed, *extra)
+                if dy is None:
+                    return out.detach().numpy()
+                grads = torch.autograd.grad(out, xs, torch.tensor(np.asarray(dy), dtype=tdtype), allow_unused=True)
+                return tuple(np.zeros(np.shape(point[n]), dtype=self.dtype) if g is None else g.detach().numpy()
+                             for n, g in zip(names, grads))
+            self.backward = lambda point, dy: run(point, dy)
+            self.forward = lambda point: run(point)
+            return
+
+        given = {k: values[k] for k in _accepted(impl, values)}
 
         def backward(point, dy):
-            xs = [torch.tensor(np.asarray(point[n]), dtype=tdtype, requires_grad=True) for n in names]
-            out = impl.apply(*xs)
-            grads = torch.autograd.grad(out, xs, torch.tensor(dy, dtype=tdtype), allow_unused=True)
-            return tuple(np.zeros(np.shape(point[n])) if g is None else g.detach().numpy() for n, g in zip(names, grads))
-        return backward
+            out = impl(**{k: np.asarray(v, dtype=self.dtype) for k, v in point.items()},
+                       dy=np.asarray(dy, dtype=self.dtype), **given)
+            if not isinstance(out, (tuple, list)) or len(out) != len(names):
+                raise SpecError(op.name, f"the implementation returned {type(out).__name__}; expected a tuple of "
+                                         f"{len(names)} cotangents ({names})")
+            return tuple(np.asarray(o) for o in out)
+        self.backward = backward
 
-    def backward(point, dy):
-        out = impl(**{k: np.asarray(v, dtype=dtype) for k, v in point.items()}, dy=np.asarray(dy, dtype=dtype))
-        if not isinstance(out, (tuple, list)) or len(out) != len(names):
-            raise SpecError(op.name, f"the implementation returned {type(out).__name__}; expected a tuple of "
-                                     f"{len(names)} cotangents ({names})")
-        return tuple(np.asarray(o) for o in out)
-    return backward
+
+def _dtype_leak(got, dtype) -> str | None:
+    """A float32 check of an implementation that answers in float64 has checked float64 code."""
+    g = np.asarray(got)
+    if np.dtype(dtype) == np.float32 and g.dtype != np.float32:
+        return f"the implementation returned {g.dtype} in a float32 check (it computed in {g.dtype})"
+    return None
+
+
+def _witness(case, what, got, truth, r, point, dy, seed) -> dict:
+    idx = np.unravel_index(r["worst_index"], np.shape(truth))
+    return {"case": case, "cotangent": what, "index": [int(i) for i in idx],
+            "implementation": float(np.asarray(got)[idx]), "spec (50 digits)": float(np.asarray(truth)[idx]),
+            "error": r["error"], "bound": r["bound"],
+            "point": {k: np.asarray(v).tolist() for k, v in point.items()},
+            "dy": None if dy is None else np.asarray(dy).tolist(), "seed": seed}
 
 
 def check_backward(op: Op, impl, *, name: str, dims: dict | None = None, dtype=np.float64, seed: int = 0,
-                   cases=("random", "large_magnitude", "near_constant")) -> Certificate:
-    """Check an implementation's backward against the spec under the tolerance rule."""
+                   cases=("random", "large_magnitude", "near_constant"), params: Mapping | None = None) -> Certificate:
+    """Check an implementation's backward (and, for an autograd.Function, its forward) against the
+    spec under the tolerance rule, at the given parameter values."""
     start = time.perf_counter()
+    dtype = np.dtype(dtype)
+    values = spec_params(op, params)
     dims = op.resolve_dims(dims or op.check_dims)
-    backward = _as_backward(impl, op, dtype)
+    run = Implementation(impl, op, dtype, params)
     per_case, failure = {}, None
     for case in cases:
         point = sample_point(op, dims, case, seed)
         dy = cotangent(op.shape(op.output, dims), seed, op.name, case)
-        truth = truth_vjp(op, point, dy)
-        baseline = reference_vjp(op, dy, dtype, **point)
-        got = backward(point, dy)
         rows = {}
+        if run.forward is not None:
+            got = run.forward(point)
+            truth = truth_forward(op, point, params=params)
+            if np.shape(got) != np.shape(truth):
+                raise SpecError(op.name, f"{name}: forward has shape {np.shape(got)}, expected {np.shape(truth)}")
+            baseline = reference_forward(op, dtype, params=params, **point)
+            r = tolerance.compare(got, truth, baseline, backward=False, dtype=dtype)
+            rows["forward"] = _with_digits(r, truth)
+            leak = _dtype_leak(got, dtype)
+            if failure is None and (leak or not r["ok"]):
+                failure = {**_witness(case, "forward", got, truth, r, point, None, seed), **({"dtype": leak} if leak else {})}
+        truth = truth_vjp(op, point, dy, params=params)
+        baseline = reference_vjp(op, dy, dtype, params=params, **point)
+        got = run.backward(point, dy)
         siblings = max(float(np.abs(t).max()) for t in truth if np.size(t))
         for n, g, t, b in zip(op.inputs, got, truth, baseline):
             if np.shape(g) != np.shape(t):
                 raise SpecError(op.name, f"{name}: cotangent for {n} has shape {np.shape(g)}, expected {np.shape(t)}")
             r = tolerance.compare(g, t, b, backward=True, dtype=dtype, floor_scale=siblings)
-            own = float(np.abs(t).max()) if np.size(t) else 0.0
-            r["digits"] = round(-math.log10(r["error"] / own), 1) if r["error"] and own else 16.0
-            rows[n] = r
-            if not r["ok"] and failure is None:
-                idx = np.unravel_index(r["worst_index"], np.shape(t))
-                failure = {"case": case, "cotangent": n, "index": [int(i) for i in idx],
-                           "implementation": float(np.asarray(g)[idx]), "spec (50 digits)": float(t[idx]),
-                           "error": r["error"], "bound": r["bound"],
-                           "point": {k: np.asarray(v).tolist() for k, v in point.items()}, "dy": dy.tolist(),
-                           "seed": seed}
+            rows[n] = _with_digits(r, t)
+            leak = _dtype_leak(g, dtype)
+            if failure is None and (leak or not r["ok"]):
+                failure = {**_witness(case, n, g, t, r, point, dy, seed), **({"dtype": leak} if leak else {})}
         per_case[case] = rows
-    evidence = {"implementation": name, "dtype": np.dtype(dtype).name,
+    evidence = {"implementation": name, "dtype": dtype.name, "params": {k: repr(v) for k, v in values.items()},
                 "rule": tolerance.rule_in_words(True, dtype), "cases": per_case, "seed": seed,
+                "forward_checked": run.forward is not None,
                 "min_digits": min(r["digits"] for c in per_case.values() for r in c.values())}
     verdict = "checked"
     if failure is not None:
         verdict = "failed"
         evidence["witness"] = failure
-    return Certificate.issue(op, claim=f"impl[{name}]", tier="numeric", verdict=verdict,
-                       method=f"tolerance-rule@{np.dtype(dtype).name}", dims=dims,
-                       assumptions=[f"{n} = {p.default}" for n, p in op.params.items()]
-                       + ["truth: the spec's backward in mpmath at 50 digits (the spec is proved separately)"],
-                       evidence=evidence, seconds=time.perf_counter() - start,
-                       checker_sha256=CHECKER_SHA256)
+    suffix = "" if dtype == np.float64 else f"@{dtype.name}"
+    return Certificate.issue(op, claim=f"impl[{name}]{suffix}", tier="implementation", verdict=verdict,
+                             method=f"tolerance-rule@{dtype.name}", dims=dims,
+                             assumptions=[f"{n} = {v!r}" for n, v in values.items()]
+                             + ["truth: the spec in mpmath at 50 digits (the spec is proved separately)"]
+                             + (["the autograd.Function's forward is checked too (the rule for forwards)"]
+                                if run.forward is not None else []),
+                             evidence=evidence, seconds=time.perf_counter() - start,
+                             checker_sha256=CHECKER_SHA256)
+
+
+def _with_digits(r: dict, truth) -> dict:
+    own = float(np.abs(truth).max()) if np.size(truth) else 0.0
+    r["digits"] = round(-math.log10(r["error"] / own), 1) if r["error"] and own else 16.0
+    return r
 
 
 # ------------------------------------------------------------------------------ PyTorch's own backwards
@@ -165,22 +269,29 @@ def torch_agreement(ops: dict[str, Op], root: Path, seed: int = 0) -> list[dict]
 
 
 # ------------------------------------------------------------------------------ the command
+DTYPES = {"float64": np.float64, "float32": np.float32}
+
+
+def parse_dtype(text: str | None):
+    if text is None:
+        return np.float64
+    if text not in DTYPES:
+        raise SpecError(None, f"--dtype {text}: implementations are checked in {' or '.join(DTYPES)}")
+    return DTYPES[text]
+
+
 def check_impl_command(args) -> int:
-    from vjpcert.ops import parse_dims, select_ops
+    from vjpcert.ops import import_object, parse_dims, parse_params, select_ops
     from vjpcert.reports import write_certificate, write_reports
-    module_name, _, attr = args.impl.partition(":")
-    if not attr:
-        raise SpecError(None, f"--impl expects module:function, got {args.impl!r}")
-    try:
-        impl = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise SpecError(None, f"--impl {args.impl}: cannot load it ({type(exc).__name__}: {exc})") from None
+    impl = import_object(args.impl, "--impl")
+    dtype = parse_dtype(getattr(args, "dtype", None))
+    params = parse_params(getattr(args, "param", None))
     selected = select_ops(args.targets)
     if len(selected) != 1:
         raise SpecError(None, "--impl needs exactly one op to compare with")
     _, op = selected[0]
     dims = op.resolve_dims({**op.check_dims, **parse_dims(args.dims or getattr(args, "dims_alias", None))})
-    cert = check_backward(op, impl, name=args.impl, dims=dims, seed=args.seed)
+    cert = check_backward(op, impl, name=args.impl, dims=dims, seed=args.seed, dtype=dtype, params=params)
     write_certificate(cert, Path(args.reports))
     write_reports(Path(args.reports), {op.name: op}, "vjpcert check --impl")
     print(f"{cert.verdict}: {args.impl} against {op.name} ({cert.evidence['min_digits']} digits, "
@@ -188,6 +299,7 @@ def check_impl_command(args) -> int:
     if cert.verdict == "failed":
         w = cert.evidence["witness"]
         print(f"  witness: {w['cotangent']}{w['index']} = {w['implementation']!r}, spec {w['spec (50 digits)']!r}, "
-              f"error {w['error']:.3g} > bound {w['bound']:.3g} ({w['case']} inputs, seed {w['seed']})")
+              f"error {w['error']:.3g} > bound {w['bound']:.3g} ({w['case']} inputs, seed {w['seed']})"
+              + (f"; {w['dtype']}" if w.get("dtype") else ""))
         return 1
     return 0

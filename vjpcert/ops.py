@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vjpcert.specs import builtin_ops
+from vjpcert.specs import builtin_ops, resolve_op
 from vjpcert.core.registry import Op, SpecError, load_file
+
+FRAMEWORKS = ("torch", "jax")
 
 
 @dataclass(frozen=True)
@@ -18,12 +21,23 @@ class OpRef:
     name: str
     file: str | None = None        # a user's spec file, or None for a built-in op
     mutant: str | None = None
+    frontend: str | None = None    # a torch:/jax: target and its declaration (JSON), built again
+    collection: str | None = None  # "module:function" taking names=[...], returning {name: op} (the framework report)
     obj: object = field(default=None, compare=False, repr=False)
 
     def resolve(self) -> Op:
         if self.obj is not None:
             return self.obj
-        ops = {o.name: o for o in load_file(self.file)} if self.file else builtin_ops()
+        if self.frontend:
+            decl = json.loads(self.frontend)
+            for key in ("inputs", "nondiff"):       # kept as pairs: their order is the call order
+                if key in decl:
+                    decl[key] = {k: tuple(v) for k, v in decl[key]}
+            return frontend_op(decl.pop("target"), decl)
+        if self.collection:
+            ops = import_object(self.collection, "collection")(names=[self.name])
+        else:
+            ops = {o.name: o for o in load_file(self.file)} if self.file else builtin_ops()
         op = ops[self.name]
         if self.mutant:
             op = op.with_mutant(next(m for m in op.mutants if m.name == self.mutant))
@@ -33,14 +47,90 @@ class OpRef:
         return self.name + (f"~{self.mutant}" if self.mutant else "")
 
 
-def select_ops(targets: list[str]) -> list[tuple[OpRef, Op]]:
-    """Built-in op names and paths of user spec files; all built-in ops when none is given."""
+def is_frontend_target(target: str) -> bool:
+    return target.split(":", 1)[0] in FRAMEWORKS and target.count(":") >= 2
+
+
+def _parse_decl(items, flag) -> dict:
+    """``["x=rows,n", "gamma=n"]`` -> {"x": ("rows", "n"), "gamma": ("n",)} (in call order)."""
+    out = {}
+    for item in items or []:
+        name, sep, dims = item.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise SpecError(None, f"{flag} expects name=dim,dim such as x=rows,n; got {item!r}")
+        entries = [d.strip() for d in dims.split(",") if d.strip()]
+        out[name.strip()] = tuple(int(d) if d.isdigit() else d for d in entries)
+    return out
+
+
+def frontend_declaration(args) -> dict:
+    """The declaration a torch:/jax: target takes from the command line (empty when none is given)."""
+    decl = {}
+    if getattr(args, "input", None):
+        decl["inputs"] = _parse_decl(args.input, "--input")
+    if getattr(args, "nondiff", None):
+        decl["nondiff"] = _parse_decl(args.nondiff, "--nondiff")
+    if getattr(args, "param", None) and not getattr(args, "impl", None):
+        decl["params"] = parse_params(args.param)
+    if getattr(args, "like", None):
+        decl["spec"] = args.like
+    if getattr(args, "constants", "decimal") != "decimal":
+        decl["constants"] = args.constants
+    dims = parse_dims(getattr(args, "dims", None) or getattr(args, "dims_alias", None))
+    if dims and decl:
+        decl["dims"] = dims
+    return decl
+
+
+def frontend_op(target: str, decl: dict) -> Op:
+    """The op of a ``torch:module:function`` / ``jax:module:function`` target. A function already
+    declared with ``@torch_op`` / ``@jax_op`` is taken as it is; a plain one needs its inputs and dims
+    (``--input``, ``--dims``) or a spec to take them from (``--spec``)."""
+    framework, _, where = target.partition(":")
+    obj = import_object(where, target)
+    if isinstance(obj, Op):
+        extra = sorted(k for k in decl if k != "dims")
+        if extra:
+            raise SpecError(obj.name, f"{target} is declared in its module already; drop "
+                                      + ", ".join("--" + {"inputs": "input", "spec": "spec", "params": "param"}.get(k, k)
+                                                  for k in extra))
+        return obj
+    spec = resolve_op(decl["spec"]) if decl.get("spec") else None
+    dims = decl.get("dims")
+    if spec is None and (not decl.get("inputs") or not dims):
+        raise SpecError(None, f"{target}: declare its inputs and dims (--input x=rows,n --dims rows=2,n=3) "
+                              f"or name the spec it implements (--spec rmsnorm)")
+    kwargs = dict(name=where.replace(":", "."), inputs=decl.get("inputs"), nondiff=decl.get("nondiff"),
+                  params=decl.get("params"), spec=spec, constants=decl.get("constants", "decimal"),
+                  dims=[dims] if dims and spec is None else None)
+    if framework == "torch":
+        from vjpcert.frontends.pytorch import from_torch
+        return from_torch(obj, **kwargs)
+    from vjpcert.frontends.jaxpr import from_jax
+    return from_jax(obj, **kwargs)
+
+
+def select_ops(targets: list[str], frontend: dict | None = None) -> list[tuple[OpRef, Op]]:
+    """Built-in op names, paths of user spec files and torch:/jax: targets; all built-in ops when
+    none is given. ``frontend`` is the command line's declaration for torch:/jax: targets."""
     builtins = builtin_ops()
+    frontend = dict(frontend or {})
+    if frontend and not any(is_frontend_target(t) for t in targets):
+        raise SpecError(None, "--input, --nondiff, --param, --spec and --constants declare a torch:/jax: "
+                              "target (--param also goes with --impl); no such target was given")
     if not targets:
         return [(OpRef(n), o) for n, o in builtins.items()]
     out: list[tuple[OpRef, Op]] = []
     for target in targets:
-        if target.endswith(".py") or Path(target).is_file():
+        if is_frontend_target(target):
+            op = frontend_op(target, frontend)
+            decl = {"target": target, **frontend}
+            for key in ("inputs", "nondiff"):
+                if key in decl:
+                    decl[key] = [[k, list(v)] for k, v in decl[key].items()]
+            ref = json.dumps(decl)
+            out.append((OpRef(op.name, frontend=ref), op))
+        elif target.endswith(".py") or Path(target).is_file():
             path = str(Path(target).resolve())
             out.extend((OpRef(o.name, path), o) for o in load_file(target))
         elif target in builtins:
@@ -57,6 +147,45 @@ def select_ops(targets: list[str]) -> list[tuple[OpRef, Op]]:
                                       f"their reports would collide")
         unique[ref.name] = (ref, op)
     return list(unique.values())
+
+
+def import_object(spec: str, flag: str):
+    """``module:attr`` (attr may be dotted) imported the way ``python -m`` would: the current
+    directory is on the path."""
+    import importlib
+    import os
+    import sys
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise SpecError(None, f"{flag} expects module:function, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except SpecError:
+        raise
+    except Exception as exc:      # ImportError, AttributeError, or the module raising on import
+        raise SpecError(None, f"{flag} {spec}: cannot load it ({type(exc).__name__}: {exc})") from None
+    return obj
+
+
+def parse_params(items) -> dict:
+    """``["eps=1e-6", "causal=True"]`` -> {"eps": 1e-06, "causal": True}: Python literals (numbers,
+    booleans, tuples, strings)."""
+    import ast
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise SpecError(None, f"--param expects name=value such as eps=1e-6; got {item!r}")
+        try:
+            out[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            raise SpecError(None, f"--param {item}: {value.strip()!r} is not a Python literal "
+                                  f"(a number, True/False, a tuple, a quoted string)") from None
+    return out
 
 
 def parse_dims(text: str | None) -> dict[str, int]:

@@ -29,9 +29,14 @@ def task_relpath(task: Task, op_name: str) -> Path:
     return cert_relpath(op_name, variant_of(task), task.claim, task.dims_dict)
 
 
-def kernel_available() -> bool:
+def kernel_unavailable() -> str | None:
+    """Why the kernel tier cannot run here (what to install), or None."""
     from vjpcert.tiers import TIERS
-    return TIERS["kernel"].available()
+    if not TIERS["kernel"].available():
+        return f"the kernel tier needs numba-cuda: {TIERS['kernel'].requires}"
+    from vjpcert.cuda_kernels.check import unavailable_reason
+    reason = unavailable_reason()
+    return f"the kernel tier cannot run: {reason}" if reason else None
 
 
 def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, seed: int,
@@ -117,7 +122,7 @@ def plan_op(op, tiers=("symbolic", "numeric", "kernel"), *, dims: dict | None = 
     ref = ref_for(op)
     tasks = []
     for tier in tiers:
-        if tier == "kernel" and not kernel_available():
+        if tier == "kernel" and kernel_unavailable():
             continue
         tasks += tier_tasks(tier, ref, op, overrides=dict(dims or {}), large=large, seed=seed, budget=budget,
                             dps=dps, method=method, general=general)

@@ -70,39 +70,54 @@ def assert_checked(op, claims=None, dims: dict | None = None, dps: int = 50):
 
 
 def assert_matches_spec(op, impl, *, kind: str = "backward", dims: dict | None = None, dtype=np.float32,
-                        seed: int = 0):
+                        seed: int = 0, params: dict | None = None):
     """An implementation of the op's forward (``impl(**inputs) -> y``) or backward
-    (``impl(**inputs, dy=...) -> cotangents``; a torch.autograd.Function works too) against the
-    spec, under the tolerance rule of ``vjpcert.core.tolerance`` at ``dtype``."""
+    (``impl(**inputs, dy=...) -> cotangents``; a torch.autograd.Function works too, and its forward
+    is checked with its backward) against the spec, under the tolerance rule of
+    ``vjpcert.core.tolerance`` at ``dtype``, with the spec at ``params`` (e.g. ``{"eps": 1e-6}``; an
+    implementation that takes a parameter by name is given the same value)."""
     op = resolve(op)
     if kind == "backward":
         from vjpcert.impl import check_backward
-        cert = check_backward(op, impl, name=getattr(impl, "__name__", "impl"), dims=dims, dtype=dtype, seed=seed)
+        cert = check_backward(op, impl, name=getattr(impl, "__name__", "impl"), dims=dims, dtype=dtype, seed=seed,
+                              params=params)
         if cert.verdict != "checked":
             w = cert.evidence["witness"]
+            what = "forward" if w["cotangent"] == "forward" else f"{w['cotangent']}{w['index']} of {op.name}'s backward"
+            if w["cotangent"] == "forward":
+                what = f"{op.name}'s forward{w['index']} (an autograd.Function's forward is checked too)"
             raise CertificationError(
-                f"{w['cotangent']}{w['index']} of {op.name}'s backward: implementation {w['implementation']!r}, "
-                f"spec {w['spec (50 digits)']!r}; error {w['error']:.3g} > bound {w['bound']:.3g} "
+                (f"{w['dtype']}: " if w.get("dtype") else "")
+                + f"{what}: implementation {w['implementation']!r}, "
+                f"spec {w['spec (50 digits)']!r}; error {w['error']:.3g} vs bound {w['bound']:.3g} "
                 f"({cert.evidence['rule']}; {w['case']} inputs, seed {seed})")
         return cert
     if kind != "forward":
         raise ValueError("kind is 'forward' or 'backward'")
-    return _check_forward(op, impl, dims, dtype, seed)
+    return _check_forward(op, impl, dims, dtype, seed, params)
 
 
-def _check_forward(op, impl, dims, dtype, seed):
-    from vjpcert.numeric.sampling import sample_point
+def _check_forward(op, impl, dims, dtype, seed, params=None):
+    """The forward against the spec: the reference is the spec in mpmath (50 digits) rounded to
+    float64, the baseline the spec at ``dtype`` (as for backwards)."""
     from vjpcert.core import tolerance
     from vjpcert.core.reference import forward
+    from vjpcert.impl import _accepted, _dtype_leak, spec_params, truth_forward
+    from vjpcert.numeric.sampling import sample_point
     d = op.resolve_dims(dims or op.check_dims)
+    values = spec_params(op, params)
+    given = {k: values[k] for k in _accepted(impl, values)}
     start = time.perf_counter()
     for case in ("random", "large_magnitude", "near_constant"):
         point = sample_point(op, d, case, seed)
-        truth = forward(op, np.float64, **point)
-        baseline = forward(op, dtype, **point)
-        got = np.asarray(impl(**{k: np.asarray(v, dtype=dtype) for k, v in point.items()}))
+        truth = truth_forward(op, point, params=params)
+        baseline = forward(op, dtype, params=params, **point)
+        got = np.asarray(impl(**{k: np.asarray(v, dtype=dtype) for k, v in point.items()}, **given))
         if got.shape != truth.shape:
             raise CertificationError(f"{op.name} forward: implementation returned shape {got.shape}, spec {truth.shape}")
+        leak = _dtype_leak(got, dtype)
+        if leak:
+            raise CertificationError(f"{op.name} forward: {leak}")
         r = tolerance.compare(got, truth, baseline, backward=False, dtype=dtype)
         if not r["ok"]:
             idx = np.unravel_index(r["worst_index"], truth.shape)

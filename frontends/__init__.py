@@ -1,0 +1,16 @@
+"""Frontends: framework code (PyTorch, JAX) turned into ordinary ops.
+
+A frontend traces a framework function's forward *and* its backward (a custom ``autograd.Function``'s,
+a ``jax.custom_vjp``'s, or the framework's own derivative formulas) into one flat graph of primitive
+operations, and evaluates that graph node by node with numpy array code over a backend ``B``. The
+result is a ``FrontendOp``: an ``Op`` (``vjpcert.core.registry``) whose forward and backward are the
+framework's, so every checker proves and checks it exactly as it does a spec, and no checker knows
+about PyTorch or JAX.
+
+    vjpcert.frontends.pytorch   make_fx graphs of ATen ops (``torch_op``, ``from_torch``)
+    vjpcert.frontends.jaxpr     jaxprs (``jax_op``, ``from_jax``), with the optional ``[jax]`` extra
+    vjpcert.frontends.values    the evaluator's values: exact constants, masks, -inf; shared by both
+    vjpcert.frontends.op        FrontendOp: declared inputs and dims, traced graphs, identity
+
+This floor sits beside ``specs`` and imports ``vjpcert.core`` only.
+"""

@@ -1,0 +1,324 @@
+"""The PyTorch frontend: real torch code (an autograd.Function, PyTorch's own formulas) proved and
+failed from its torch source alone, and every way a user's file could make a verdict lie refused."""
+import json
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the PyTorch frontend needs PyTorch")
+import torch.nn.functional as F  # noqa: E402
+
+from vjpcert.cli import main  # noqa: E402
+from vjpcert.core.backends import F32, F64, MpmathBackend  # noqa: E402
+from vjpcert.core.registry import SpecError  # noqa: E402
+from vjpcert.frontends.pytorch import from_torch  # noqa: E402
+from vjpcert.specs import resolve_op  # noqa: E402
+from vjpcert.symbolic.prover import prove_claim  # noqa: E402
+
+ROWS_N = {"x": ("rows", "n"), "gamma": ("n",)}
+
+
+class RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, gamma, eps):
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, gamma, rstd)
+        return x * rstd * gamma
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, gamma, rstd = ctx.saved_tensors
+        g = dy * gamma
+        dx = rstd * (g - x * rstd * rstd * (g * x).mean(-1, keepdim=True))
+        return dx, (dy * x * rstd).sum(0), None
+
+
+class RMSNormWrongTerm(RMSNorm):
+    @staticmethod
+    def backward(ctx, dy):
+        x, gamma, rstd = ctx.saved_tensors
+        g = dy * gamma
+        dx = rstd * (g - x * rstd * (g * x).mean(-1, keepdim=True))       # one rstd too few
+        return dx, (dy * x * rstd).sum(0), None
+
+
+def rms_op(cls, **kw):
+    return from_torch(lambda x, gamma, eps: cls.apply(x, gamma, eps), name=cls.__name__, inputs=ROWS_N,
+                      dims=[{"rows": 1, "n": 2}, {"rows": 2, "n": 3}], params={"eps": 1e-6}, **kw)
+
+
+# ------------------------------------------------------------------------------ done when
+def test_a_custom_rmsnorm_function_is_proved_from_its_torch_code():
+    op = rms_op(RMSNorm)
+    certs = [prove_claim(op, c, d) for d in op.dims for c in op.claims()]
+    assert [c.verdict for c in certs] == ["proved"] * 4
+    assert any("1e-06 as 1/1000000" in a for a in certs[0].assumptions)
+
+
+def test_the_same_function_with_one_wrong_term_fails_with_a_witness():
+    op = rms_op(RMSNormWrongTerm)
+    cert = prove_claim(op, "vjp[x]", {"rows": 2, "n": 3})
+    assert cert.verdict == "failed"
+    w = cert.evidence["witness"]
+    assert w["point"] and w["component"].startswith("x[") and float(w["residual"]) > 1e-6
+    assert prove_claim(op, "vjp[gamma]", {"rows": 2, "n": 3}).verdict == "proved"   # the right term stays right
+
+
+def test_the_forward_is_tied_to_the_spec_and_a_wrong_forward_fails_it():
+    op = rms_op(RMSNorm, spec=resolve_op("rmsnorm"))
+    assert prove_claim(op, "matches_spec[rmsnorm]", {"rows": 2, "n": 3}).verdict == "proved"
+    wrong = from_torch(lambda x, gamma, eps: RMSNorm.apply(x, gamma, 1e-3), name="rms_eps", inputs=ROWS_N,
+                       dims=[{"rows": 2, "n": 3}], params={"eps": 1e-6}, spec=resolve_op("rmsnorm"))
+    assert prove_claim(wrong, "matches_spec[rmsnorm]", {"rows": 2, "n": 3}).verdict == "failed"
+    assert prove_claim(wrong, "vjp[x]", {"rows": 2, "n": 3}).verdict == "proved"   # consistent with itself
+
+
+# ------------------------------------------------------------------------------ the evaluator is PyTorch
+CASES = {
+    "rmsnorm_fn": (lambda x, gamma: RMSNorm.apply(x, gamma, 1e-6), [(3, 5), (5,)]),
+    "rms_norm": (lambda x, gamma: F.rms_norm(x, x.shape[-1:], gamma, 1e-6), [(3, 5), (5,)]),
+    "layer_norm": (lambda x, g, b: F.layer_norm(x, x.shape[-1:], g, b, 1e-5), [(3, 5), (5,), (5,)]),
+    "softmax": (lambda x: torch.softmax(x, -1), [(3, 5)]),
+    "softmax_dim0": (lambda x: torch.softmax(x, 0), [(3, 5)]),
+    "log_softmax": (lambda x: torch.log_softmax(x, -1), [(3, 5)]),
+    "gelu": (lambda x: F.gelu(x), [(3, 5)]),
+    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), [(3, 5)]),
+    "silu": (lambda x: F.silu(x), [(3, 5)]),
+    "linear": (lambda x, W, b: F.linear(x, W, b), [(3, 4), (2, 4), (2,)]),
+    "sdpa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v), [(4, 3), (4, 3), (4, 3)]),
+    "sdpa_causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), [(2, 4, 3)] * 3),
+    "masked_fill": (lambda x: torch.softmax(x.masked_fill(torch.ones(3, 5, dtype=torch.bool).triu(1), float("-inf")),
+                                            -1), [(3, 5)]),
+    "views": (lambda x, w: (x.t() @ w).reshape(-1).unsqueeze(0).expand(2, -1).flip(1)[:, 1:].cumsum(1),
+              [(3, 4), (3, 2)]),
+    "in_place": (lambda x: _in_place(x), [(3, 4)]),
+    "cat_split": (lambda x: torch.cat(list(reversed(x.split([1, 3], -1))), -1) * torch.arange(4.0), [(2, 4)]),
+    "rope_half": (lambda x: _rotate(x), [(3, 4)]),
+}
+
+
+def _in_place(x):
+    y = x * 2
+    z = y.view(-1)
+    y.add_(1.5)                      # z sees the update: functionalization must keep that
+    return z.view(3, 4) * x
+
+
+def _rotate(x):
+    half = x.shape[-1] // 2
+    pos = torch.arange(x.shape[0], dtype=x.dtype).unsqueeze(-1)
+    freq = 10000.0 ** (-torch.arange(half, dtype=x.dtype) / half)
+    ang = pos * freq
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    rot = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rot * sin
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_graph_evaluates_to_what_pytorch_computes(name):
+    """A rule that misread an ATen op would make every proof about the wrong function: each case's
+    forward and backward, evaluated from the graph in float64 and in mpmath, equal eager PyTorch."""
+    fn, shapes = CASES[name]
+    inputs = {f"a{i}": tuple(f"d{i}_{j}" for j in range(len(s))) for i, s in enumerate(shapes)}
+    dims = {f"d{i}_{j}": n for i, s in enumerate(shapes) for j, n in enumerate(s)}
+    try:
+        op = from_torch(fn, name=name, inputs=inputs, dims=[dims])
+    except SpecError as exc:
+        pytest.fail(str(exc))
+    rng = np.random.default_rng(1)
+    arrays = {k: rng.standard_normal(s) for k, s in zip(inputs, shapes)}
+    xs = [torch.tensor(a, requires_grad=True) for a in arrays.values()]
+    y = fn(*xs)
+    dy = rng.standard_normal(tuple(y.shape))
+    grads = torch.autograd.grad(y, xs, torch.tensor(dy), allow_unused=True)
+    want = [y.detach().numpy()] + [np.zeros(a.shape) if g is None else g.numpy() for a, g in zip(arrays.values(), grads)]
+    for B in (F64, MpmathBackend(30)):
+        vals = {k: (B.convert(v) if hasattr(B, "convert") else v) for k, v in arrays.items()}
+        got = [op.forward(B, **vals)] + list(op.vjp(B, **vals, dy=B.convert(dy) if hasattr(B, "convert") else dy))
+        for g, w in zip(got, want):
+            g = np.asarray(g, dtype=object).astype(np.float64)
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_float32_evaluation_stays_in_float32():
+    op = from_torch(CASES["layer_norm"][0], name="ln", inputs={"x": ("r", "n"), "g": ("n",), "b": ("n",)},
+                    dims=[{"r": 3, "n": 5}])
+    x, g, b = (np.ones(s, dtype=np.float32) for s in ((3, 5), (5,), (5,)))
+    x[0, 0] = 2
+    assert op.forward(F32, x=x, g=g, b=b).dtype == np.float32
+
+
+# ------------------------------------------------------------------------------ what must be refused
+def refused(fn, shapes, match):
+    inputs = {f"a{i}": tuple(f"d{i}_{j}" for j in range(len(s))) for i, s in enumerate(shapes)}
+    dims = {f"d{i}_{j}": n for i, s in enumerate(shapes) for j, n in enumerate(s)}
+    with pytest.raises(SpecError, match=match):
+        op = from_torch(fn, name="bad", inputs=inputs, dims=[dims])
+        prove_claim(op, "vjp[a0]", dims)
+
+
+def _branchy(x):
+    if x.sum() > 0:              # make_fx would otherwise bake in one branch and prove it everywhere
+        return x * 2
+    return x * 3
+
+
+@pytest.mark.parametrize("fn,match", [
+    (_branchy, "branches on"),
+    (lambda x: x * x.sum().item(), "branches on|_local_scalar_dense"),
+    (lambda x: torch.sort(x, -1).values, "aten.sort"),
+    (lambda x: torch.relu(x), "aten.(le|gt|relu|where|threshold)"),
+    (lambda x: torch.where(x > 0, x, 2 * x), "aten.gt"),
+    (lambda x: (x + torch.full_like(x, float("-inf"))).sum(-1), "-inf"),
+    (lambda x: x.abs(), "aten.abs"),
+    (lambda x: (x, x), "one tensor"),
+])
+def test_a_graph_that_depends_on_input_values_is_bad_input_naming_the_cause(fn, match):
+    refused(fn, [(2, 3)], match)
+
+
+def test_a_maximum_used_as_a_shift_is_proved_to_cancel_and_one_that_does_not_fails():
+    """A hand-written softmax subtracts the (detached) row maximum: exact arithmetic evaluates it as 0,
+    which is the function only because the claim max_shift_free proves nothing depends on it."""
+    def softmax(x):
+        e = torch.exp(x - x.amax(-1, keepdim=True).detach())
+        return e / e.sum(-1, keepdim=True)
+    dims = {"rows": 2, "n": 3}
+    good = from_torch(softmax, name="sm", inputs={"x": ("rows", "n")}, dims=[dims])
+    assert good.claims() == ["vjp[x]", "max_shift_free"]
+    assert [prove_claim(good, c, dims).verdict for c in good.claims()] == ["proved", "proved"]
+    bad = from_torch(lambda x: x - x.amax(-1, keepdim=True).detach(), name="shifted", inputs={"x": ("rows", "n")},
+                     dims=[dims])
+    assert prove_claim(bad, "max_shift_free", dims).verdict == "failed"
+
+
+class WrongShape(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy.sum(0)
+
+
+def test_a_function_whose_backward_has_the_wrong_shape_is_bad_input():
+    refused(lambda x: WrongShape.apply(x), [(2, 3)], "invalid gradient")
+
+
+def test_a_rounded_constant_is_not_laundered_into_an_irrational():
+    """sqrt(2/pi) typed to 12 digits in a backward: wrong at 2e-13 with the constants as printed,
+    and still wrong with named constants (0.797884560802 is not the float64 rounding of anything)."""
+    class Gelu(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return 0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
+        @staticmethod
+        def backward(ctx, dy):
+            (x,) = ctx.saved_tensors
+            t = torch.tanh(0.797884560802 * (x + 0.044715 * x ** 3))
+            return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 0.134145 * x * x))
+    for constants in ("decimal", "named"):
+        op = from_torch(lambda x: Gelu.apply(x), name="gelu12", inputs={"x": ("n",)}, dims=[{"n": 2}],
+                        constants=constants)
+        assert prove_claim(op, "vjp[x]", {"n": 2}).verdict == "failed"
+
+
+def test_named_constants_prove_pytorch_gelu_and_are_stated():
+    op = from_torch(lambda x: F.gelu(x), name="gelu", inputs={"x": ("n",)}, dims=[{"n": 2}], constants="named")
+    cert = prove_claim(op, "vjp[x]", {"n": 2})
+    assert cert.verdict == "proved"
+    assert any("0.7071067811865476 as sqrt(1/2)" in a for a in cert.assumptions)
+
+
+def test_an_unused_input_has_a_zero_cotangent_and_an_identity_returns_a_copy():
+    op = from_torch(lambda x, w: x * 1.0, name="ident", inputs={"x": ("n",), "w": ("n",)}, dims=[{"n": 2}])
+    x = np.array([1.0, 2.0])
+    y = op.forward(F64, x=x, w=x)
+    assert y is not x and not np.shares_memory(y, x)
+    assert [prove_claim(op, c, {"n": 2}).verdict for c in op.claims()] == ["proved", "proved"]
+
+
+# ------------------------------------------------------------------------------ command line, files, fixture
+MODULE = '''
+import torch
+from vjpcert import torch_op
+
+
+class RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, gamma, eps):
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, gamma, rstd)
+        return x * rstd * gamma
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, gamma, rstd = ctx.saved_tensors
+        g = dy * gamma
+        dx = rstd * (g - x * rstd * rstd * (g * x).mean(-1, keepdim=True))
+        return dx, (dy * x * rstd).sum(0), None
+
+
+def rmsnorm(x, gamma, eps=1e-6):
+    return RMSNorm.apply(x, gamma, eps)
+
+
+
+@torch_op(inputs={"x": ("rows", "n"), "gamma": ("n",)}, dims=[{"rows": 2, "n": 3}], params={"eps": 1e-6})
+def declared(x, gamma, eps):
+    return RMSNorm.apply(x, gamma, eps)
+'''
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "user_rms.py").write_text(textwrap.dedent(MODULE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path / "user_rms.py"
+    sys.modules.pop("user_rms", None)
+
+
+def _verdicts(reports, op):
+    return sorted(json.loads(p.read_text())["verdict"] for p in (reports / "certificates" / op).glob("*.json"))
+
+
+def test_cli_proves_a_torch_target_with_declared_inputs_in_worker_processes(tmp_path, user_module):
+    reports = tmp_path / "r"
+    code = main(["prove", "torch:user_rms:rmsnorm", "--input", "x=rows,n", "--input", "gamma=n",
+                 "--dims", "rows=2,n=3", "--param", "eps=1e-6", "--jobs", "2", "--quiet", "--reports", str(reports)])
+    assert code == 0 and _verdicts(reports, "user_rms.rmsnorm") == ["proved", "proved"]
+
+
+def test_cli_takes_inputs_and_dims_from_a_spec_and_ties_the_forward_to_it(tmp_path, user_module):
+    reports = tmp_path / "r"
+    assert main(["prove", "torch:user_rms:rmsnorm", "--spec", "rmsnorm", "--dims", "rows=2,n=3",
+                 "--quiet", "--reports", str(reports)]) == 0
+    names = {p.name for p in (reports / "certificates" / "user_rms.rmsnorm").glob("*.json")}
+    assert "symbolic__matches_spec-rmsnorm__n3-rows2.json" in names
+
+
+def test_a_user_file_with_torch_op_is_an_op_file_and_works_in_the_fixture(tmp_path, user_module):
+    reports = tmp_path / "r"
+    assert main(["prove", str(user_module), "--quiet", "--reports", str(reports)]) == 0
+    assert _verdicts(reports, "declared") == ["proved", "proved"]
+    from vjpcert.testing import assert_proved
+    assert len(assert_proved(f"{user_module}::declared")) == 2
+
+
+@pytest.mark.parametrize("args,message", [
+    (["torch:user_rms:rmsnorm"], "declare its inputs and dims"),
+    (["torch:user_rms:nope", "--spec", "rmsnorm"], "cannot load"),
+    (["torch:user_rms:declared", "--input", "x=n"], "declared in its module already"),
+    (["softmax", "--param", "eps=1"], "torch:/jax: target"),
+    (["torch:user_rms:rmsnorm", "--spec", "rmsnorm", "--constants", "named", "--param", "eps"], "name=value"),
+])
+def test_bad_torch_targets_are_exit_2(tmp_path, user_module, capsys, args, message):
+    assert main(["prove", "--quiet", "--reports", str(tmp_path / "r"), *args]) == 2
+    assert message in capsys.readouterr().err
