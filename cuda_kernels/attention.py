@@ -27,12 +27,14 @@ import numpy as np
 
 from vjpcert.cuda_kernels.common import (FULL_MASK, NEG_INF, config, cuda, empty, float32, is_device, kernel, launch,
                                          min_blocks, to_device)
+from vjpcert.cuda_kernels.registry import Sizes, causal, fwd_bwd, kernel_law
 from vjpcert.cuda_kernels.linear import matmul_dev
 from vjpcert.cuda_kernels.softmax import softmax_bwd_dev, softmax_fwd_dev
 
 _FLASH = {}
 MAX_STATIC_SHARED = 48 * 1024       # bytes of static shared memory a block may declare (every GPU here)
 MAX_GRID_Y = 65535                  # heads run on grid.y
+HEAD_DIMS = (64, 128)               # the flash kernels are compiled for these head widths (resource table)
 
 
 def head_dim_padded(d: int, T: int) -> int:
@@ -588,3 +590,48 @@ def flash_attention_bwd_model(cfg, Q, K, V, dy, *, causal=0, offset=0):
     dK = c * em.contract(dS.swapaxes(0, 1), em.exact(Q), ("tiles", T))
     dQ = c * em.contract(dS, em.exact(K), ("tiles", T))
     return dQ, dK, dV
+
+
+# ------------------------------------------------------------------------------ registration
+KERNELS = [
+    *fwd_bwd("attention", attention_fwd, attention_bwd, models=(attention_fwd_model, attention_bwd_model),
+             fwd_laws=(kernel_law(values_shift_through),), bwd_laws=("dV_rows_follow_P",),
+             cots=("dQ", "dK", "dV"), doc="plain: matmul + softmax kernels, S and P materialised"),
+    *fwd_bwd("attention", flash_attention_fwd, flash_attention_bwd,
+             models=(flash_attention_fwd_model, flash_attention_bwd_model),
+             prefix="flash_attention", fwd_laws=(kernel_law(values_shift_through),),
+             bwd_laws=("dV_rows_follow_P",), cots=("dQ", "dK", "dV"),
+             doc="fused, tiled, online softmax, saved log-sum-exp; backward dK/dV and dQ kernels"),
+    *fwd_bwd("attention_causal", attention_causal_fwd, attention_causal_bwd,
+             models=(causal(attention_fwd_model), causal(attention_bwd_model)),
+             fwd_laws=("first_row_sees_only_itself", kernel_law(values_shift_through)),
+             bwd_laws=("fully_masked_row_is_zero",), cots=("dQ", "dK", "dV"),
+             doc="plain, masked logits excluded"),
+    *fwd_bwd("attention_causal", flash_attention_causal_fwd, flash_attention_causal_bwd,
+             models=(causal(flash_attention_fwd_model), causal(flash_attention_bwd_model)),
+             prefix="flash_attention_causal",
+             fwd_laws=("first_row_sees_only_itself", kernel_law(values_shift_through)),
+             bwd_laws=("fully_masked_row_is_zero",), cots=("dQ", "dK", "dV"),
+             doc="fused; key tiles past the diagonal are skipped, masked logits excluded"),
+]
+_ATTN = Sizes(simulator=({"m": 1, "d": 1}, {"m": 7, "d": 3}, {"m": 33, "d": 4}, {"m": 17, "d": 9}),
+              gpu=({"m": 1, "d": 1}, {"m": 33, "d": 9}, {"m": 1025, "d": 64}),
+              gpu_launch=({"m": 17, "d": 64}, {"m": 17, "d": 128}))
+# The plain attention kernels are the matmul and softmax kernels composed (checked at the GPU's launch
+# on their own ops): one size at the GPU's launch is enough for them.
+_PLAIN = Sizes(simulator=(), gpu=(), gpu_launch=({"m": 17, "d": 64},))
+SIZES = {"attention": _ATTN, "attention_causal": _ATTN,
+         **{f"attention{c}_{k}": _PLAIN for c in ("", "_causal") for k in ("fwd", "bwd")}}
+
+
+def ptx_kernels(cfg) -> list:
+    """The flash kernels for the sm_90 resource table, compiled at every head width of HEAD_DIMS (the
+    plain kernels are the matmul and softmax kernels, compiled with theirs)."""
+    from vjpcert.cuda_kernels.common import PtxKernel
+    out = []
+    for D in HEAD_DIMS:
+        for v in vars(build_flash(cfg.attn_tile, D)).values():
+            if isinstance(v, PtxKernel):
+                out.append(PtxKernel(f"{v.name}[d<={D}]", v.py_func, v.sig, threads=v.threads,
+                                     launch_bounds=v.launch_bounds))
+    return out

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from vjpcert.cuda_kernels.common import call, config, cuda, elem_grid, empty, float32, kernel, launch
+from vjpcert.cuda_kernels.registry import ROWS, fwd_bwd
 
 INV_SQRT2 = np.float32(1 / math.sqrt(2))
 INV_SQRT_2PI = np.float32(1 / math.sqrt(2 * math.pi))
@@ -126,3 +127,11 @@ def gelu_tanh_bwd_model(cfg, x, dy):
     du = em.constant(math.sqrt(2 / math.pi)) * (em.exact(1.0) + em.constant(3 * 0.044715) * v * v)
     one, half = em.exact(1.0), em.exact(0.5)
     return em.exact(dy) * ((one + t) * half + v * (one - t * t) * du * half)
+
+
+# ------------------------------------------------------------------------------ registration
+KERNELS = [*fwd_bwd("gelu_erf", gelu_erf_fwd, gelu_erf_bwd, models=(gelu_erf_fwd_model, gelu_erf_bwd_model),
+                    fwd_laws=("odd_part_is_identity",), bwd_laws=("derivative_formula",), doc="elementwise"),
+           *fwd_bwd("gelu_tanh", gelu_tanh_fwd, gelu_tanh_bwd, models=(gelu_tanh_fwd_model, gelu_tanh_bwd_model),
+                    fwd_laws=("odd_part_is_identity",), bwd_laws=("derivative_formula",), doc="elementwise")]
+SIZES = {"gelu_erf": ROWS, "gelu_tanh": ROWS}

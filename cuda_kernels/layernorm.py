@@ -15,6 +15,7 @@ import numpy as np
 
 from vjpcert.cuda_kernels.common import (block_sum, call, colsum, config, cuda, empty, float32, kernel, launch,
                                          row_grid, warps, min_blocks, RESIDENT_THREADS_HEAVY)
+from vjpcert.cuda_kernels.registry import ROWS, fwd_bwd, kernel_law
 
 _CACHE = {}
 
@@ -142,3 +143,11 @@ def layernorm_bwd_model(cfg, x, gamma, beta, dy, *, eps=1e-5):
     xh = c * rstd
     dx = rstd * (g - mg - xh * mgx)
     return dx, colsum_model(cfg, dy * xh), colsum_model(cfg, dy)
+
+
+# ------------------------------------------------------------------------------ registration
+KERNELS = fwd_bwd("layernorm", layernorm_fwd, layernorm_bwd, models=(layernorm_fwd_model, layernorm_bwd_model),
+                  fwd_laws=(kernel_law(shift_invariant),),
+                  bwd_laws=("dx_sums_to_zero", "dx_orthogonal_to_xhat"), cots=("dx", "dgamma", "dbeta"),
+                  doc="one block per row, two-pass variance; dgamma, dbeta by column sums")
+SIZES = {"layernorm": ROWS}

@@ -17,6 +17,7 @@ import numpy as np
 
 from vjpcert.cuda_kernels.common import (call, colsum, config, cuda, device_constant, empty, float32, is_device, kernel,
                                          launch, to_device)
+from vjpcert.cuda_kernels.registry import Sizes, fwd_bwd, kernel_law
 
 _CACHE = {}
 
@@ -145,3 +146,15 @@ def linear_bwd_model(cfg, x, W, b, dy):
     dy = np.asarray(dy)
     return (matmul_model(cfg, em.exact(dy), em.exact(W)), matmul_model(cfg, em.exact(dy.T), em.exact(x)),
             colsum_model(cfg, dy))
+
+
+# ------------------------------------------------------------------------------ registration
+KERNELS = fwd_bwd("linear", linear_fwd, linear_bwd, models=(linear_fwd_model, linear_bwd_model),
+                  fwd_laws=(kernel_law(homogeneous_in_x),), bwd_laws=("adjoint_x", "adjoint_W"),
+                  cots=("dx", "dW", "db"), doc="tiled matmul for y, dx, dW; column sums for db")
+SIZES = {"linear": Sizes(
+    simulator=({"rows": 1, "n_in": 1, "n_out": 1}, {"rows": 7, "n_in": 33, "n_out": 5},
+               {"rows": 33, "n_in": 7, "n_out": 9}, {"rows": 2, "n_in": 1025, "n_out": 3}),
+    gpu=({"rows": 1, "n_in": 1, "n_out": 1}, {"rows": 33, "n_in": 1025, "n_out": 7},
+         {"rows": 512, "n_in": 1024, "n_out": 768}),
+    gpu_launch=({"rows": 17, "n_in": 260, "n_out": 33},))}

@@ -31,7 +31,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CC = (9, 0)
 ARCH = "sm_90"
 MAX_STATIC_SHARED = 48 * 1024        # bytes: the static shared-memory limit per block
-HEAD_DIMS = (64, 128)                # FlashAttention kernels are compiled for these head widths
 
 _SHARED_DECL = re.compile(r"^\s*(?:\.visible\s+|\.extern\s+)?\.shared\s+(?:\.align\s+\d+\s+)?"
                           r"\.[a-z](\d+)\s+[\w$]+\[(\d+)\]", re.M)
@@ -122,17 +121,19 @@ def compile_one(py_func, sig: str, max_registers: int | None = None, launch_boun
 
 
 def ptx_kernels() -> list:
-    """Every kernel at the GPU configuration, as PtxKernel(name, py_func, sig) (compile mode only)."""
-    from vjpcert.cuda_kernels import attention, common, gelu, layernorm, linear, rmsnorm, rope, softmax
+    """Every kernel at the GPU configuration, as PtxKernel(name, py_func, sig) (compile mode only): each
+    kernel file's ``ptx_kernels(cfg)``, or the kernels of its ``build(cfg)``."""
+    import importlib
+    from vjpcert.cuda_kernels import common
+    from vjpcert.cuda_kernels.registry import kernel_modules
     cfg = common.GPU_CONFIG
     out = []
-    for mod in (softmax, rope, rmsnorm, layernorm, gelu, linear):
-        out += [v for v in vars(mod.build(cfg)).values() if isinstance(v, common.PtxKernel)]
-    for D in HEAD_DIMS:
-        for v in vars(attention.build_flash(cfg.attn_tile, D)).values():
-            if isinstance(v, common.PtxKernel):
-                out.append(common.PtxKernel(f"{v.name}[d<={D}]", v.py_func, v.sig, threads=v.threads,
-                                            launch_bounds=v.launch_bounds))
+    for name in kernel_modules():
+        mod = importlib.import_module(f"vjpcert.cuda_kernels.{name}")
+        if hasattr(mod, "ptx_kernels"):
+            out += mod.ptx_kernels(cfg)
+        else:
+            out += [v for v in vars(mod.build(cfg)).values() if isinstance(v, common.PtxKernel)]
     out.append(common._colsum_kernels(cfg))
     out.append(common._fill_kernel())
     return out

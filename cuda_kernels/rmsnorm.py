@@ -13,6 +13,7 @@ import numpy as np
 
 from vjpcert.cuda_kernels.common import (block_sum, call, colsum, config, cuda, empty, float32, kernel, launch,
                                          row_grid, warps, min_blocks, RESIDENT_THREADS_HEAVY)
+from vjpcert.cuda_kernels.registry import ROWS, fwd_bwd, kernel_law
 
 _CACHE = {}
 
@@ -128,3 +129,11 @@ def colsum_model(cfg, a):
     """common.colsum: thread (cx, ry) adds rows ry, ry + RY, ... of its column, then a tree over RY."""
     from vjpcert.cuda_kernels import error_model as em
     return em.reduce_sum(em._as_tracked(a).swapaxes(0, 1), ("strided_tree", cfg.block // cfg.col_x), keepdims=False)
+
+
+# ------------------------------------------------------------------------------ registration
+KERNELS = fwd_bwd("rmsnorm", rmsnorm_fwd, rmsnorm_bwd, models=(rmsnorm_fwd_model, rmsnorm_bwd_model),
+                  fwd_laws=(kernel_law(scale_invariant, {"eps": 0}),),
+                  bwd_laws=("dx_orthogonal_to_x",), cots=("dx", "dgamma"),
+                  doc="one block per row; dgamma by deterministic column sums")
+SIZES = {"rmsnorm": ROWS}

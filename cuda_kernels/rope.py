@@ -24,6 +24,7 @@ import numpy as np
 
 from vjpcert.cuda_kernels.common import (call, config, cuda, device_constant, elem_grid, empty, float32, int32,
                                          is_device, kernel, launch)
+from vjpcert.cuda_kernels.registry import Sizes, fwd_bwd
 
 # pi/4 = HI + MID + LO (each the float32 rounding of what is left), and 4/pi
 PIO4_HI = np.float32(0.7853982)
@@ -210,3 +211,21 @@ def rope_pair_fwd_model(cfg, x, theta):
 
 def rope_pair_bwd_model(cfg, x, theta, dy):
     return _rotate_model(dy, theta, 1, 0, -1)
+
+
+# ------------------------------------------------------------------------------ registration
+_FWD_LAWS = ("inverse_rotation", "preserves_norm")
+_BWD_LAWS = ("backward_inverts_forward",)
+KERNELS = [*fwd_bwd("rope_pair", rope_pair_fwd, rope_pair_bwd, models=(rope_pair_fwd_model, rope_pair_bwd_model),
+                    fwd_laws=_FWD_LAWS, bwd_laws=_BWD_LAWS, doc="the interleaved kernel at d = 2, pos = theta"),
+           *fwd_bwd("rope_interleaved", rope_interleaved_fwd, rope_interleaved_bwd,
+                    models=(rope_interleaved_fwd_model, rope_interleaved_bwd_model),
+                    fwd_laws=_FWD_LAWS, bwd_laws=_BWD_LAWS, doc="one thread per pair"),
+           *fwd_bwd("rope_half", rope_half_fwd, rope_half_bwd, models=(rope_half_fwd_model, rope_half_bwd_model),
+                    fwd_laws=_FWD_LAWS, bwd_laws=_BWD_LAWS, doc="one thread per pair")]
+_SIM = ({"rows": 1, "d": 2}, {"rows": 7, "d": 34}, {"rows": 33, "d": 8}, {"rows": 3, "d": 1026})
+_GPU = ({"rows": 1, "d": 2}, {"rows": 4096, "d": 128}, {"rows": 33, "d": 1026})
+SIZES = {"rope_pair": Sizes(simulator=({"rows": 1}, {"rows": 33}, {"rows": 1025}),
+                            gpu=({"rows": 1}, {"rows": 1 << 20}), gpu_launch=({"rows": 1025},)),
+         "rope_interleaved": Sizes(simulator=_SIM, gpu=_GPU, gpu_launch=({"rows": 17, "d": 128},)),
+         "rope_half": Sizes(simulator=_SIM, gpu=_GPU, gpu_launch=({"rows": 17, "d": 64},))}

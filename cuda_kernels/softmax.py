@@ -15,6 +15,7 @@ import numpy as np
 
 from vjpcert.cuda_kernels.common import (NEG_INF, block_max, block_sum, call, config, cuda, empty, float32,
                                          kernel, launch, row_grid, warps, min_blocks)
+from vjpcert.cuda_kernels.registry import ROWS, fwd_bwd, kernel_law
 
 _CACHE = {}
 
@@ -154,3 +155,10 @@ def softmax_bwd_model(cfg, x, dy, *, causal=0, offset=0, m=1):
     dy = em._as_tracked(dy)
     dot = em.reduce_sum((y * dy).where(mask), ("block", cfg.block))
     return (y * (dy - dot)).where(mask)
+
+
+# ------------------------------------------------------------------------------ registration
+KERNELS = fwd_bwd("softmax", softmax_fwd, softmax_bwd, models=(softmax_fwd_model, softmax_bwd_model),
+                  fwd_laws=("shift_invariance", kernel_law(rows_sum_to_one)),
+                  bwd_laws=("cotangent_sums_to_zero",), doc="one block per row; max-subtracted")
+SIZES = {"softmax": ROWS}

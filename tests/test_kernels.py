@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vjpcert.cuda_kernels import resources
+from vjpcert.cuda_kernels import attention, resources
 from vjpcert.cuda_kernels import tolerances as tol
 from vjpcert.cuda_kernels.check import (check_kernel_claim, check_law, detect_mode, kernel_claims, kernel_dims,
                                         kernel_launches, law_objects, sample_inputs)
@@ -167,7 +167,7 @@ def test_every_kernel_compiles_for_sm90_without_spills_f64_or_excess_shared(ptx_
     expected = {"softmax_fwd", "softmax_bwd", "rope_rotate", "rmsnorm_fwd", "rmsnorm_bwd", "layernorm_fwd",
                 "layernorm_bwd", "gelu_erf_fwd", "gelu_erf_bwd", "gelu_tanh_fwd", "gelu_tanh_bwd", "matmul",
                 "colsum", "fill"} | {f"{k}[d<={D}]" for k in ("flash_fwd", "flash_bwd_pre", "flash_bwd_dkdv",
-                                                              "flash_bwd_dq") for D in resources.HEAD_DIMS}
+                                                              "flash_bwd_dq") for D in attention.HEAD_DIMS}
     assert expected <= set(kernels), sorted(expected - set(kernels))
     assert resources.problems(ptx_report) == []
     for name, r in kernels.items():
@@ -176,7 +176,7 @@ def test_every_kernel_compiles_for_sm90_without_spills_f64_or_excess_shared(ptx_
     assert kernels["flash_fwd[d<=64]"]["shared_bytes"] > 0        # the parser reads .shared declarations
     # the launchers' shared-memory budget (what they refuse by) is what the compiler declares
     from vjpcert.cuda_kernels.attention import flash_shared_bytes
-    for D in resources.HEAD_DIMS:
+    for D in attention.HEAD_DIMS:
         for name, nbytes in flash_shared_bytes(16, D).items():
             assert kernels[f"{name}[d<={D}]"]["shared_bytes"] == nbytes, (name, D)
     for name, r in kernels.items():
