@@ -1,9 +1,16 @@
-"""The tolerance rule for implementations compared with a spec (FlashAttention's), in one place:
-the kernel tier and checks of other implementations (``vjpcert check --impl``, the pytest plugin)
-both use it.
+"""The tolerance rule for implementations compared with a spec, in one place: the kernel tier and
+checks of other implementations (``vjpcert check --impl``, the pytest plugin) both use it, with the
+precision (float32, float64) and the implementation's rounding-error model as parameters.
 
-    max |impl - spec_f64|  <=  k * max |spec_dtype - spec_f64|  +  floor,
-    floor = FLOOR_ROUNDINGS * u(dtype) * scale
+    without a model (FlashAttention's rule):
+        max |impl - spec_f64|  <=  k * max |spec_dtype - spec_f64|  +  FLOOR_ROUNDINGS * u(dtype) * scale
+    with a model (a kernel whose arithmetic is restated in its own summation order,
+    cuda_kernels/error_model.py), per element:
+        |impl_i - spec_f64_i|  <=  max(model_i, |spec_dtype_i - spec_f64_i|)  +  ABSOLUTE_FLOOR
+
+A model says what this implementation's own arithmetic can lose, so it replaces the factor k; the
+dtype spec's error stays as a floor (an element where a straightforward evaluation of the formula
+is worse than the model is never held against the implementation).
 
 ``spec_f64`` is the truth (the spec in float64, or in mpmath rounded to float64); ``spec_dtype`` is the
 op's own spec evaluated at the implementation's precision on the *same* inputs -- what a
@@ -31,6 +38,11 @@ K_BACKWARD = 3.0
 # (O(1) relative errors, NaN, a dropped term). FlashAttention's newer tests add the same kind of floor.
 FLOOR_ROUNDINGS = 4
 
+# With a model: an output may be flushed to 0 below the smallest normal number (libdevice's expf
+# inside erff runs with flush-to-zero), an absolute error no relative model describes; 2^-100 is far
+# below any error at the inputs checked.
+ABSOLUTE_FLOOR = 2.0 ** -100
+
 
 def unit_roundoff(dtype) -> float:
     """u: half an ulp of 1; a value rounded once to ``dtype`` is off by at most u |v|."""
@@ -45,9 +57,12 @@ def floor(dtype, scale: float) -> float:
     return FLOOR_ROUNDINGS * unit_roundoff(dtype) * max(float(scale), 0.0)
 
 
-def bound(baseline_error: float, *, backward: bool, dtype, scale: float) -> float:
-    """The largest error allowed: k * baseline + floor."""
-    return k_for(backward) * float(baseline_error) + floor(dtype, scale)
+def bound(baseline_error, *, backward: bool = False, dtype, scale: float = 0.0, model=None):
+    """The largest error allowed: k * baseline + floor without a model; per element
+    max(model, baseline) + ABSOLUTE_FLOOR with one (``model`` and ``baseline_error`` arrays)."""
+    if model is None:
+        return k_for(backward) * float(baseline_error) + floor(dtype, scale)
+    return np.maximum(np.asarray(model, dtype=np.float64), np.asarray(baseline_error, dtype=np.float64)) + ABSOLUTE_FLOOR
 
 
 def rule_in_words(backward: bool, dtype) -> str:

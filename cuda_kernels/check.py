@@ -11,7 +11,7 @@ each of these can fail the claim:
      has, in the simulator) or the race detector fired,
   2. NaN poison: an output element the kernel never wrote (or wrote as NaN/Inf) where the spec is finite,
   3. determinism: the two runs differ in any bit,
-  4. tolerance: per element, the bound of ``cuda_kernels.tolerances`` (the kernel's error model, the
+  4. tolerance: per element, the bound of ``cuda_kernels.settings`` (the kernel's error model, the
      float32 spec's error as a floor),
   5. laws: each runtime law of the kernel (registry), evaluated in float64 on the kernel's outputs,
      against the same law on the float32 spec's outputs.
@@ -34,7 +34,7 @@ import numpy as np
 
 from vjpcert.core import input_cases as _input_cases
 from vjpcert.cuda_kernels import env
-from vjpcert.cuda_kernels import tolerances as tol
+from vjpcert.cuda_kernels import settings as tol
 from vjpcert.core.backends import F32, F64
 from vjpcert.core.certificate import Certificate, checker_code_sha256, dims_slug, versions
 from vjpcert.core.registry import Op, SpecError

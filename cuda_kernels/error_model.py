@@ -4,7 +4,7 @@ Each kernel file restates its kernel's float32 arithmetic, step by step and in t
 summation order, over ``Tracked`` arrays (numpy float64, at the kernel's float32 inputs). Every
 float32 operation of the kernel rounds: its result is ``r (1 + delta)`` with ``|delta| <= u``
 (u = 2^-24; a library function such as ``expf`` within its documented error, ``c u`` with c from
-``tolerances``). To first order a computed output is
+``settings``). To first order a computed output is
 
     y_hat = y + sum_k c_k delta_k
 
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vjpcert.cuda_kernels import tolerances as tol
+from vjpcert.cuda_kernels import settings as tol
 
 _CHUNK_ELEMENTS = 1 << 22        # contractions materialise (rows, cols, k) products in chunks this big
 

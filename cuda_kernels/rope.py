@@ -166,7 +166,7 @@ def _rotate_model(x, pos, base, half, sign):
     """rope_rotate: inv_freq rounded on the host (one rounding per pair index, shared by every row),
     theta = pos * inv_freq rounded, sincos to an absolute error, then two products and a sum."""
     from vjpcert.cuda_kernels import error_model as em
-    from vjpcert.cuda_kernels import tolerances as tol
+    from vjpcert.cuda_kernels import settings as tol
     rows, d = x.shape
     h = d // 2
     i = np.arange(h, dtype=np.float64)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vjpcert.numeric import tolerances as tol
+from vjpcert.numeric import settings as tol
 from vjpcert.numeric.derivatives import METHODS, derivative
 from vjpcert.numeric.sampling import cotangent, kink_distance, rng_for, sample_point
 from vjpcert.core.backends import MpmathBackend
@@ -163,7 +163,7 @@ def _conditioning_loss(y, jac_scale, x) -> float:
     backward still shows 0-7 digits. Capped at MAX_CONDITIONING_LOSS: the evaluations carry that many
     guard digits, so no allowance beyond it is ever needed."""
     fy = max(abs(v) for v in np.asarray(y, dtype=object).ravel())
-    fx = max([abs(v) for v in np.asarray(x, dtype=object).ravel()] + [1e-300])
+    fx = max([abs(v) for v in np.asarray(x, dtype=object).ravel()] + [np.finfo(np.float64).tiny])
     if jac_scale == 0 or fy == 0:
         return 0.0
     import mpmath
@@ -175,7 +175,7 @@ def fd_scale(x: np.ndarray) -> float:
     """The smallest spread of a row of x (a near-constant row sets the step), within [1e-12, 1]."""
     x = np.atleast_2d(np.asarray(x, dtype=np.float64))
     spread = np.ptp(x.reshape(-1, x.shape[-1]), axis=-1) if x.shape[-1] > 1 else np.abs(x).ravel()
-    return float(np.clip(spread.min(), 1e-12, 1.0))
+    return float(np.clip(spread.min(), tol.FD_SCALE_MIN, 1.0))
 
 
 class _ShiftedMpmath(MpmathBackend):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vjpcert.numeric import tolerances as tol
+from vjpcert.numeric import settings as tol
 from vjpcert.numeric.sampling import cotangent, sample_point
 from vjpcert.core.backends import F64, MpmathBackend
 from vjpcert.core.certificate import atomic_write

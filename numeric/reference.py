@@ -40,7 +40,7 @@ from vjpcert.core.tolerance import digits as _digits
 from vjpcert.core.tolerance import unit_roundoff
 from vjpcert.core.trace import Node, leaf_array
 from vjpcert.core.validate import primal_values, trace_forward, trace_vjp, validate
-from vjpcert.numeric import tolerances as tol
+from vjpcert.numeric import settings as tol
 from vjpcert.numeric.sampling import cotangent, sample_point
 
 CLAIM = "reference"
@@ -155,7 +155,7 @@ def check_reference(op: Op, dims: dict, *, dps: int = tol.DEFAULT_DPS, seed: int
                 floor = tol.REFERENCE_FLOOR_ROUNDINGS * u * scale
                 # 1. the float path, with its own rigorous running bound
                 seq_err = _abs_diff(v_seq, truth)
-                seq_ok = bool(np.all(seq_err <= e_seq * (1 + tol.BOUND_SLACK) + floor * 1e-3))
+                seq_ok = bool(np.all(seq_err <= e_seq * (1 + tol.BOUND_SLACK) + floor * tol.REFERENCE_FLOOR_SHARE_FOR_BOUND))
                 # 2. numpy's float reference, in its own summation order
                 got = np.asarray(got)
                 err_arr = _abs_diff(got, truth)
@@ -211,10 +211,10 @@ def _mpmath_agreement(op: Op, point: dict, dy, exact, dps: int) -> float:
         cots = op.bind(op.vjp, B, {**values, "dy": B.convert(dy)})
     worst = float(dps)
     # a cotangent that is exactly 0 (a key bias's) is measured against its siblings' scale
-    sibling = max([_max_abs(c) for c in exact[1]] + [1e-300])
+    sibling = max([_max_abs(c) for c in exact[1]] + [np.finfo(np.float64).tiny])
     for k, (got, truth) in enumerate([(y, exact[0]), *zip(cots, exact[1])]):
         got = np.asarray(got, dtype=object)
-        scale = max(_max_abs(truth), sibling if k else 1e-300)
+        scale = max(_max_abs(truth), sibling if k else np.finfo(np.float64).tiny)
         err = max((abs(g - t) for g, t in zip(got.ravel(), np.asarray(truth, dtype=object).ravel())), default=0)
         worst = min(worst, _digits(err, scale, dps))
     return round(worst, 1)

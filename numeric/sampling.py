@@ -6,7 +6,7 @@ import zlib
 
 import numpy as np
 
-from vjpcert.numeric import tolerances as tol
+from vjpcert.numeric import settings as tol
 from vjpcert.core.backends import F64
 from vjpcert.core.input_cases import case_values
 from vjpcert.core.registry import Op, SpecError
@@ -55,5 +55,5 @@ def cotangent(shape, seed: int, *labels) -> np.ndarray:
     rng = rng_for(seed, "dy", *labels)
     while True:
         dy = rng.standard_normal(shape)
-        if dy.size < 2 or np.ptp(dy) > 1e-3:
+        if dy.size < 2 or np.ptp(dy) > tol.COTANGENT_MIN_SPREAD:
             return dy

@@ -21,7 +21,7 @@ import time
 from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate
 from vjpcert.core.registry import Op, Param, SpecError
-from vjpcert.symbolic import tolerances as tol
+from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.wiring import node_signatures, prove_wiring
 
 PROVED = ("proved", "proved-general", "proved-compositional")

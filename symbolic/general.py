@@ -56,7 +56,7 @@ import sympy as sp
 from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate
 from vjpcert.core.registry import Op, SpecError
-from vjpcert.symbolic import tolerances as tol
+from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.general_form import (GeneralBuilder, Statement, _cot_name, _entry, assumptions_of,  # noqa: F401
                                    build_statement, general_claims, general_dims, render)
 from vjpcert.symbolic.general_normal import NormalFormError, Normaliser, expand_sums, plainly_zero
@@ -79,16 +79,6 @@ SCOPE = ("the statement was derived from the spec's own code (the functions name
          "spec run there (a self-check of the tracer), where the fixed-dims prover also proves the spec")
 SCOPE_FORM = ("a hand-written general form (not derived from the spec): its identity is proved for every size; "
               "that it is the spec's formula is shown exactly at the cross-check sizes only")
-LADDER = (1, 2, 3, 5)          # default cross-check sizes: 1 catches off-by-one ranges, 5 is not square
-BATCH_LADDER = (1, 2)          # dims that only repeat rows (no coupling across them)
-BATCH_DIMS = ("rows", "batch")
-CROSS_CHECK_POINTS = 4         # how many concrete sizes the cross-check instantiates by default
-CROSS_CHECK_MAX_SIZE = 9       # ... dropping those whose non-batch dims multiply to more than this
-WITNESS_MAX_ENTRIES = 48       # entries of the cotangent evaluated when looking for a witness
-SHARE = {"normalise": 0.5, "cross-check": 0.8, "witness": 0.7}
-FIXED_DIMS_BUDGET_S = 10.0     # per size; measured here: 0.01-0.07 s each at the cross-check sizes
-MIN_COMPARED = 3               # sizes at which the statement must be compared with the spec
-MAX_ENUMERATED = 8             # a free index over a constant range of up to this many values is enumerated
 UNDEFINED = ("the spec is undefined at these sizes (a denominator vanishes for every input, e.g. a variance "
              "at n = 1 with eps = 0): not compared")
 
@@ -111,7 +101,7 @@ def normalise_statement(stmt: Statement) -> dict:
             t = time.perf_counter()
             # a free index over a range of constant length (rope_pair's 2 components) takes each value
             const = [s for s in ident.free if sp.expand(G.ranges[s][1] - G.ranges[s][0]).is_Integer
-                     and int(G.ranges[s][1] - G.ranges[s][0]) < MAX_ENUMERATED]
+                     and int(G.ranges[s][1] - G.ranges[s][0]) < tol.GENERAL_MAX_ENUMERATED]
             cases = [dict(zip(const, vals)) for vals in
                      itertools.product(*[range(int(G.ranges[s][0]), int(G.ranges[s][1]) + 1) for s in const])]
             zero, info, vacuous, shown = True, {}, True, None
@@ -180,20 +170,20 @@ def default_check_dims(stmt: Statement) -> list[dict]:
     if G.check_dims:
         return G.check_dims
     out = []
-    for t in range(CROSS_CHECK_POINTS):
+    for t in range(tol.GENERAL_CROSS_CHECK_POINTS):
         vals, pos = {}, 0
         for s in G.dim_symbols:
-            if str(s) in BATCH_DIMS:
-                vals[s] = BATCH_LADDER[t % len(BATCH_LADDER)]
+            if str(s) in tol.GENERAL_BATCH_DIMS:
+                vals[s] = tol.GENERAL_BATCH_LADDER[t % len(tol.GENERAL_BATCH_LADDER)]
             else:
-                vals[s] = LADDER[(t + pos) % len(LADDER)]
+                vals[s] = tol.GENERAL_LADDER[(t + pos) % len(tol.GENERAL_LADDER)]
                 pos += 1
-        size = int(np.prod([v for s, v in vals.items() if str(s) not in BATCH_DIMS]))
+        size = int(np.prod([v for s, v in vals.items() if str(s) not in tol.GENERAL_BATCH_DIMS]))
         out.append((size, {name: int(expr.xreplace(vals)) for name, expr in G.dim_exprs.items()}))
     # a point whose coupled dims are large (attention at m = 5, d = 3) costs seconds to write out;
-    # it is dropped as long as MIN_COMPARED points remain
-    small = [d for size, d in out if size <= CROSS_CHECK_MAX_SIZE]
-    chosen = small if len(small) >= MIN_COMPARED else [d for _, d in out]
+    # it is dropped as long as tol.GENERAL_MIN_COMPARED points remain
+    small = [d for size, d in out if size <= tol.GENERAL_CROSS_CHECK_MAX_SIZE]
+    chosen = small if len(small) >= tol.GENERAL_MIN_COMPARED else [d for _, d in out]
     return [d for k, d in enumerate(chosen) if d not in chosen[:k]]        # rows alone repeat (1, 2)
 
 
@@ -344,7 +334,7 @@ def cross_check(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
         status = "mismatch"
     elif any("error" in r for r in rows):
         status = "error"
-    elif len(compared) < min(MIN_COMPARED, len(rows)):
+    elif len(compared) < min(tol.GENERAL_MIN_COMPARED, len(rows)):
         status, rows = "error", rows + [{"error": f"only {len(compared)} of {len(rows)} sizes could be compared"}]
     else:
         status = "numeric" if "numeric" in statuses else "exact"
@@ -389,7 +379,7 @@ def find_witness(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
             X = values[wrt]
             y = instantiate(stmt.forward, values["dy"].shape, dimvals, values)
             dx = instantiate(stmt.backward, X.shape, dimvals, values)
-            entries = list(np.ndindex(*X.shape))[:WITNESS_MAX_ENTRIES]
+            entries = list(np.ndindex(*X.shape))[:tol.GENERAL_WITNESS_MAX_ENTRIES]
             pairs = []
             for e in entries:
                 jt = sum((values["dy"][o] * sp.diff(y[o], X[e]) for o in np.ndindex(*y.shape)), sp.Integer(0))
@@ -403,7 +393,7 @@ def find_witness(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
         for label, a, b in pairs:
             a50, b50 = sp.N(sp.sympify(a).xreplace(point), tol.LOW_DPS), sp.N(sp.sympify(b).xreplace(point), tol.LOW_DPS)
             r50 = a50 - b50
-            scale = max(abs(a50), abs(b50), sp.Float(1e-30))
+            scale = max(abs(a50), abs(b50), sp.Float(tol.GENERAL_SCALE_FLOOR))
             if abs(r50) <= tol.FAIL_REL * scale:
                 continue
             a100 = sp.N(sp.sympify(a).xreplace(point), tol.HIGH_DPS)
@@ -491,14 +481,14 @@ def prove_general(op: Op, claim: str, *, budget: float = 60.0, seed: int = 0,
         rows = []
         for d in dims:
             left = max(0.0, deadline - time.monotonic())
-            c = prove_claim(op, claim, d, budget=min(FIXED_DIMS_BUDGET_S, left), seed=seed)
+            c = prove_claim(op, claim, d, budget=min(tol.GENERAL_FIXED_DIMS_BUDGET_S, left), seed=seed)
             rows.append({"dims": dict(d), "verdict": c.verdict, "method": c.method, "seconds": c.seconds})
         timings["fixed-dims"] = round(sum(r["seconds"] for r in rows), 4)
         return rows
 
-    p = attempt("normalise", lambda: normalise_statement(stmt), SHARE["normalise"])
+    p = attempt("normalise", lambda: normalise_statement(stmt), tol.GENERAL_SHARE["normalise"])
     if p["status"] == "proved":
-        x = attempt("cross-check", lambda: cross_check(stmt, dims_list + op_dims, seed), SHARE["cross-check"])
+        x = attempt("cross-check", lambda: cross_check(stmt, dims_list + op_dims, seed), tol.GENERAL_SHARE["cross-check"])
         if x["status"] in ("exact", "numeric"):
             fx = fixed([r["dims"] for r in x["at"] if "undefined" not in r and r["dims"] in dims_list])
             x["fixed_dims_prover"] = fx
@@ -515,7 +505,7 @@ def prove_general(op: Op, claim: str, *, budget: float = 60.0, seed: int = 0,
         return done("inconclusive", {"proof": _brief(p), "cross_check": x,
                                      "reason": "the general identity holds, but the cross-check against the "
                                                "spec did not succeed: " + _mismatch(x)})
-    w = attempt("witness", lambda: find_witness(stmt, dims_list, seed), SHARE["witness"])
+    w = attempt("witness", lambda: find_witness(stmt, dims_list, seed), tol.GENERAL_SHARE["witness"])
     if w["status"] == "failed":
         wdims = w["witness"]["dims"]
         x = attempt("cross-check", lambda: cross_check(stmt, [wdims], seed), 1.0)

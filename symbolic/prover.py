@@ -22,7 +22,7 @@ from pathlib import Path
 from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.registry import Op
-from vjpcert.symbolic import strategies, tolerances as tol
+from vjpcert.symbolic import settings as tol, strategies
 from vjpcert.symbolic.claims import trace_claim
 from vjpcert.symbolic.formulas import formulas
 from vjpcert.core.trace import dag_size

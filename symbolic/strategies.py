@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
-from vjpcert.symbolic import tolerances as tol
+from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.claims import TracedClaim
 from vjpcert.symbolic.fields import (PRIME_BITS, AtomPoolExhausted, BoundField, ModPField, MpField,
                                      RingField, false_pass_bound, random_prime)

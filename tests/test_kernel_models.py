@@ -9,7 +9,7 @@ import pytest
 from vjpcert.cuda_kernels import error_model as em
 # module globals, as in kernel files: the simulator swaps ``cuda`` and ``math`` in a kernel's globals
 from vjpcert.cuda_kernels.common import cuda, float32, launch, to_device
-from vjpcert.cuda_kernels import tolerances as tol
+from vjpcert.cuda_kernels import settings as tol
 from vjpcert.cuda_kernels.check import detect_mode
 from vjpcert.cuda_kernels.registry import KERNELS
 

@@ -160,7 +160,7 @@ def _plan(args, tiers: tuple[str, ...]):
     if getattr(args, "dims_alias", None):
         args.dims = args.dims_alias
     if "numeric" in tiers:
-        from vjpcert.numeric.tolerances import MIN_DPS
+        from vjpcert.numeric.settings import MIN_DPS
         if args.dps < MIN_DPS:
             raise SpecError(None, f"--dps {args.dps} is below {MIN_DPS}: too few digits to check anything")
     if args.jobs < 1:

@@ -56,3 +56,14 @@ BOUND_SLACK = 1e-6
 # ... and never below a few roundings of the output's own scale (an output that is exact in floats).
 REFERENCE_FLOOR_ROUNDINGS = 4
 WITNESS_POINT_MAX_ENTRIES = 256   # a failed reference certificate carries the point if it is this small
+# The running bound is rigorous; the output floor enters the float path's own check at this fraction
+# only (an exact-in-floats output still passes; a float path off by a rounding of the scale does not).
+REFERENCE_FLOOR_SHARE_FOR_BOUND = 1e-3
+
+# Finite-difference steps are relative to the smallest spread of a row of x (a near-constant row sets
+# the step), clipped to [FD_SCALE_MIN, 1]: below 1e-12 a step would be lost in the inputs' own digits.
+FD_SCALE_MIN = 1e-12
+
+# A cotangent is redrawn until its entries spread by more than this (an all-ones dy makes softmax's
+# correct VJP identically 0, so a wrong one would pass too).
+COTANGENT_MIN_SPREAD = 1e-3

@@ -66,7 +66,7 @@ SINCOS_ABSOLUTE_ERROR_U = 1e-7 / UNIT_ROUNDOFF
 # with flush-to-zero), an absolute error the relative model does not describe. exp() adds 2^-126
 # absolutely, and every output may differ by ABSOLUTE_FLOOR (far below any error at the inputs here).
 UNDERFLOW = 2.0 ** -126
-ABSOLUTE_FLOOR = 2.0 ** -100
+ABSOLUTE_FLOOR = _rule.ABSOLUTE_FLOOR
 
 # The model's exact-arithmetic values must reproduce the float64 spec: a model that follows another
 # formula than the kernel's would bound the wrong thing. Allowed per element: 1e-9 of the output's
@@ -120,9 +120,9 @@ def law_bound(kind: str, baseline_residual: float, law_scale: float) -> float:
 
 
 def element_bound(model_bound: np.ndarray, spec_f32_error: np.ndarray) -> np.ndarray:
-    """The allowed error per element: the model, the float32 spec's error as a floor, and the
-    absolute floor for underflow."""
-    return np.maximum(model_bound, spec_f32_error) + ABSOLUTE_FLOOR
+    """The allowed error per element: the project's rule (core/tolerance.py) with the kernel's model
+    (k does not enter: the model replaces it)."""
+    return _rule.bound(spec_f32_error, backward=False, dtype=np.float32, model=model_bound)
 
 
 RULE_IN_WORDS = (f"per element |kernel - spec_f64| <= max(model, |spec_f32 - spec_f64|) + 2^-100, model = the "

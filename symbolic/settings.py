@@ -45,3 +45,17 @@ SHARE = {"wiring": 0.5, "ring": 0.5, "exact-witness": 0.3, "witness": 0.5, "rela
 # finish within any sensible budget (measured: plain simplify took 16 s at softmax n=16).
 SYMPY_MAX_NODES = 4000
 DEFAULT_CLAIM_BUDGET_S = 60.0
+
+# ------------------------------------------------------------------------------ every-size proofs (general.py)
+GENERAL_LADDER = (1, 2, 3, 5)          # default cross-check sizes: 1 catches off-by-one ranges, 5 is not square
+GENERAL_BATCH_LADDER = (1, 2)          # dims that only repeat rows (no coupling across them)
+GENERAL_BATCH_DIMS = ("rows", "batch")
+GENERAL_CROSS_CHECK_POINTS = 4         # how many concrete sizes the cross-check instantiates by default
+GENERAL_CROSS_CHECK_MAX_SIZE = 9       # ... dropping those whose non-batch dims multiply to more than this
+GENERAL_WITNESS_MAX_ENTRIES = 48       # entries of the cotangent evaluated when looking for a witness
+GENERAL_SHARE = {"normalise": 0.5, "cross-check": 0.8, "witness": 0.7}
+GENERAL_FIXED_DIMS_BUDGET_S = 10.0     # per size; measured here: 0.01-0.07 s each at the cross-check sizes
+GENERAL_MIN_COMPARED = 3               # sizes at which the statement must be compared with the spec
+GENERAL_MAX_ENUMERATED = 8             # a free index over a constant range of up to this many values is enumerated
+# a witness residual is relative to max(|lhs|, |rhs|, this): entries that vanish are compared absolutely
+GENERAL_SCALE_FLOOR = 1e-30
