@@ -7,6 +7,8 @@ current certificate from a stale one.
 """
 from __future__ import annotations
 
+import functools
+
 import hashlib
 import json
 import os
@@ -193,6 +195,11 @@ CERTIFICATE_SCHEMA = {
 
 
 def versions() -> dict:
+    return dict(_versions())
+
+
+@functools.cache
+def _versions() -> dict:
     out = {"python": platform.python_version()}
     for dist in ("vjpcert", "sympy", "mpmath", "numpy", "python-flint"):
         try:

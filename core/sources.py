@@ -22,6 +22,10 @@ import sysconfig
 from pathlib import Path
 
 _SNAPSHOT: dict[str, str] = {}
+_IMPORTS: dict[tuple, set] = {}              # (file, module name) -> files it imports
+_FILE_MODULES: dict[Path, str] = {}          # resolved file -> a module loaded from it
+_FILE_MODULES_KEY: tuple | None = None
+_RESOLVED: dict[str, Path] = {}
 
 _PACKAGE = Path(__file__).resolve().parents[1]           # the repository root, or vjpcert's install root
 _MACHINERY = {"core", "symbolic", "numeric", "cuda_kernels", "vjpcert", "frontends"}
@@ -68,7 +72,15 @@ def _module_file(name: str, package: str | None = None) -> Path | None:
 
 
 def _imports_of(path: Path, modname: str | None) -> set[Path]:
-    """Files of the modules a source file imports, anywhere in it (function bodies included)."""
+    """Files of the modules a source file imports, anywhere in it (function bodies included). Cached
+    per file until ``forget`` (a file reloaded from disk is parsed again)."""
+    key = (str(path), modname)
+    if key not in _IMPORTS:
+        _IMPORTS[key] = _parse_imports(path, modname)
+    return set(_IMPORTS[key])
+
+
+def _parse_imports(path: Path, modname: str | None) -> set[Path]:
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (OSError, SyntaxError, UnicodeDecodeError):
@@ -94,11 +106,32 @@ def _imports_of(path: Path, modname: str | None) -> set[Path]:
 
 
 def _module_of_file(path: Path) -> str | None:
-    for name, mod in list(sys.modules.items()):
-        f = getattr(mod, "__file__", None)
-        if f and Path(f).resolve() == path:
+    """The name of the loaded module whose file this is. The map from files to names is rebuilt when
+    sys.modules changed or the answer is no longer loaded (resolving every module's path per question
+    was most of a certificate's cost)."""
+    global _FILE_MODULES_KEY
+    for attempt in (0, 1):
+        key = (len(sys.modules), id(next(reversed(sys.modules.values()), None)))
+        if key != _FILE_MODULES_KEY or attempt:
+            _FILE_MODULES.clear()
+            for name, mod in list(sys.modules.items()):
+                f = getattr(mod, "__file__", None)
+                if f:
+                    _FILE_MODULES.setdefault(_resolved(f), name)
+            _FILE_MODULES_KEY = key
+        name = _FILE_MODULES.get(path)
+        f = getattr(sys.modules.get(name), "__file__", None) if name is not None else None
+        if f is not None and _resolved(f) == path:
             return name
+        if name is None and not attempt and key == _FILE_MODULES_KEY:
+            continue
     return None
+
+
+def _resolved(f: str) -> Path:
+    if f not in _RESOLVED:
+        _RESOLVED[f] = Path(f).resolve()
+    return _RESOLVED[f]
 
 
 def code_files(modules=(), functions=()) -> list[Path]:
@@ -144,6 +177,8 @@ def forget(paths) -> None:
     """Forget the snapshots of these files (they are being loaded again)."""
     for p in paths:
         _SNAPSHOT.pop(str(Path(p).resolve()), None)
+        for key in [k for k in _IMPORTS if k[0] == str(Path(p).resolve())]:
+            del _IMPORTS[key]
 
 
 def files_sha256(paths) -> str:
