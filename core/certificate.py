@@ -225,11 +225,41 @@ def sources_sha256(paths) -> str:
     return h.hexdigest()
 
 
+TEMPORARY_PREFIX = ".tmp-"
+
+
+def remove_orphaned_temporaries(root: Path) -> list[Path]:
+    """Remove the temporary files of writers that no longer run (a process killed by SIGKILL between
+    creating its temporary file and renaming it cannot clean up). A temporary file is named after its
+    writer's process id; a live writer's files are left alone."""
+    removed = []
+    for tmp in Path(root).rglob(f"{TEMPORARY_PREFIX}*"):
+        pid = tmp.name[len(TEMPORARY_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and _alive(int(pid)):
+            continue
+        try:
+            tmp.unlink()
+            removed.append(tmp)
+        except OSError:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write via a temporary file and rename: a crash leaves the old file, never half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

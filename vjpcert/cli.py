@@ -219,7 +219,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from vjpcert.core.certificate import Certificate
+    from vjpcert.core.certificate import Certificate, remove_orphaned_temporaries
     from vjpcert.plan import read_record, split_current
     from vjpcert.reports import TIERS, record_timings, summary, write_certificate, write_reports
     from vjpcert.runner import exit_code, run_tasks
@@ -228,6 +228,8 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     resources_ok = True
     if root.exists() and not root.is_dir():
         raise SpecError(None, f"--reports {root} exists and is not a directory")
+    if root.is_dir():
+        remove_orphaned_temporaries(root)          # left by a run killed with SIGKILL mid-write
     console = Console(stderr=True)
     todo, current = (tasks, []) if args.force else split_current(tasks, ops, root)
     executor, client = _executor(args)
