@@ -11,6 +11,21 @@ def op_claims(proof=None):
             for claim in op.claims() if proof != "compositional" or claim.startswith("vjp[")]
 
 
+def representative(name, claim) -> bool:
+    """A composite's (an op with nodes) first input's and last parameter's VJP and its laws stand for
+    it in the default run; every claim of a leaf op is always run. --slow runs them all."""
+    o = OPS[name]
+    if not o.nodes or not claim.startswith("vjp["):
+        return True
+    vjps = [c for c in o.claims() if c.startswith("vjp[")]
+    return claim in (vjps[0], vjps[-1])
+
+
+def by_default(pairs):
+    """(op, claim) pairs as pytest params, the non-representative ones marked slow."""
+    return [pytest.param(n, c, marks=() if representative(n, c) else pytest.mark.slow) for n, c in pairs]
+
+
 def op_mutants(proof=None):
     return [(name, m.name) for name, op in OPS.items() if proof is None or proof in op.proofs
             for m in op.mutants]
@@ -21,3 +36,24 @@ def ops():
     return OPS
 
 pytest_plugins = ["pytester"]
+
+
+# The default run (CI's) is every test at representative sizes; `pytest --slow` adds the full
+# matrices (every kernel at every size, every claim of every composite and its mutants against every
+# claim, the ViT block at realistic dims). What the slow tests prove of the built-in ops is also in the
+# committed certificates, which CI verifies are current and replays a sample of.
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", help="also run the slow tests (the full matrices)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a full matrix or realistic size; run with --slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--slow"):
+        return
+    skip = pytest.mark.skip(reason="a full matrix or realistic size: pytest --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
