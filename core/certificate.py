@@ -135,6 +135,12 @@ class Certificate:
         d.pop("trust", None)
         return cls(**d)
 
+    def _repr_markdown_(self) -> str:
+        ev = ", ".join(f"{k}={v}" for k, v in self.evidence.items() if k != "witness")
+        return (f"**{self.op}** · `{self.claim}` at {self.dims}: **{self.verdict}** ({self.trust}) "
+                f"by *{self.method}*" + (f" in {self.seconds:.3g} s" if self.seconds else "")
+                + (f"<br>{ev}" if ev else ""))
+
 
 # Evidence keys that hold how long something took: measured, not certified; they differ from run to
 # run and machine to machine, so a certificate never records them.
@@ -147,12 +153,6 @@ def _without_timings(value):
     if isinstance(value, list):
         return [_without_timings(v) for v in value]
     return value
-
-    def _repr_markdown_(self) -> str:
-        ev = ", ".join(f"{k}={v}" for k, v in self.evidence.items() if k != "witness")
-        return (f"**{self.op}** · `{self.claim}` at {self.dims}: **{self.verdict}** ({self.trust}) "
-                f"by *{self.method}*" + (f" in {self.seconds:.3g} s" if self.seconds else "")
-                + (f"<br>{ev}" if ev else ""))
 
 
 def record_digest(record: dict) -> str:

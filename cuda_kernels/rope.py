@@ -226,6 +226,6 @@ KERNELS = [*fwd_bwd("rope_pair", rope_pair_fwd, rope_pair_bwd, models=(rope_pair
 _SIM = ({"rows": 1, "d": 2}, {"rows": 7, "d": 34}, {"rows": 33, "d": 8}, {"rows": 3, "d": 1026})
 _GPU = ({"rows": 1, "d": 2}, {"rows": 4096, "d": 128}, {"rows": 33, "d": 1026})
 SIZES = {"rope_pair": Sizes(simulator=({"rows": 1}, {"rows": 33}, {"rows": 1025}),
-                            gpu=({"rows": 1}, {"rows": 1 << 20}), gpu_launch=({"rows": 1025},)),
+                            gpu=({"rows": 1}, {"rows": 1 << 20}), gpu_launch=({"rows": 1031},)),
          "rope_interleaved": Sizes(simulator=_SIM, gpu=_GPU, gpu_launch=({"rows": 17, "d": 128},)),
          "rope_half": Sizes(simulator=_SIM, gpu=_GPU, gpu_launch=({"rows": 17, "d": 64},))}

@@ -90,7 +90,7 @@ def _plan_symbolic(ref, op, p: Planning):
     opts = {"seed": p.seed, **_budget(p)}
     tasks = []
     if p.fixed_dims is None and not p.overrides and not p.large:
-        for dims in op.compositional_dims:                      # realistic sizes: composition only
+        for dims in getattr(op, "compositional_dims", ()):     # realistic sizes: composition only
             dims = op.resolve_dims(dims)
             tasks += [make_task("symbolic", ref, claim, dims, method="compositional", **opts)
                       for claim in op.claims() if claim.startswith("vjp[")]
