@@ -223,6 +223,8 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     from vjpcert.plan import read_record, split_current
     from vjpcert.reports import TIERS, record_timings, summary, write_certificate, write_reports
     from vjpcert.runner import exit_code, run_tasks
+    from vjpcert.witness import witness_lines
+    from rich.markup import escape
 
     root = Path(args.reports)
     resources_ok = True
@@ -246,8 +248,14 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
                 progress.update(bar, advance=1, description=f"{command}: {task.label()}")
                 if not args.quiet:
                     c = colour.get(cert.verdict, "green")
-                    progress.console.print(f"[{c}]{cert.verdict:>22}[/{c}]  {task.tier:8} {task.label()}  "
-                                           f"({cert.method}, {cert.seconds:.2f}s)")
+                    # names and dims print literally: `vjp[x]` and `[n=3]` are not rich markup
+                    progress.console.print(f"[{c}]{cert.verdict:>22}[/{c}]  {task.tier:8} {escape(task.label())}  "
+                                           f"({escape(cert.method)}, {cert.seconds:.2f}s)", soft_wrap=True)
+                if cert.verdict == "failed":      # even with --quiet: a failure is what the user acts on
+                    if args.quiet:
+                        progress.console.print(f"[red]failed[/red]  {task.tier} {escape(task.label())}", soft_wrap=True)
+                    for line in witness_lines(cert, root):
+                        progress.console.print(escape(line), highlight=False, soft_wrap=True)
             try:
                 run_tasks(todo, jobs=args.jobs, executor=executor, on_result=on_result)
                 if any(t.tier == "kernel" for t in tasks):
@@ -284,8 +292,16 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     for t in tiers:
         table.add_column(t)
     for name in sorted({c.op for c in final}):
-        table.add_row(name, *[summary([c for c in final if c.op == name and c.tier == t]).replace("**", "")
-                              for t in tiers])
+        table.add_row(escape(name), *[summary([c for c in final if c.op == name and c.tier == t]).replace("**", "")
+                                      for t in tiers])
+    old_failures = [c for c in final[len(done):] if c.verdict == "failed"]
+    if old_failures:                      # skipped as current, still failed: say why, as for fresh ones
+        console.print(f"[red]{len(old_failures)} current certificate(s) hold a failure[/red] (fix the backward, "
+                      f"then rerun):")
+        for c in old_failures:
+            console.print(f"[red]failed[/red]  {c.tier} {escape(c.op)} {escape(c.claim)}")
+            for line in witness_lines(c, root):
+                console.print(escape(line), highlight=False, soft_wrap=True)
     console.print(table)
     console.print(f"reports: {root}/README.md and {root}/index.html")
     code = exit_code(final, proof_tier_only=proof_only)
