@@ -4,7 +4,8 @@
     vjpcert prove   [OP|FILE ...]   the symbolic tier: exact proofs
     vjpcert check   [OP|FILE ...]   the numeric tier: mpmath checks with digits
     vjpcert kernels [OP ...]        the kernel tier: CUDA kernels against the specs
-    vjpcert verify  [REPORTS]       are the committed certificates still current?
+    vjpcert verify  [REPORTS]       are the committed certificates (and the pages) still current?
+    vjpcert render  [REPORTS]       re-render the pages from the certificates (runs no checks)
     vjpcert mutate  [OP ...]        the mutation suite: which checker kills which wrong backward
     vjpcert frameworks              PyTorch's (and JAX's) own backwards, proved: reports/frameworks/
 
@@ -91,11 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     _numeric_options(p)
     _frontend_options(p)
     p.add_argument("--shape", dest="dims_alias", help="alias of --dims")
-    p.add_argument("--point", help="JSON file {input: nested list}: check at this point only")
+    p.add_argument("--point", help="JSON file {input: nested list}: check at this point only (written to "
+                                   "reports/adhoc/ unless --reports is given: not part of the planned reports)")
     p.add_argument("--impl", metavar="MODULE:FUNCTION",
-                   help="check your own backward (a callable or torch.autograd.Function) against the spec")
+                   help="check your own backward (a callable or torch.autograd.Function) against the spec "
+                        "(written to reports/adhoc/ unless --reports is given)")
     p.add_argument("--dtype", default=None, metavar="float64|float32",
                    help="with --impl: the precision the implementation runs in (default float64)")
+    p.set_defaults(reports=None)     # resolved in cmd_check: --point/--impl results go to reports/adhoc
     p = sub.add_parser("kernels", help="check the CUDA kernels against the specs (simulator or GPU)")
     _targets(p)
     _run_options(p, budget=False)
@@ -104,11 +108,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", action="append", default=[], metavar="FILE",
                    help="a user spec file whose ops the reports hold (repeatable)")
     p.add_argument("--no-missing", action="store_true", help="do not require the certificates of `vjpcert all`")
+    p.add_argument("--no-pages", action="store_true",
+                   help="do not check that the rendered pages (README.md, index.html, OP.md) are current")
     p.add_argument("--replay", action="store_true",
                    help="re-derive each certificate's verdict by running its claim again (the digest only "
                         "detects accidental edits; replay detects forged verdicts)")
     p.add_argument("--sample", type=int, metavar="K", help="with --replay: replay K certificates drawn at random")
     p.add_argument("--replay-seed", type=int, help="with --sample: the draw (default: a fresh one, printed)")
+    p = sub.add_parser("render", help="re-render the pages from the certificates on disk (runs no checks)")
+    p.add_argument("reports", nargs="?", default="reports")
+    p.add_argument("--spec", action="append", default=[], metavar="FILE",
+                   help="a user spec file whose ops the reports hold (their docstrings; repeatable)")
     p = sub.add_parser("frameworks", help="the Framework backwards report: PyTorch's (and JAX's) own backwards, "
                                           "proved and checked, in REPORTS/frameworks/")
     p.add_argument("--reports", default="reports")
@@ -346,7 +356,14 @@ def cmd_prove(args) -> int:
     return _run(args, tasks, ops, "vjpcert prove", proof_only=True)
 
 
+ADHOC = "adhoc"       # under the report directory: results at a given point or of a user's implementation
+
+
 def cmd_check(args) -> int:
+    if args.reports is None:
+        # a --point or --impl result is not part of the plan of `vjpcert all`: kept apart by default, so
+        # it can neither change the pages of the planned certificates nor make `verify` see an extra
+        args.reports = str(Path("reports") / ADHOC) if (args.point or args.impl) else "reports"
     if args.impl:
         from vjpcert.impl import check_impl_command
         return check_impl_command(args)
@@ -363,7 +380,7 @@ def cmd_verify(args) -> int:
     from vjpcert.specs import builtin_ops
     from vjpcert.core.registry import load_file
     from vjpcert.plan import task_relpath
-    from vjpcert.verify import NotAReportDir, verify
+    from vjpcert.verify import NotAReportDir, Problem, verify
 
     builtins = builtin_ops()
     ops = dict(builtins)
@@ -384,6 +401,12 @@ def cmd_verify(args) -> int:
         problems = verify(Path(args.reports), ops, expected)
     except NotAReportDir as exc:
         return _fail_bad_input(str(exc))
+    if not args.no_pages:
+        from vjpcert.reports import stale_pages
+        spec_ops = {o.name: o for f in args.spec for o in load_file(f)}
+        problems += [Problem("page", str(rel), f"{why} (re-render: vjpcert render {args.reports}"
+                             + "".join(f" --spec {f}" for f in args.spec) + ")")
+                     for rel, why in stale_pages(Path(args.reports), spec_ops)]
     if (Path(args.reports) / "frameworks" / "certificates").is_dir():
         from vjpcert.frameworks import verify_report
         more, notes = verify_report(Path(args.reports) / "frameworks", no_missing=args.no_missing)
@@ -413,6 +436,17 @@ def cmd_verify(args) -> int:
         print(f"vjpcert verify: {len(problems)} problem(s) in {args.reports}/", file=sys.stderr)
         return EXIT_FAILED
     print(f"vjpcert verify: every certificate in {args.reports}/ is current")
+    return EXIT_OK
+
+
+def cmd_render(args) -> int:
+    from vjpcert.core.registry import load_file
+    from vjpcert.reports import write_reports
+    root = Path(args.reports)
+    if not (root / "certificates").is_dir():
+        return _fail_bad_input(f"{root} is not a report directory (it has no certificates/ folder)")
+    write_reports(root, {o.name: o for f in args.spec for o in load_file(f)})
+    print(f"vjpcert render: pages in {root}/ rendered from its certificates")
     return EXIT_OK
 
 
@@ -490,7 +524,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     commands = {"all": cmd_all, "prove": cmd_prove, "check": cmd_check, "kernels": cmd_kernels,
-                "verify": cmd_verify, "mutate": cmd_mutate, "frameworks": cmd_frameworks}
+                "verify": cmd_verify, "render": cmd_render, "mutate": cmd_mutate, "frameworks": cmd_frameworks}
     try:
         return commands[args.command](args)
     except SpecError as exc:

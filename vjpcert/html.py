@@ -9,7 +9,6 @@ from collections import defaultdict
 from pathlib import Path
 
 from vjpcert.core.certificate import TRUST, VERDICTS, Certificate
-from vjpcert.core.registry import Op
 from vjpcert.report_data import SEVERITY, load_resources, summary, tiers_present
 from vjpcert.tiers import TIERS
 
@@ -23,7 +22,8 @@ math{font-size:1.05em}img{max-width:100%}details{margin:.3em 0}
 """
 
 
-def render_html(certs: list[Certificate], ops: dict[str, Op], root: Path, command: str) -> str:
+def render_html(certs: list[Certificate], infos: dict[str, dict], root: Path) -> str:
+    """The page; ``infos`` maps op names to ``report_data.op_info`` (docstring, spec file)."""
     by_op = defaultdict(list)
     for c in certs:
         by_op[c.op].append(c)
@@ -32,7 +32,7 @@ def render_html(certs: list[Certificate], ops: dict[str, Op], root: Path, comman
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>vjpcert report</title>"
              f"<style>{CSS}</style></head><body><h1>vjpcert report</h1>",
-             f"<p>Made by <code>{e(command)}</code> from {len(certs)} certificates. JSON certificates under "
+             f"<p>Rendered from {len(certs)} certificates. JSON certificates under "
              f"<code>certificates/</code> are the source of truth; <code>vjpcert verify</code> checks they are current.</p>",
              "<h2>Verdict matrix</h2><table><tr><th>op</th>" + "".join(f"<th>{t}</th>" for t in shown_tiers) + "</tr>"]
     for name in sorted(by_op):
@@ -54,10 +54,10 @@ def render_html(certs: list[Certificate], ops: dict[str, Op], root: Path, comman
                          f"<td>{r.get('shared_bytes')}</td><td>{r.get('f64_instructions')}</td></tr>")
         parts.append("</table>")
     for name in sorted(by_op):
-        op = ops.get(name)
+        info = infos.get(name) or {}
         parts.append(f"<h2 id='op-{e(name)}'>{e(name)}</h2>")
-        if op is not None:
-            parts.append(f"<pre>{e(op.doc.strip())}</pre>")
+        if info.get("doc"):                         # no docstring: no empty block
+            parts.append(f"<pre>{e(info['doc'])}</pre>")
         shown = [c for c in by_op[name] if c.tier == "symbolic" and c.evidence.get("formulas")]
         if shown:                                   # written by the prover: rendering runs no SymPy
             f = shown[0].evidence["formulas"]

@@ -57,3 +57,49 @@ def load_resources(root: Path) -> dict | None:
         return json.loads((Path(root) / "kernels" / "resources.json").read_text())
     except (OSError, json.JSONDecodeError):
         return None
+
+
+# ------------------------------------------------------------------------------ what pages say of ops
+OPS_FILE = "ops.json"     # the docstring and spec file of each user op the reports hold (built-ins: specs/)
+
+
+def op_info(op) -> dict:
+    """What a page shows of an op besides its certificates: its docstring and its spec file."""
+    spec_file = None
+    if op.module is not None and getattr(op.module, "__file__", None):
+        name = Path(op.module.__file__).name
+        spec_file = f"specs/{name}" if op.module.__name__.startswith("vjpcert.specs.") else name
+    return {"doc": (op.doc or "").strip(), "spec_file": spec_file}
+
+
+def read_ops_file(root: Path) -> dict:
+    try:
+        data = json.loads((Path(root) / OPS_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return {str(k): v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+
+
+def page_ops(root: Path, ops: dict | None = None) -> dict[str, dict]:
+    """name -> op_info for every op a page may show: the built-in ops, the user ops recorded in
+    ``OPS_FILE`` by earlier runs, and ``ops`` (this run's). A run over a subset of ops therefore
+    renders every other op's page exactly as a full run would: the pages depend on what is on disk,
+    never on which command wrote it."""
+    from vjpcert.specs import builtin_ops
+    info = read_ops_file(root)
+    info.update({name: op_info(op) for name, op in builtin_ops().items()})
+    info.update({name: op_info(op) for name, op in (ops or {}).items()})
+    return info
+
+
+def user_ops_record(root: Path, ops: dict) -> str | None:
+    """The new text of ``OPS_FILE`` after a run over ``ops``: the user ops (not built-in) that earlier
+    runs and this one rendered; None when there are none, or nothing changed."""
+    from vjpcert.specs import builtin_ops
+    builtins = builtin_ops()
+    before = read_ops_file(root)
+    after = dict(before)
+    after.update({name: op_info(op) for name, op in ops.items() if name not in builtins})
+    if not after or after == before:
+        return None
+    return json.dumps(after, indent=1, sort_keys=True) + "\n"
