@@ -233,6 +233,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     from vjpcert.plan import read_record, split_current
     from vjpcert.reports import TIERS, record_timings, summary, write_certificate, write_reports
     from vjpcert.runner import exit_code, run_tasks
+    from vjpcert.stamps import Stamps, plot_inputs, resources_inputs
     from vjpcert.witness import witness_lines
     from rich.markup import escape
 
@@ -268,18 +269,30 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
                         progress.console.print(escape(line), highlight=False, soft_wrap=True)
             try:
                 run_tasks(todo, jobs=args.jobs, executor=executor, on_result=on_result)
+                # the by-products are made again only when their inputs changed (vjpcert/stamps.py)
+                stamps = Stamps(root)
                 if any(t.tier == "kernel" for t in tasks):
-                    progress.update(bar, description=f"{command}: kernel resources (sm_90)")
-                    resources_ok = _kernel_resources(root, console)
+                    made_from = resources_inputs()
+                    if not stamps.current("resources", made_from, [root / "kernels" / "resources.json"]):
+                        progress.update(bar, description=f"{command}: kernel resources (sm_90)")
+                        resources_ok = _kernel_resources(root, console)
+                        stamps.record("resources", made_from if resources_ok else None)
                 if any(t.tier == "numeric" for t in tasks) and not getattr(args, "no_plots", True):
                     from vjpcert.numeric.plots import write_fd_plot
                     for op in ops.values():
-                        progress.update(bar, description=f"{command}: plot {op.name}")
+                        made_from = plot_inputs(op, args.seed)
+                        plot = root / "plots" / f"{op.base_name}-fd"
+                        if stamps.current(f"plots/{op.base_name}", made_from,
+                                          [plot.with_suffix(".png"), plot.with_suffix(".json")]):
+                            continue
+                        progress.update(bar, description=f"{command}: plot {escape(op.name)}")
                         try:
                             write_fd_plot(op, root, seed=args.seed)
+                            stamps.record(f"plots/{op.base_name}", made_from)
                         except Exception as exc:   # a picture must never cost the certificates
-                            console.print(f"[yellow]warning[/yellow]: no plot for {op.name}: "
-                                          f"{type(exc).__name__}: {exc}")
+                            stamps.record(f"plots/{op.base_name}", None)
+                            console.print(f"[yellow]warning[/yellow]: no plot for {escape(op.name)}: "
+                                          f"{escape(type(exc).__name__ + ': ' + str(exc))}")
             except KeyboardInterrupt:
                 record_timings(root, done)
                 write_reports(root, ops, command)
