@@ -28,8 +28,8 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNDECIDED, EXIT_INTERRUPTED = 0, 1, 2
 # ------------------------------------------------------------------------------ arguments
 def _targets(p):
     p.add_argument("targets", nargs="*", metavar="OP|FILE",
-                   help="built-in op names, paths of spec files, or torch:module:function / "
-                        "jax:module:function (default: every built-in op)")
+                   help="built-in op names, paths of spec files, FILE::op (one op of a file), or "
+                        "torch:module:function / jax:module:function (default: every built-in op)")
 
 
 def _run_options(p, *, budget=True):
@@ -218,8 +218,10 @@ def _executor(args):
         raise SpecError(None, "--scheduler needs Dask: pip install -e '.[dask]'") from None
     try:
         client = Client(args.scheduler, timeout="10s")
-    except (OSError, TimeoutError) as exc:
-        raise SpecError(None, f"cannot reach the scheduler at {args.scheduler}: {exc}") from None
+    except Exception as exc:      # OSError, TimeoutError, ValueError for an address Dask cannot parse
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise SpecError(None, f"cannot reach the scheduler at {args.scheduler!r} (expected an address such as "
+                              f"tcp://10.0.0.5:8786): {reason}") from None
     return client.get_executor(pure=False), client
 
 
@@ -247,7 +249,9 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     done = []
     colour = {"failed": "red", "inconclusive": "yellow", "checked": "cyan"}
     if current and not args.quiet:
-        console.print(f"{len(current)} of {len(tasks)} certificates are current: skipped (--force reruns them)")
+        # resuming is the default; --force is the opposite (every claim again, from zero): say so
+        console.print(f"{len(current)} of {len(tasks)} certificates are current: skipped, the other "
+                      f"{len(todo)} run (resuming; --force would rerun all {len(tasks)} from zero)")
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=True) as progress:
@@ -386,6 +390,11 @@ def cmd_check(args) -> int:
 
 def cmd_kernels(args) -> int:
     tasks, ops = _plan(args, ("kernel",))
+    if not tasks:
+        # a file whose ops have no kernels asked for a check that cannot happen: not a pass
+        raise SpecError(None, f"no CUDA kernels for {', '.join(sorted(ops))}: the kernel tier checks the kernels "
+                              f"registered in cuda_kernels/<op>.py (KERNELS = fwd_bwd(...)); a spec file cannot "
+                              f"register kernels")
     return _run(args, tasks, ops, "vjpcert kernels", proof_only=False)
 
 
