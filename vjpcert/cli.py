@@ -243,7 +243,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     resources_ok = True
     if root.exists() and not root.is_dir():
         raise SpecError(None, f"--reports {root} exists and is not a directory")
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)     # paths and witness lines are never broken
     todo, current = (tasks, []) if args.force else split_current(tasks, ops, root)
     executor, client = _executor(args)
     done = []
