@@ -103,3 +103,67 @@ def user_ops_record(root: Path, ops: dict) -> str | None:
     if not after or after == before:
         return None
     return json.dumps(after, indent=1, sort_keys=True) + "\n"
+
+
+# ------------------------------------------------------------------------------ evidence in one cell
+def _kernel_brief(ev: dict) -> str:
+    """A kernel check's error against its bound (the worst over cases and outputs) and the race
+    detector's result."""
+    ratios = [o.get("worst_error_over_bound") for case in (ev.get("per_case") or {}).values()
+              if isinstance(case, dict) for o in (case.get("outputs") or {}).values()
+              if isinstance(o, dict) and o.get("worst_error_over_bound") is not None]
+    parts = []
+    if ratios:
+        parts.append(f"error/bound <= {max(ratios):.3g}")
+    race = ev.get("race_detector")
+    if isinstance(race, dict):
+        parts.append(("race detector clean" if race.get("clean") else "race detector: RACE")
+                     + (f" ({race['accesses']} shared accesses)" if race.get("accesses") is not None else "")
+                     if race.get("ran", True) else "race detector not run")
+    elif race:
+        parts.append(f"race detector: {race}")
+    return "; ".join(parts)
+
+
+def _reference_brief(ev: dict) -> str:
+    """The float reference claim: the largest error, as a fraction of its bound, over cases and dtypes."""
+    worst = None
+    for case in (ev.get("cases") or {}).values():
+        for per_dtype in (case.values() if isinstance(case, dict) else ()):
+            for entry in (per_dtype.values() if isinstance(per_dtype, dict) else ()):
+                text = str(entry.get("error_at_most", "")) if isinstance(entry, dict) else ""
+                try:
+                    value = float(text.split()[0])
+                except (ValueError, IndexError):
+                    continue
+                worst = value if worst is None else max(worst, value)
+    return f"float64 and float32 errors <= {worst:g} of their bounds" if worst is not None else ""
+
+
+def evidence_brief(c) -> str:
+    """The evidence of one certificate in one table cell: a witness for a failure, digits for a
+    numeric check, error/bound and the race detector for a kernel, terms for a proof."""
+    from vjpcert.witness import witness_rows
+    ev = c.evidence
+    if c.verdict == "failed":
+        rows = [r for r in witness_rows(ev.get("witness") or {}) if r[0] != "where"][:2]
+        where = dict(witness_rows(ev.get("witness") or {})).get("where")
+        return "; ".join(([f"at {where}"] if where else []) + [f"{k}: {v}" for k, v in rows])
+    if "error" in ev:
+        return str(ev["error"])[:120]
+    if c.tier == "kernel":
+        return _kernel_brief(ev) or ev.get("reason", "")
+    if "digits" in ev:
+        need = ev.get("required_digits")
+        return f"{ev['digits']} digits" + (f" (needs {need})" if need is not None else "")
+    if "min_digits" in ev:
+        return f"{ev['min_digits']} digits (worst cotangent)"
+    if c.claim == "reference" and ev.get("cases"):
+        return _reference_brief(ev)
+    if "false_pass_probability" in ev:
+        return f"P(false pass) <= {ev['false_pass_probability']}"
+    if "residual_terms" in ev:
+        return f"{ev.get('variables', '?')} vars, {ev.get('lhs_terms', '?')} terms"
+    if c.method == "general" and "cross_check" in ev:
+        return f"every size; cross-checked at {len(ev['cross_check'].get('at', []))} sizes"
+    return str(ev.get("reason", ""))[:200]

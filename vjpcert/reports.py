@@ -9,8 +9,10 @@ from pathlib import Path
 from vjpcert.core.certificate import CERTIFICATE_SCHEMA, SCHEMA_VERSION, TRUST, Certificate, atomic_write
 from vjpcert.core.registry import Op
 
-from vjpcert.report_data import (OPS_FILE, SEVERITY, ReportError, dims_text, load_certificates,  # noqa: F401
-                                 load_resources, page_ops, summary, tiers_present, user_ops_record)
+from vjpcert.report_data import (OPS_FILE, SEVERITY, ReportError, dims_text, evidence_brief,  # noqa: F401
+                                 load_certificates, load_resources, page_ops, summary, tiers_present,
+                                 user_ops_record)
+from vjpcert.witness import witness_rows
 from vjpcert.tiers import TIERS
 # worst first: a tier's summary shows the worst verdict among its claims
 
@@ -48,22 +50,6 @@ def record_timings(root: Path, certs: list[Certificate]) -> None:
 
 
 
-def _evidence_brief(c: Certificate) -> str:
-    ev = c.evidence
-    if c.verdict == "failed":
-        w = ev["witness"]
-        return f"witness at {w.get('component', '?')}: residual {w.get('residual', '?')}"
-    if "digits" in ev and "error" not in ev:
-        return f"{ev['digits']} digits"
-    if "false_pass_probability" in ev:
-        return f"P(false pass) <= {ev['false_pass_probability']}"
-    if "residual_terms" in ev:
-        return f"{ev.get('variables', '?')} vars, {ev.get('lhs_terms', '?')} terms"
-    if "error" in ev:
-        return ev["error"][:80]
-    return ev.get("reason", "")
-
-
 def render_op(name: str, certs: list[Certificate], info: dict | None, plots: list[str] = ()) -> str:
     """One op's page; ``info`` is ``report_data.op_info`` (docstring and spec file), None if unknown."""
     lines = [f"# {name}", ""]
@@ -83,14 +69,16 @@ def render_op(name: str, certs: list[Certificate], info: dict | None, plots: lis
                   "|---|---|---|---|---|---|"]
         for c in rows:
             lines.append(f"| `{c.claim}` | {dims_text(c.dims)} | **{c.verdict}** | {TRUST[c.verdict]} | "
-                         f"{c.method} | {_evidence_brief(c)} |")
+                         f"{c.method} | {_cell(evidence_brief(c))} |")
         lines.append("")
     general = [c for c in certs if c.method == "general" and c.evidence.get("formula")]
     if general:
         lines += ["## General formulas (every size)", ""]
         for c in general:
-            lines += [f"- `{c.claim}` ({c.verdict}, dims {', '.join(f'{k}: {v}' for k, v in c.dims.items())}):",
-                      "", "  ```text", f"  {c.evidence['formula']}", "  ```", ""]
+            lines += [f"- `{c.claim}` ({c.verdict}, dims {', '.join(f'{k}: {v}' for k, v in c.dims.items())}):", ""]
+            if c.evidence.get("formula_latex"):        # GitHub (and most Markdown viewers) render math blocks
+                lines += ["  ```math", f"  {c.evidence['formula_latex']}", "  ```", ""]
+            lines += ["  ```text", f"  {c.evidence['formula']}", "  ```", ""]
     for plot in plots:
         lines += ["## Finite differences vs step", "",
                   "Relative error of <v, J u> by central differences over the step h, in float64 and in "
@@ -104,9 +92,15 @@ def render_op(name: str, certs: list[Certificate], info: dict | None, plots: lis
     if failed:
         lines += ["## Witnesses", ""]
         for c in failed:
-            lines += [f"### `{c.claim}` ({c.tier}, {dims_text(c.dims)})", "", "```json",
-                      json.dumps(c.evidence["witness"], indent=2)[:4000], "```", ""]
+            lines += [f"### `{c.claim}` ({c.tier}, {dims_text(c.dims)})", "", "| | |", "|---|---|"]
+            lines += [f"| {label} | {_cell(value)} |" for label, value in witness_rows(c.evidence["witness"])]
+            lines += ["", f"The whole witness (the point, dy, the seed): [{c.relpath()}]({c.relpath()}).", ""]
     return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """Text in a Markdown table cell: a `|` would end the cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 
