@@ -4,7 +4,8 @@ committed screenshots instead.
 
 It renders a throwaway copy of REPORTS (default: reports/) with `vjpcert render` (no check runs), so
 the screenshot shows the current rendering of the committed certificates, and writes
-reports/screenshots/index.png (the top of the page) and index-full.png (a tall window).
+reports/screenshots/index.png (the top of the page: the verdict matrix, the legend, the kernel
+resources).
 Needs Chromium (Debian: apt-get install chromium).
 
 Run: python benchmarks/report_screenshot.py [REPORTS]
@@ -30,9 +31,8 @@ def main():
         copy = Path(tmp) / "reports"
         shutil.copytree(source, copy, ignore=shutil.ignore_patterns("screenshots", "benchmarks", "mutation"))
         assert vjpcert(["render", str(copy)]) == 0
-        for name, height in (("index.png", 1400), ("index-full.png", 9000)):
-            path = screenshot(copy / "index.html", out / name, width=1280, height=height)
-            print(f"{path.relative_to(ROOT)}: {path.stat().st_size} bytes")
+        path = screenshot(copy / "index.html", out / "index.png", width=1280, height=1400)
+        print(f"{path.relative_to(ROOT)}: {path.stat().st_size} bytes")
 
 
 if __name__ == "__main__":
