@@ -260,7 +260,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
             def on_result(task, cert):
                 write_certificate(cert, root)
                 done.append(cert)
-                progress.update(bar, advance=1, description=f"{command}: {task.label()}")
+                progress.update(bar, advance=1, description=f"{command}: {escape(task.label())}")
                 if not args.quiet:
                     c = colour.get(cert.verdict, "green")
                     # names and dims print literally: `vjp[x]` and `[n=3]` are not rich markup
