@@ -310,6 +310,7 @@ def test_a_forged_verdict_passes_the_digest_but_not_replay(tmp_path, capsys):
     record.update(verdict="proved", trust="exact proof at these dims", method="flint-atoms")
     record["digest"] = record_digest(record)
     path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    assert main(["render", str(tmp_path / "reports"), "--spec", str(f)]) == 0   # a thorough forger re-renders
     verify = ["verify", str(tmp_path / "reports"), "--spec", str(f), "--no-missing"]
     assert main(verify) == 0                      # the digest only catches accidental edits
     capsys.readouterr()

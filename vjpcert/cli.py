@@ -4,7 +4,8 @@
     vjpcert prove   [OP|FILE ...]   the symbolic tier: exact proofs
     vjpcert check   [OP|FILE ...]   the numeric tier: mpmath checks with digits
     vjpcert kernels [OP ...]        the kernel tier: CUDA kernels against the specs
-    vjpcert verify  [REPORTS]       are the committed certificates still current?
+    vjpcert verify  [REPORTS]       are the committed certificates (and the pages) still current?
+    vjpcert render  [REPORTS]       re-render the pages from the certificates (runs no checks)
     vjpcert mutate  [OP ...]        the mutation suite: which checker kills which wrong backward
     vjpcert frameworks              PyTorch's (and JAX's) own backwards, proved: reports/frameworks/
 
@@ -27,8 +28,8 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNDECIDED, EXIT_INTERRUPTED = 0, 1, 2
 # ------------------------------------------------------------------------------ arguments
 def _targets(p):
     p.add_argument("targets", nargs="*", metavar="OP|FILE",
-                   help="built-in op names, paths of spec files, or torch:module:function / "
-                        "jax:module:function (default: every built-in op)")
+                   help="built-in op names, paths of spec files, FILE::op (one op of a file), or "
+                        "torch:module:function / jax:module:function (default: every built-in op)")
 
 
 def _run_options(p, *, budget=True):
@@ -91,11 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     _numeric_options(p)
     _frontend_options(p)
     p.add_argument("--shape", dest="dims_alias", help="alias of --dims")
-    p.add_argument("--point", help="JSON file {input: nested list}: check at this point only")
+    p.add_argument("--point", help="JSON file {input: nested list}: check at this point only (written to "
+                                   "reports/adhoc/ unless --reports is given: not part of the planned reports)")
     p.add_argument("--impl", metavar="MODULE:FUNCTION",
-                   help="check your own backward (a callable or torch.autograd.Function) against the spec")
+                   help="check your own backward (a callable or torch.autograd.Function) against the spec "
+                        "(written to reports/adhoc/ unless --reports is given)")
     p.add_argument("--dtype", default=None, metavar="float64|float32",
                    help="with --impl: the precision the implementation runs in (default float64)")
+    p.set_defaults(reports=None)     # resolved in cmd_check: --point/--impl results go to reports/adhoc
     p = sub.add_parser("kernels", help="check the CUDA kernels against the specs (simulator or GPU)")
     _targets(p)
     _run_options(p, budget=False)
@@ -104,11 +108,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", action="append", default=[], metavar="FILE",
                    help="a user spec file whose ops the reports hold (repeatable)")
     p.add_argument("--no-missing", action="store_true", help="do not require the certificates of `vjpcert all`")
+    p.add_argument("--no-pages", action="store_true",
+                   help="do not check that the rendered pages (README.md, index.html, OP.md) are current")
     p.add_argument("--replay", action="store_true",
                    help="re-derive each certificate's verdict by running its claim again (the digest only "
                         "detects accidental edits; replay detects forged verdicts)")
     p.add_argument("--sample", type=int, metavar="K", help="with --replay: replay K certificates drawn at random")
     p.add_argument("--replay-seed", type=int, help="with --sample: the draw (default: a fresh one, printed)")
+    p = sub.add_parser("render", help="re-render the pages from the certificates on disk (runs no checks)")
+    p.add_argument("reports", nargs="?", default="reports")
+    p.add_argument("--spec", action="append", default=[], metavar="FILE",
+                   help="a user spec file whose ops the reports hold (their docstrings; repeatable)")
     p = sub.add_parser("frameworks", help="the Framework backwards report: PyTorch's (and JAX's) own backwards, "
                                           "proved and checked, in REPORTS/frameworks/")
     p.add_argument("--reports", default="reports")
@@ -208,8 +218,10 @@ def _executor(args):
         raise SpecError(None, "--scheduler needs Dask: pip install -e '.[dask]'") from None
     try:
         client = Client(args.scheduler, timeout="10s")
-    except (OSError, TimeoutError) as exc:
-        raise SpecError(None, f"cannot reach the scheduler at {args.scheduler}: {exc}") from None
+    except Exception as exc:      # OSError, TimeoutError, ValueError for an address Dask cannot parse
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise SpecError(None, f"cannot reach the scheduler at {args.scheduler!r} (expected an address such as "
+                              f"tcp://10.0.0.5:8786): {reason}") from None
     return client.get_executor(pure=False), client
 
 
@@ -223,6 +235,9 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     from vjpcert.plan import read_record, split_current
     from vjpcert.reports import TIERS, record_timings, summary, write_certificate, write_reports
     from vjpcert.runner import exit_code, run_tasks
+    from vjpcert.stamps import Stamps, plot_inputs, resources_inputs
+    from vjpcert.witness import witness_lines
+    from rich.markup import escape
 
     root = Path(args.reports)
     resources_ok = True
@@ -230,13 +245,15 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
         raise SpecError(None, f"--reports {root} exists and is not a directory")
     if root.is_dir():
         remove_orphaned_temporaries(root)          # left by a run killed with SIGKILL mid-write
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)     # paths and witness lines are never broken
     todo, current = (tasks, []) if args.force else split_current(tasks, ops, root)
     executor, client = _executor(args)
     done = []
     colour = {"failed": "red", "inconclusive": "yellow", "checked": "cyan"}
     if current and not args.quiet:
-        console.print(f"{len(current)} of {len(tasks)} certificates are current: skipped (--force reruns them)")
+        # resuming is the default; --force is the opposite (every claim again, from zero): say so
+        console.print(f"{len(current)} of {len(tasks)} certificates are current: skipped, the other "
+                      f"{len(todo)} run (resuming; --force would rerun all {len(tasks)} from zero)")
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=True) as progress:
@@ -245,25 +262,43 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
             def on_result(task, cert):
                 write_certificate(cert, root)
                 done.append(cert)
-                progress.update(bar, advance=1, description=f"{command}: {task.label()}")
+                progress.update(bar, advance=1, description=f"{command}: {escape(task.label())}")
                 if not args.quiet:
                     c = colour.get(cert.verdict, "green")
-                    progress.console.print(f"[{c}]{cert.verdict:>22}[/{c}]  {task.tier:8} {task.label()}  "
-                                           f"({cert.method}, {cert.seconds:.2f}s)")
+                    # names and dims print literally: `vjp[x]` and `[n=3]` are not rich markup
+                    progress.console.print(f"[{c}]{cert.verdict:>22}[/{c}]  {task.tier:8} {escape(task.label())}  "
+                                           f"({escape(cert.method)}, {cert.seconds:.2f}s)", soft_wrap=True)
+                if cert.verdict == "failed":      # even with --quiet: a failure is what the user acts on
+                    if args.quiet:
+                        progress.console.print(f"[red]failed[/red]  {task.tier} {escape(task.label())}", soft_wrap=True)
+                    for line in witness_lines(cert, root):
+                        progress.console.print(escape(line), highlight=False, soft_wrap=True)
             try:
                 run_tasks(todo, jobs=args.jobs, executor=executor, on_result=on_result)
+                # the by-products are made again only when their inputs changed (vjpcert/stamps.py)
+                stamps = Stamps(root)
                 if any(t.tier == "kernel" for t in tasks):
-                    progress.update(bar, description=f"{command}: kernel resources (sm_90)")
-                    resources_ok = _kernel_resources(root, console)
+                    made_from = resources_inputs()
+                    if not stamps.current("resources", made_from, [root / "kernels" / "resources.json"]):
+                        progress.update(bar, description=f"{command}: kernel resources (sm_90)")
+                        resources_ok = _kernel_resources(root, console)
+                        stamps.record("resources", made_from if resources_ok else None)
                 if any(t.tier == "numeric" for t in tasks) and not getattr(args, "no_plots", True):
                     from vjpcert.numeric.plots import write_fd_plot
                     for op in ops.values():
-                        progress.update(bar, description=f"{command}: plot {op.name}")
+                        made_from = plot_inputs(op, args.seed)
+                        plot = root / "plots" / f"{op.base_name}-fd"
+                        if stamps.current(f"plots/{op.base_name}", made_from,
+                                          [plot.with_suffix(".png"), plot.with_suffix(".json")]):
+                            continue
+                        progress.update(bar, description=f"{command}: plot {escape(op.name)}")
                         try:
                             write_fd_plot(op, root, seed=args.seed)
+                            stamps.record(f"plots/{op.base_name}", made_from)
                         except Exception as exc:   # a picture must never cost the certificates
-                            console.print(f"[yellow]warning[/yellow]: no plot for {op.name}: "
-                                          f"{type(exc).__name__}: {exc}")
+                            stamps.record(f"plots/{op.base_name}", None)
+                            console.print(f"[yellow]warning[/yellow]: no plot for {escape(op.name)}: "
+                                          f"{escape(type(exc).__name__ + ': ' + str(exc))}")
             except KeyboardInterrupt:
                 record_timings(root, done)
                 write_reports(root, ops, command)
@@ -286,8 +321,16 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     for t in tiers:
         table.add_column(t)
     for name in sorted({c.op for c in final}):
-        table.add_row(name, *[summary([c for c in final if c.op == name and c.tier == t]).replace("**", "")
-                              for t in tiers])
+        table.add_row(escape(name), *[summary([c for c in final if c.op == name and c.tier == t]).replace("**", "")
+                                      for t in tiers])
+    old_failures = [c for c in final[len(done):] if c.verdict == "failed"]
+    if old_failures:                      # skipped as current, still failed: say why, as for fresh ones
+        console.print(f"[red]{len(old_failures)} current certificate(s) hold a failure[/red] (fix the backward, "
+                      f"then rerun):")
+        for c in old_failures:
+            console.print(f"[red]failed[/red]  {c.tier} {escape(c.op)} {escape(c.claim)}")
+            for line in witness_lines(c, root):
+                console.print(escape(line), highlight=False, soft_wrap=True)
     console.print(table)
     console.print(f"reports: {root}/README.md and {root}/index.html")
     code = exit_code(final, proof_tier_only=proof_only)
@@ -332,7 +375,14 @@ def cmd_prove(args) -> int:
     return _run(args, tasks, ops, "vjpcert prove", proof_only=True)
 
 
+ADHOC = "adhoc"       # under the report directory: results at a given point or of a user's implementation
+
+
 def cmd_check(args) -> int:
+    if args.reports is None:
+        # a --point or --impl result is not part of the plan of `vjpcert all`: kept apart by default, so
+        # it can neither change the pages of the planned certificates nor make `verify` see an extra
+        args.reports = str(Path("reports") / ADHOC) if (args.point or args.impl) else "reports"
     if args.impl:
         from vjpcert.impl import check_impl_command
         return check_impl_command(args)
@@ -342,6 +392,11 @@ def cmd_check(args) -> int:
 
 def cmd_kernels(args) -> int:
     tasks, ops = _plan(args, ("kernel",))
+    if not tasks:
+        # a file whose ops have no kernels asked for a check that cannot happen: not a pass
+        raise SpecError(None, f"no CUDA kernels for {', '.join(sorted(ops))}: the kernel tier checks the kernels "
+                              f"registered in cuda_kernels/<op>.py (KERNELS = fwd_bwd(...)); a spec file cannot "
+                              f"register kernels")
     return _run(args, tasks, ops, "vjpcert kernels", proof_only=False)
 
 
@@ -349,7 +404,7 @@ def cmd_verify(args) -> int:
     from vjpcert.specs import builtin_ops
     from vjpcert.core.registry import load_file
     from vjpcert.plan import task_relpath
-    from vjpcert.verify import NotAReportDir, verify
+    from vjpcert.verify import NotAReportDir, Problem, verify
 
     builtins = builtin_ops()
     ops = dict(builtins)
@@ -370,6 +425,12 @@ def cmd_verify(args) -> int:
         problems = verify(Path(args.reports), ops, expected)
     except NotAReportDir as exc:
         return _fail_bad_input(str(exc))
+    if not args.no_pages:
+        from vjpcert.reports import stale_pages
+        spec_ops = {o.name: o for f in args.spec for o in load_file(f)}
+        problems += [Problem("page", str(rel), f"{why} (re-render: vjpcert render {args.reports}"
+                             + "".join(f" --spec {f}" for f in args.spec) + ")")
+                     for rel, why in stale_pages(Path(args.reports), spec_ops)]
     if (Path(args.reports) / "frameworks" / "certificates").is_dir():
         from vjpcert.frameworks import verify_report
         more, notes = verify_report(Path(args.reports) / "frameworks", no_missing=args.no_missing)
@@ -399,6 +460,17 @@ def cmd_verify(args) -> int:
         print(f"vjpcert verify: {len(problems)} problem(s) in {args.reports}/", file=sys.stderr)
         return EXIT_FAILED
     print(f"vjpcert verify: every certificate in {args.reports}/ is current")
+    return EXIT_OK
+
+
+def cmd_render(args) -> int:
+    from vjpcert.core.registry import load_file
+    from vjpcert.reports import write_reports
+    root = Path(args.reports)
+    if not (root / "certificates").is_dir():
+        return _fail_bad_input(f"{root} is not a report directory (it has no certificates/ folder)")
+    write_reports(root, {o.name: o for f in args.spec for o in load_file(f)})
+    print(f"vjpcert render: pages in {root}/ rendered from its certificates")
     return EXIT_OK
 
 
@@ -476,7 +548,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     commands = {"all": cmd_all, "prove": cmd_prove, "check": cmd_check, "kernels": cmd_kernels,
-                "verify": cmd_verify, "mutate": cmd_mutate, "frameworks": cmd_frameworks}
+                "verify": cmd_verify, "render": cmd_render, "mutate": cmd_mutate, "frameworks": cmd_frameworks}
     try:
         return commands[args.command](args)
     except SpecError as exc:

@@ -297,9 +297,7 @@ def check_impl_command(args) -> int:
     print(f"{cert.verdict}: {args.impl} against {op.name} ({cert.evidence['min_digits']} digits, "
           f"rule: {cert.evidence['rule']})")
     if cert.verdict == "failed":
-        w = cert.evidence["witness"]
-        print(f"  witness: {w['cotangent']}{w['index']} = {w['implementation']!r}, spec {w['spec (50 digits)']!r}, "
-              f"error {w['error']:.3g} > bound {w['bound']:.3g} ({w['case']} inputs, seed {w['seed']})"
-              + (f"; {w['dtype']}" if w.get("dtype") else ""))
+        from vjpcert.witness import witness_lines
+        print("\n".join(witness_lines(cert, Path(args.reports), indent="  ")))
         return 1
     return 0

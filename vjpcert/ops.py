@@ -130,6 +130,12 @@ def select_ops(targets: list[str], frontend: dict | None = None) -> list[tuple[O
                     decl[key] = [[k, list(v)] for k, v in decl[key].items()]
             ref = json.dumps(decl)
             out.append((OpRef(op.name, frontend=ref), op))
+        elif "::" in target:                # one op of a user file, as the pytest fixture takes it
+            path, _, name = target.partition("::")
+            ops = {o.name: o for o in load_file(path)}
+            if name not in ops:
+                raise SpecError(None, f"{path} defines no op {name!r}; it defines {sorted(ops)}")
+            out.append((OpRef(name, str(Path(path).resolve())), ops[name]))
         elif target.endswith(".py") or Path(target).is_file():
             path = str(Path(target).resolve())
             out.extend((OpRef(o.name, path), o) for o in load_file(target))

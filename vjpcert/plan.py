@@ -90,9 +90,12 @@ def is_current(record: dict | None, task: Task, op: Op) -> bool:
     for the spec and checker code there is now, and is not the record of a checker crash."""
     if not record or record.get("digest") != record_digest(record):
         return False
+    # the hashes the task was planned with (``Task.expect``, computed from the code this process loaded
+    # moments ago), else computed now: hashing an op's files costs ~0.1 s, once per op, not per claim
+    spec, checker = task.expect if task.expect else (op.spec_sha256, checker_sha256(task.tier))
     return (record.get("schema") == SCHEMA_VERSION and record_identity(record) == task_identity(task, op)
-            and record.get("spec_sha256") == op.spec_sha256
-            and record.get("checker_sha256") == checker_sha256(task.tier)
+            and record.get("spec_sha256") == spec
+            and record.get("checker_sha256") == checker
             and "error" not in record.get("evidence", {}))
 
 

@@ -57,3 +57,113 @@ def load_resources(root: Path) -> dict | None:
         return json.loads((Path(root) / "kernels" / "resources.json").read_text())
     except (OSError, json.JSONDecodeError):
         return None
+
+
+# ------------------------------------------------------------------------------ what pages say of ops
+OPS_FILE = "ops.json"     # the docstring and spec file of each user op the reports hold (built-ins: specs/)
+
+
+def op_info(op) -> dict:
+    """What a page shows of an op besides its certificates: its docstring and its spec file."""
+    spec_file = None
+    if op.module is not None and getattr(op.module, "__file__", None):
+        name = Path(op.module.__file__).name
+        spec_file = f"specs/{name}" if op.module.__name__.startswith("vjpcert.specs.") else name
+    return {"doc": (op.doc or "").strip(), "spec_file": spec_file}
+
+
+def read_ops_file(root: Path) -> dict:
+    try:
+        data = json.loads((Path(root) / OPS_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return {str(k): v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+
+
+def page_ops(root: Path, ops: dict | None = None) -> dict[str, dict]:
+    """name -> op_info for every op a page may show: the built-in ops, the user ops recorded in
+    ``OPS_FILE`` by earlier runs, and ``ops`` (this run's). A run over a subset of ops therefore
+    renders every other op's page exactly as a full run would: the pages depend on what is on disk,
+    never on which command wrote it."""
+    from vjpcert.specs import builtin_ops
+    info = read_ops_file(root)
+    info.update({name: op_info(op) for name, op in builtin_ops().items()})
+    info.update({name: op_info(op) for name, op in (ops or {}).items()})
+    return info
+
+
+def user_ops_record(root: Path, ops: dict) -> str | None:
+    """The new text of ``OPS_FILE`` after a run over ``ops``: the user ops (not built-in) that earlier
+    runs and this one rendered; None when there are none, or nothing changed."""
+    from vjpcert.specs import builtin_ops
+    builtins = builtin_ops()
+    before = read_ops_file(root)
+    after = dict(before)
+    after.update({name: op_info(op) for name, op in ops.items() if name not in builtins})
+    if not after or after == before:
+        return None
+    return json.dumps(after, indent=1, sort_keys=True) + "\n"
+
+
+# ------------------------------------------------------------------------------ evidence in one cell
+def _kernel_brief(ev: dict) -> str:
+    """A kernel check's error against its bound (the worst over cases and outputs) and the race
+    detector's result."""
+    ratios = [o.get("worst_error_over_bound") for case in (ev.get("per_case") or {}).values()
+              if isinstance(case, dict) for o in (case.get("outputs") or {}).values()
+              if isinstance(o, dict) and o.get("worst_error_over_bound") is not None]
+    parts = []
+    if ratios:
+        parts.append(f"error/bound <= {max(ratios):.3g}")
+    race = ev.get("race_detector")
+    if isinstance(race, dict):
+        parts.append(("race detector clean" if race.get("clean") else "race detector: RACE")
+                     + (f" ({race['accesses']} shared accesses)" if race.get("accesses") is not None else "")
+                     if race.get("ran", True) else "race detector not run")
+    elif race:
+        parts.append(f"race detector: {race}")
+    return "; ".join(parts)
+
+
+def _reference_brief(ev: dict) -> str:
+    """The float reference claim: the largest error, as a fraction of its bound, over cases and dtypes."""
+    worst = None
+    for case in (ev.get("cases") or {}).values():
+        for per_dtype in (case.values() if isinstance(case, dict) else ()):
+            for entry in (per_dtype.values() if isinstance(per_dtype, dict) else ()):
+                text = str(entry.get("error_at_most", "")) if isinstance(entry, dict) else ""
+                try:
+                    value = float(text.split()[0])
+                except (ValueError, IndexError):
+                    continue
+                worst = value if worst is None else max(worst, value)
+    return f"float64 and float32 errors <= {worst:g} of their bounds" if worst is not None else ""
+
+
+def evidence_brief(c) -> str:
+    """The evidence of one certificate in one table cell: a witness for a failure, digits for a
+    numeric check, error/bound and the race detector for a kernel, terms for a proof."""
+    from vjpcert.witness import witness_rows
+    ev = c.evidence
+    if c.verdict == "failed":
+        rows = [r for r in witness_rows(ev.get("witness") or {}) if r[0] != "where"][:2]
+        where = dict(witness_rows(ev.get("witness") or {})).get("where")
+        return "; ".join(([f"at {where}"] if where else []) + [f"{k}: {v}" for k, v in rows])
+    if "error" in ev:
+        return str(ev["error"])[:120]
+    if c.tier == "kernel":
+        return _kernel_brief(ev) or ev.get("reason", "")
+    if "digits" in ev:
+        need = ev.get("required_digits")
+        return f"{ev['digits']} digits" + (f" (needs {need})" if need is not None else "")
+    if "min_digits" in ev:
+        return f"{ev['min_digits']} digits (worst cotangent)"
+    if c.claim == "reference" and ev.get("cases"):
+        return _reference_brief(ev)
+    if "false_pass_probability" in ev:
+        return f"P(false pass) <= {ev['false_pass_probability']}"
+    if "residual_terms" in ev:
+        return f"{ev.get('variables', '?')} vars, {ev.get('lhs_terms', '?')} terms"
+    if c.method == "general" and "cross_check" in ev:
+        return f"every size; cross-checked at {len(ev['cross_check'].get('at', []))} sizes"
+    return str(ev.get("reason", ""))[:200]

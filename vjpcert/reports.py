@@ -9,8 +9,10 @@ from pathlib import Path
 from vjpcert.core.certificate import CERTIFICATE_SCHEMA, SCHEMA_VERSION, TRUST, Certificate, atomic_write
 from vjpcert.core.registry import Op
 
-from vjpcert.report_data import (SEVERITY, ReportError, dims_text, load_certificates, load_resources,  # noqa: F401
-                                 summary, tiers_present)
+from vjpcert.report_data import (OPS_FILE, SEVERITY, ReportError, dims_text, evidence_brief,  # noqa: F401
+                                 load_certificates, load_resources, page_ops, summary, tiers_present,
+                                 user_ops_record)
+from vjpcert.witness import witness_rows
 from vjpcert.tiers import TIERS
 # worst first: a tier's summary shows the worst verdict among its claims
 
@@ -48,29 +50,13 @@ def record_timings(root: Path, certs: list[Certificate]) -> None:
 
 
 
-def _evidence_brief(c: Certificate) -> str:
-    ev = c.evidence
-    if c.verdict == "failed":
-        w = ev["witness"]
-        return f"witness at {w.get('component', '?')}: residual {w.get('residual', '?')}"
-    if "digits" in ev and "error" not in ev:
-        return f"{ev['digits']} digits"
-    if "false_pass_probability" in ev:
-        return f"P(false pass) <= {ev['false_pass_probability']}"
-    if "residual_terms" in ev:
-        return f"{ev.get('variables', '?')} vars, {ev.get('lhs_terms', '?')} terms"
-    if "error" in ev:
-        return ev["error"][:80]
-    return ev.get("reason", "")
-
-
-def render_op(name: str, certs: list[Certificate], op: Op | None, plots: list[str] = ()) -> str:
+def render_op(name: str, certs: list[Certificate], info: dict | None, plots: list[str] = ()) -> str:
+    """One op's page; ``info`` is ``report_data.op_info`` (docstring and spec file), None if unknown."""
     lines = [f"# {name}", ""]
-    if op is not None:
-        lines += ["```text", op.doc.strip(), "```", ""]
-        if op.module is not None and getattr(op.module, "__file__", None):
-            lines += [f"Spec file: `specs/{Path(op.module.__file__).name}`" if op.module.__name__.startswith("vjpcert.specs.")
-                      else f"Spec file: `{Path(op.module.__file__).name}`", ""]
+    if info and info.get("doc"):                 # no docstring: no empty block
+        lines += ["```text", info["doc"], "```", ""]
+    if info and info.get("spec_file"):
+        lines += [f"Spec file: `{info['spec_file']}`", ""]
     by_tier = defaultdict(list)
     for c in certs:
         by_tier[c.tier].append(c)
@@ -83,14 +69,16 @@ def render_op(name: str, certs: list[Certificate], op: Op | None, plots: list[st
                   "|---|---|---|---|---|---|"]
         for c in rows:
             lines.append(f"| `{c.claim}` | {dims_text(c.dims)} | **{c.verdict}** | {TRUST[c.verdict]} | "
-                         f"{c.method} | {_evidence_brief(c)} |")
+                         f"{c.method} | {_cell(evidence_brief(c))} |")
         lines.append("")
     general = [c for c in certs if c.method == "general" and c.evidence.get("formula")]
     if general:
         lines += ["## General formulas (every size)", ""]
         for c in general:
-            lines += [f"- `{c.claim}` ({c.verdict}, dims {', '.join(f'{k}: {v}' for k, v in c.dims.items())}):",
-                      "", "  ```text", f"  {c.evidence['formula']}", "  ```", ""]
+            lines += [f"- `{c.claim}` ({c.verdict}, dims {', '.join(f'{k}: {v}' for k, v in c.dims.items())}):", ""]
+            if c.evidence.get("formula_latex"):        # GitHub (and most Markdown viewers) render math blocks
+                lines += ["  ```math", f"  {c.evidence['formula_latex']}", "  ```", ""]
+            lines += ["  ```text", f"  {c.evidence['formula']}", "  ```", ""]
     for plot in plots:
         lines += ["## Finite differences vs step", "",
                   "Relative error of <v, J u> by central differences over the step h, in float64 and in "
@@ -104,9 +92,15 @@ def render_op(name: str, certs: list[Certificate], op: Op | None, plots: list[st
     if failed:
         lines += ["## Witnesses", ""]
         for c in failed:
-            lines += [f"### `{c.claim}` ({c.tier}, {dims_text(c.dims)})", "", "```json",
-                      json.dumps(c.evidence["witness"], indent=2)[:4000], "```", ""]
+            lines += [f"### `{c.claim}` ({c.tier}, {dims_text(c.dims)})", "", "| | |", "|---|---|"]
+            lines += [f"| {label} | {_cell(value)} |" for label, value in witness_rows(c.evidence["witness"])]
+            lines += ["", f"The whole witness (the point, dy, the seed): [{c.relpath()}]({c.relpath()}).", ""]
     return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """Text in a Markdown table cell: a `|` would end the cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 
@@ -129,12 +123,12 @@ def render_resources(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_index(certs: list[Certificate], command: str, has_resources: bool = False) -> str:
+def render_index(certs: list[Certificate], has_resources: bool = False) -> str:
     by_op = defaultdict(list)
     for c in certs:
         by_op[c.op].append(c)
     lines = ["# vjpcert reports", "",
-             f"Made by `{command}`. The JSON certificates under `certificates/` are the source of truth",
+             f"Rendered from {len(certs)} certificates. The JSON certificates under `certificates/` are the source of truth",
              f"(schema: `schema/certificate-v{SCHEMA_VERSION}.schema.json`); this page, the per-op pages and",
              "`index.html` (self-contained) are rendered from them. `vjpcert verify` checks that every",
              "certificate still matches the spec and checker code that issued it.", "",
@@ -150,23 +144,62 @@ def render_index(certs: list[Certificate], command: str, has_resources: bool = F
     return "\n".join(lines) + "\n"
 
 
-def write_reports(root: Path, ops: dict[str, Op], command: str = "vjpcert", html: bool = True) -> None:
-    """Re-render every per-op page, the index, the JSON Schema and the HTML report from the
-    certificates on disk."""
+def render_reports(root: Path, ops: dict[str, Op] | None = None, html: bool = True) -> dict[Path, str]:
+    """Every page (path relative to ``root`` -> text), rendered from what is on disk: all the
+    certificates, the plots, the kernel resources and the ops' docstrings (``report_data.page_ops``).
+    It does not depend on the command that ran, so a run over a subset of ops or tiers renders every
+    other page exactly as a full run does, and `vjpcert verify` can render to memory and compare."""
     root = Path(root)
     certs = load_certificates(root, strict=False)
+    infos = page_ops(root, ops)
     by_op = defaultdict(list)
     for c in certs:
         by_op[c.op].append(c)
+    pages: dict[Path, str] = {}
     for name, group in by_op.items():
         plots = [f"plots/{name}-fd.png"] if (root / "plots" / f"{name}-fd.png").exists() else []
-        atomic_write(root / f"{name}.md", render_op(name, group, ops.get(name), plots))
+        pages[Path(f"{name}.md")] = render_op(name, group, infos.get(name), plots)
     resources = load_resources(root)
     if resources:
-        atomic_write(root / "kernels" / "resources.md", render_resources(resources))
-    atomic_write(root / "README.md", render_index(certs, command, has_resources=bool(resources)))
-    atomic_write(root / "schema" / f"certificate-v{SCHEMA_VERSION}.schema.json",
-                 json.dumps(CERTIFICATE_SCHEMA, indent=2) + "\n")
+        pages[Path("kernels") / "resources.md"] = render_resources(resources)
+    pages[Path("README.md")] = render_index(certs, has_resources=bool(resources))
+    pages[Path("schema") / f"certificate-v{SCHEMA_VERSION}.schema.json"] = json.dumps(CERTIFICATE_SCHEMA, indent=2) + "\n"
     if html:
         from vjpcert.html import render_html
-        atomic_write(root / "index.html", render_html(certs, ops, root, command))
+        pages[Path("index.html")] = render_html(certs, infos, root)
+    return pages
+
+
+def write_reports(root: Path, ops: dict[str, Op] | None = None, command: str | None = None, html: bool = True) -> None:
+    """Re-render every page from everything on disk (``render_reports``), after recording this
+    run's user ops (their docstrings) for later runs. ``command`` is not shown: a page must not
+    depend on which command wrote it."""
+    root = Path(root)
+    record = user_ops_record(root, ops or {})
+    if record is not None:
+        atomic_write(root / OPS_FILE, record)
+    for rel, text in render_reports(root, ops, html=html).items():
+        path = root / rel
+        try:
+            if path.read_text(encoding="utf-8") == text:
+                continue                 # unchanged: leave the file (and its mtime) alone
+        except (OSError, UnicodeDecodeError):
+            pass
+        atomic_write(path, text)
+
+
+def stale_pages(root: Path, ops: dict[str, Op] | None = None) -> list[tuple[Path, str]]:
+    """(page, why) for every rendered page that is not what the certificates on disk render to."""
+    out = []
+    for rel, text in render_reports(root, ops).items():
+        try:
+            current = (Path(root) / rel).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            out.append((rel, "missing"))
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            out.append((rel, f"unreadable ({type(exc).__name__})"))
+            continue
+        if current != text:
+            out.append((rel, "not what the certificates render to"))
+    return out

@@ -53,5 +53,11 @@ __all__ = ["OPS", "Certificates", "check", "forward", "jacobian", "prove", "refe
            "reference_vjp", "symbols", "vjp", "sympy", *OPS]
 
 if __name__ == "__main__":   # python -m vjpcert.session
-    from IPython import start_ipython
+    try:
+        from IPython import start_ipython
+    except ImportError:
+        import sys
+        print("vjpcert: error: python -m vjpcert.session needs IPython: pip install -e '.[session]' "
+              "(or use `from vjpcert.session import *` in any Python)", file=sys.stderr)
+        sys.exit(2)
     start_ipython(argv=["-c", "from vjpcert.session import *", "-i"])

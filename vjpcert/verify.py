@@ -23,7 +23,7 @@ from vjpcert.core.registry import Op
 
 @dataclass
 class Problem:
-    kind: str          # malformed | edited | stale | orphan | mismatched | missing | extra | replay
+    kind: str          # malformed | edited | stale | orphan | mismatched | missing | extra | replay | page
     path: str
     why: str
 

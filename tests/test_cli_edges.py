@@ -1,0 +1,94 @@
+"""The command line's rough edges (issue 14), each with a test: FILE::op, --impl from the current
+directory, a bad scheduler address, the resume hint, `kernels FILE` without kernels, IPython for the
+session."""
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from vjpcert.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TWO_OPS = ('from vjpcert.core.registry import op\n'
+           '@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 3}])\n'
+           'def cube(B, x):\n    return x * x * x\n'
+           '@cube.defvjp\ndef _(B, x, dy):\n    return (3 * x * x * dy,)\n'
+           '@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 3}])\n'
+           'def square(B, x):\n    return x * x\n'
+           '@square.defvjp\ndef _(B, x, dy):\n    return (2 * x * dy,)\n')
+
+
+@pytest.fixture
+def spec(tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text(TWO_OPS)
+    return path
+
+
+def test_file_colon_colon_op_selects_one_op_of_a_file(tmp_path, spec):
+    reports = tmp_path / "reports"
+    assert main(["prove", f"{spec}::square", "--reports", str(reports), "--quiet"]) == 0
+    assert [p.name for p in (reports / "certificates").iterdir()] == ["square"]
+    assert main(["check", f"{spec}::square", "--reports", str(reports), "--quiet", "--no-plots"]) == 0
+
+
+def test_file_colon_colon_an_unknown_op_is_one_line_exit_2(tmp_path, spec, capsys):
+    assert main(["prove", f"{spec}::nope", "--reports", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "defines no op 'nope'" in err and "cube" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_impl_imports_from_the_current_directory(tmp_path, monkeypatch):
+    (tmp_path / "issue14_impl.py").write_text(
+        "import numpy as np\n"
+        "def bwd(dy, x):\n    return (np.cos(x) * dy,)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    assert main(["check", "gelu_tanh", "--impl", "issue14_impl:bwd", "--quiet"]) == 1
+    # a wrong backward for gelu_tanh, but imported and checked: its certificate is in reports/adhoc/
+    assert list((tmp_path / "reports" / "adhoc" / "certificates" / "gelu_tanh").glob("implementation__*.json"))
+
+
+def test_a_bad_scheduler_address_is_one_line_exit_2(tmp_path, spec, capsys):
+    pytest.importorskip("distributed")
+    assert main(["prove", str(spec), "--reports", str(tmp_path / "r"), "--scheduler", "notanaddress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vjpcert: error: cannot reach the scheduler at 'notanaddress'")
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_resume_hint_says_a_rerun_resumes_and_force_starts_over(tmp_path, spec, capsys):
+    reports = tmp_path / "reports"
+    assert main(["prove", f"{spec}::cube", "--reports", str(reports), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["prove", str(spec), "--reports", str(reports)]) == 0
+    err = capsys.readouterr().err
+    assert "1 of 2 certificates are current: skipped, the other 1 run (resuming; --force would rerun all 2 " \
+           "from zero)" in err
+
+
+def test_kernels_for_a_file_without_kernels_says_so_and_fails(tmp_path, spec, capsys):
+    code = main(["kernels", str(spec), "--reports", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and ("no CUDA kernels for cube, square" in err or "kernel tier" in err), err
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_session_shell_has_ipython_in_an_extra():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for name in ("session", "notebook", "test"):
+        assert any(dep.lower().startswith("ipython") for dep in extras[name]), name
+
+
+def test_the_session_shell_without_ipython_is_one_line_exit_2(tmp_path):
+    blocker = tmp_path / "IPython"               # an IPython that cannot be imported
+    blocker.mkdir()
+    (blocker / "__init__.py").write_text("raise ImportError('no IPython here')\n")
+    proc = subprocess.run([sys.executable, "-m", "vjpcert.session"], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert proc.returncode == 2 and "pip install -e '.[session]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
