@@ -64,7 +64,7 @@ def fd_curves(op: Op, dims: dict, *, wrt: str | None = None, case: str = "random
     idx = list(op.inputs).index(wrt)
     mutants = {}
     for m in op.mutants:
-        if m.replaces != "vjp":
+        if m.replaces != "vjp" or m.refused:        # a refused mutant is bad input, not a line
             continue
         cot = np.asarray(op.bind(m.fn, B, {**mp, "dy": v_mp})[idx], dtype=object)
         dev = abs(sum((cot * u_mp).ravel()) - exact) / denom
