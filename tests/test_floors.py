@@ -72,3 +72,34 @@ def test_the_rule_can_fail(tmp_path):
     found = [m for _, m in _imports(f)]
     assert _floor_of(found[0]) == "numeric" and "numeric" not in ALLOWED["symbolic"]
     assert found[1].split(".")[0] in FLOORS
+
+
+def test_a_project_with_its_own_specs_package_runs_the_plugin_and_the_session(tmp_path):
+    """vjpcert installs nothing under a top-level name a user's project might use: a project whose own
+    `specs/`, `symbolic/` and `numeric/` packages come first on its path runs the pytest plugin (a
+    proof through the fixture, with its own `specs` imported beside it) and the session."""
+    import subprocess
+    import sys
+    import textwrap
+    for name in ("specs", "symbolic", "numeric"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"MINE = {name!r}\n")
+    (tmp_path / "test_project.py").write_text(textwrap.dedent('''
+        import specs, symbolic, numeric
+
+
+        def test_the_project_s_packages_and_vjpcert_coexist(vjpcert):
+            assert (specs.MINE, symbolic.MINE, numeric.MINE) == ("specs", "symbolic", "numeric")
+            certs = vjpcert.proved("softmax", dims={"rows": 1, "n": 2})
+            assert certs and all(c.verdict.startswith("proved") for c in certs)
+
+
+        def test_the_session_imports():
+            from vjpcert.session import OPS, prove
+            assert "softmax" in OPS and callable(prove) and specs.MINE == "specs"
+    '''))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_project.py"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "2 passed" in out.stdout
