@@ -27,7 +27,7 @@ import numpy as np
 from vjpcert.core.registry import Param, op
 
 SHAPES = dict(inputs={"Q": ("mq", "d"), "K": ("mk", "d"), "V": ("mk", "dv")}, output=("mq", "dv"),
-              dims=[{"mq": 2, "mk": 3, "d": 1, "dv": 2}, {"mq": 3, "mk": 2, "d": 2, "dv": 1}],
+              dims=[{"mq": 3, "mk": 2, "d": 1, "dv": 1}, {"mq": 2, "mk": 3, "d": 2, "dv": 2}],
               large_dims=[{"mq": 5, "mk": 8, "d": 4, "dv": 3}],
               check_dims={"mq": 3, "mk": 5, "d": 3, "dv": 2})
 SCALE = Param(1, symbolic=True, doc="logits are scale * Q K^T / sqrt(d): 1 is PyTorch's default scale; "
