@@ -22,7 +22,7 @@ from vjpcert.symbolic.composition import _CACHE, prove_compositional  # noqa: E4
 from vjpcert.symbolic.general import prove_general  # noqa: E402
 
 TARGETS = {"llama_block": "<= 60 s"}
-BLOCKS = ("llama_block", "gpt2_block", "gpt2_stack", "swiglu_mlp")
+BLOCKS = ("llama_block", "gpt2_block", "gpt2_stack", "swiglu_mlp", "lm_loss_head")
 GENERAL = ("gqa_causal", "sdpa_causal")
 
 
