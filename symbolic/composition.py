@@ -73,9 +73,10 @@ def _wiring(op: Op, claim: str, dims: dict, budget: float) -> tuple[dict, list]:
     """The wiring's verdict for this claim and the node calls, computed once per composite and dims for
     all its VJP claims (one run of the composite on tags, one derivative of its forward: the bulk of
     the work at realistic dims) and cached per process with the node proofs. The key holds the op's
-    name, code hash and its forward's and backward's identities (a mutant twin is another entry); the
+    name, code hash, its forward's, backward's and nodes' identities (a mutant twin is another entry); the
     entry holds the op itself, so those identities cannot be reused by another object."""
-    key = ("wiring", op.name, op.spec_sha256, id(op.forward), id(op.vjp), tuple(sorted(dims.items())))
+    key = ("wiring", op.name, op.spec_sha256, id(op.forward), id(op.vjp),
+           tuple((k, id(v)) for k, v in sorted(op.nodes.items())), tuple(sorted(dims.items())))
     if key not in _CACHE:
         claims = [c for c in op.claims() if c.startswith("vjp[")]
         out = run_with_budget(lambda: prove_wiring_claims(op, claims, dims),
