@@ -67,8 +67,7 @@ class Arena:
 
     def tensor(self, a, what: str = "input", dtype=None):
         t = torch()
-        a = np.ascontiguousarray(a)
-        src = t.from_numpy(a.copy())
+        src = t.from_numpy(np.array(a, order="C", copy=True))     # 0-d stays 0-d (a loss's cotangent)
         if dtype is not None:
             src = src.to(dtype)
         body = self._fenced(src.numel(), src.dtype, None, what, device())
