@@ -3,20 +3,15 @@ the specs, in Triton's interpreter on a CPU and natively on a GPU.
 
     from vjpcert.triton_kernels.check import check_triton_claim, triton_claims, detect_mode
 
-Importing this package picks the mode first: without a CUDA device, ``TRITON_INTERPRET=1`` is set
-before any kernel module is imported (``triton.jit`` reads it when it decorates a kernel, so it cannot
-be switched on afterwards). This package imports from ``specs`` and ``core`` only.
+Importing this package picks the mode first: without a CUDA device (``core.devices``: a driver probe
+that imports neither torch nor triton), ``TRITON_INTERPRET=1`` is set before any kernel is decorated
+(``triton.jit`` reads it when it decorates a kernel, so a kernel decorated earlier stays compiled: the
+pytest plugin imports this package at start-up for that reason). This package imports from ``specs``
+and ``core`` only.
 """
 import os as _os
 
+from vjpcert.core.devices import driver_present as _driver_present
 
-def _cuda_device() -> bool:
-    try:
-        import torch
-        return bool(torch.cuda.is_available())
-    except Exception:          # torch missing or broken: no GPU this tier could use
-        return False
-
-
-if not _cuda_device():
+if not _driver_present():
     _os.environ.setdefault("TRITON_INTERPRET", "1")

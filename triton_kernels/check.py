@@ -11,8 +11,10 @@ the claim:
   1. the kernel raised,
   2. fences: a store past the end (or before the start) of a tensor,
   3. NaN poison: an output element never written, or NaN/Inf, where the spec is finite (a load past
-     the end of an input reads the fence's NaN and lands here),
-  4. determinism: the two runs differ in any bit,
+     the end of an input reads the fence's NaN and usually lands here),
+  4. determinism: the two runs differ in any bit; then a third run with the fences holding huge
+     finite values instead of NaN must give the same bits, or the kernel read outside its tensors
+     (``fence read``: a row max ignores NaN, so a max over a block that runs past the end shows here),
   5. tolerance: per output, the model-free rule of ``core/tolerance.py`` (FlashAttention's:
      max|kernel - spec_f64| <= k max|spec_f32 - spec_f64| + 4 u max|spec_f64|, k = 2 forward, 3
      backward); external kernels have no rounding-error model of ours (their arithmetic is theirs),
@@ -92,22 +94,26 @@ class KernelRaised(Exception):
     pass
 
 
-def _run(kernel, op: Op, inputs: dict, dy, params: dict):
-    """One launch: fresh fenced inputs, poisoned outputs, the interpreter made faithful. Returns
-    (outputs, fence violations)."""
+def _run(kernel, op: Op, inputs: dict, dy, params: dict, fence: str = "nan"):
+    """One launch: fresh fenced inputs (fences of pattern ``fence``), poisoned outputs, the interpreter
+    made faithful. Returns (outputs, fence violations)."""
     from vjpcert.triton_kernels import harness
-    from vjpcert.triton_kernels.interpreter import faithful
+    from vjpcert.triton_kernels.interpreter import faithful, interpreting
     args = dict(inputs)
     if kernel.kind == "backward":
         args["dy"] = dy
     # numpy's overflow warnings inside the interpreter (exp of a large logit) are the kernel's business:
     # an overflow that matters shows as a non-finite output or an error over the bound
-    with faithful(kernel.modules or _modules_of(kernel)), harness.run_context() as arena, np.errstate(all="ignore"):
+    with faithful(kernel.modules or _modules_of(kernel)), harness.run_context(fence) as arena, np.errstate(all="ignore"):
         try:
             outs = _shared.as_tuple(kernel.launcher(**args, **params))
         except SpecError:
             raise
         except Exception as exc:
+            if "outside of the scope of a kernel" in str(exc) and interpreting():
+                raise SpecError(op.name, "a Triton kernel of this launcher was decorated before TRITON_INTERPRET "
+                                         "was set, so it cannot run in the interpreter: import vjpcert.triton_kernels "
+                                         "before triton, or run with TRITON_INTERPRET=1") from exc
             raise KernelRaised(f"{type(exc).__name__}: {str(exc)[:500]}") from exc
         outs = tuple(np.asarray(o if isinstance(o, np.ndarray) else harness.to_numpy(o)) for o in outs)
         return outs, arena.violations()
@@ -228,6 +234,20 @@ def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
                     idx = [int(i) for i in np.argwhere(diff)[0]] if diff.ndim and diff.any() else []
                     return failed("determinism", output=name, index=idx, differing=int(np.sum(diff)))
             evidence["determinism"] = f"{DETERMINISM_RUNS} runs bitwise identical (case {case})"
+            try:
+                other, fence = _run(spec, op, inputs, dy, params, fence="large")
+            except KernelRaised as exc:
+                return failed("kernel raised", fences="large", error=str(exc))
+            if fence:
+                return failed("fence", fences="large", violations=fence)
+            for name, a, b in zip(spec.outputs, runs[0], other):
+                if a.shape != b.shape or not np.array_equal(a.view(np.uint8), b.view(np.uint8)):
+                    diff = a != b
+                    idx = [int(i) for i in np.argwhere(diff)[0]] if diff.ndim and diff.any() else []
+                    return failed("fence read", output=name, index=idx, differing=int(np.sum(diff)),
+                                  explanation="the output changes with what lies past the ends of the tensors "
+                                              "(NaN fences vs fences of 3e38): the kernel reads outside them")
+            evidence["fence_read"] = "a run with fences of 3e38 instead of NaN gave the same bits"
 
         # 5. tolerance, per output
         outs = {}

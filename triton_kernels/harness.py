@@ -1,12 +1,16 @@
 """Tensors a Triton kernel is checked with: every buffer fenced by guard regions, every output poisoned.
 
   guarded inputs     ``device_tensor(a)`` copies a numpy array into the middle of a larger buffer whose
-                     GUARD elements before and after hold a signalling pattern (float32: the NaN with
-                     payload GUARD_BITS; other dtypes: NaN, or the dtype's most negative value for
-                     integers). A load past the end of a tensor (a mask that is too wide, or none) reads
-                     NaN, and the checker's NaN poison check sees it in the output; on a GPU the same
-                     read is silent garbage from a neighbouring allocation. Triton's interpreter copies
-                     whole storages to the host, so the fence travels with the tensor there too.
+                     GUARD elements before and after (the fences) hold one of two patterns: "nan" (float32:
+                     the NaN with payload GUARD_BITS; other floats NaN; integers their minimum) or
+                     "large" (floats FENCE_LARGE, integers their maximum). A load past the end of a tensor
+                     (a mask that is too wide, or none) reads the fence: NaN poisons sums and products,
+                     and a kernel whose result does not depend on what it read past the end gives the
+                     same bits under both patterns, so the checker runs the first case under each and
+                     any difference is a read outside the tensors (NaN alone would be forgiven by
+                     ``tl.maximum``, which ignores NaN: a row max that reads past the end). On a GPU the
+                     same read is silent garbage from a neighbouring allocation. Triton's interpreter
+                     copies whole storages to the host, so the fences travel with the tensors there too.
   poisoned outputs   within ``poisoned_allocations()``, ``torch.empty`` / ``torch.empty_like`` /
                      ``torch.empty_strided`` of a floating dtype return NaN-filled, fenced tensors, so an
                      element a kernel never writes is NaN, not the zero a fresh page happens to hold
@@ -26,6 +30,8 @@ import numpy as np
 
 GUARD = 256                     # elements fenced before and after every buffer
 GUARD_BITS = 0x7FC0DEAD         # a float32 quiet NaN with a payload no arithmetic produces by chance
+FENCE_LARGE = 3.0e38            # near float32's largest: a row max that reads it makes exp(x - max) = 0
+PATTERNS = ("nan", "large")
 
 _ARENA: contextvars.ContextVar = contextvars.ContextVar("vjpcert_triton_arena", default=None)
 
@@ -44,19 +50,29 @@ def device() -> str:
 class Arena:
     """The fenced buffers of one run: every tensor ``device_tensor`` or a poisoned allocation made."""
 
-    def __init__(self):
+    def __init__(self, pattern: str = "nan"):
+        if pattern not in PATTERNS:
+            raise ValueError(f"fence pattern {pattern!r}; patterns: {PATTERNS}")
+        self.pattern = pattern
         self.fences = []        # (buffer, size of the payload, what, its bits when made)
         self.raw_empty = torch().empty      # torch's own, even while poisoned_allocations patches it
 
     def _fenced(self, numel: int, dtype, fill, what: str, dev):
         t = torch()
         buf = self.raw_empty(numel + 2 * GUARD, dtype=dtype, device=dev)
-        if dtype == t.float32:
+        if self.pattern == "large":
+            if dtype.is_floating_point:
+                buf.fill_(FENCE_LARGE)
+            elif dtype == t.bool:
+                buf.fill_(True)
+            else:
+                buf.fill_(t.iinfo(dtype).max)
+        elif dtype == t.float32:
             buf.view(t.int32).fill_(np.int32(np.uint32(GUARD_BITS).view(np.int32)).item())
         elif dtype.is_floating_point:
             buf.fill_(float("nan"))
         elif dtype == t.bool:
-            buf.fill_(True)
+            buf.fill_(False)
         else:
             buf.fill_(t.iinfo(dtype).min)
         body = buf[GUARD:GUARD + numel]
@@ -122,9 +138,10 @@ def to_numpy(x) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def run_context():
-    """One run of a launcher: a fresh Arena, and torch's empty allocations poisoned and fenced."""
-    arena = Arena()
+def run_context(pattern: str = "nan"):
+    """One run of a launcher: a fresh Arena (fences of ``pattern``), and torch's empty allocations
+    poisoned and fenced."""
+    arena = Arena(pattern)
     token = _ARENA.set(arena)
     try:
         with poisoned_allocations(arena):

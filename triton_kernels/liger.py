@@ -47,6 +47,7 @@ from liger_kernel.ops import swiglu as _swiglu
 
 from vjpcert.core.registry import SpecError
 from vjpcert.triton_kernels import harness
+from vjpcert.triton_kernels.interpreter import faithful
 from vjpcert.triton_kernels.registry import TritonKernel
 
 VERSION = metadata.version("liger-kernel")
@@ -68,6 +69,11 @@ def _grads(tensors):
 
 def _autograd(apply, diff: list, rest: tuple = (), dy=None):
     """Liger's Function on fenced copies: the forward output, or (with dy) the gradients of ``diff``."""
+    with faithful(MODULES):
+        return _autograd_run(apply, diff, rest, dy)
+
+
+def _autograd_run(apply, diff, rest, dy):
     tensors = [harness.device_tensor(a).requires_grad_(dy is not None) for a in diff]
     y = apply(*tensors, *rest)
     if dy is None:
@@ -128,6 +134,11 @@ def _cos_sin(pos, d, base):
 
 
 def _rope_run(x, pos, base, dy=None):
+    with faithful(MODULES):
+        return _rope_call(x, pos, base, dy)
+
+
+def _rope_call(x, pos, base, dy):
     rows, d = x.shape
     cos, sin = _cos_sin(pos, d, base)
     q = harness.device_tensor(x.reshape(1, 1, rows, d)).requires_grad_(dy is not None)
@@ -172,6 +183,11 @@ def labels_of(t, w, label_smoothing: float) -> np.ndarray:
 
 
 def _ce_run(x, t, w, label_smoothing, dy=None):
+    with faithful(MODULES):
+        return _ce_call(x, t, w, label_smoothing, dy)
+
+
+def _ce_call(x, t, w, label_smoothing, dy):
     labels = harness.device_tensor(labels_of(t, w, label_smoothing), what="labels")
     logits = harness.device_tensor(x).requires_grad_(dy is not None)
     loss = _ce.LigerCrossEntropyFunction.apply(logits, labels, None, IGNORE_INDEX, 0.0, label_smoothing, "mean")

@@ -50,8 +50,8 @@ def _worst(cert) -> dict:
                 out[name] = {"error": o["error"], "bound": o["bound"], "ratio": ratio, "case": case}
     w = cert.evidence.get("witness")
     if w and w.get("check") == "tolerance":
-        out[w["output"]] = {"error": w["error"], "bound": w["bound"], "ratio": w["error"] / w["bound"],
-                            "case": w["case"]}
+        ratio = w["error"] / w["bound"] if w["bound"] else float("inf")
+        out[w["output"]] = {"error": w["error"], "bound": w["bound"], "ratio": ratio, "case": w["case"]}
     return out
 
 
