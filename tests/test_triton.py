@@ -148,6 +148,17 @@ def test_a_wrong_liger_gradient_would_be_caught():
     assert cert.verdict == "failed" and cert.evidence["witness"]["check"] == "tolerance"
 
 
+def test_a_float64_result_is_not_a_float32_kernel():
+    from vjpcert.triton_kernels.registry import TritonKernel
+
+    def exact_softmax(x):
+        e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    k = TritonKernel("float64_softmax", "softmax", "forward", ("y",), exact_softmax)
+    cert = check_triton_claim("softmax", k.claim, {"rows": 2, "n": 5}, kernel=k, cases=("random",))
+    assert cert.verdict == "failed" and cert.evidence["witness"]["check"] == "dtype"
+
+
 @needs_liger
 def test_liger_labels_are_refused_unless_the_target_is_exactly_a_label():
     from vjpcert.triton_kernels.liger import IGNORE_INDEX, labels_of
@@ -220,6 +231,23 @@ def test_a_user_file_with_a_wrong_kernel_fails_with_exit_1(tmp_path):
 def test_a_user_file_without_kernels_is_bad_input(tmp_path):
     out = _run_report(tmp_path, "x = 1\n")
     assert out.returncode == 2 and "TRITON_KERNELS" in out.stderr
+
+
+def test_the_vjpcert_command_runs_a_user_file(tmp_path):
+    """`vjpcert triton my_kernels.py`: the kernel is right here (FACTOR 1: dx = dy is not softmax's
+    backward either, so it fails: exit 1 with a tolerance witness in the JSON)."""
+    from vjpcert.cli import main
+    f = tmp_path / "k.py"
+    f.write_text(USER_FILE.replace("FACTOR", "1.0"))
+    assert main(["triton", str(f), "--out", str(tmp_path / "o")]) == 1
+    rows = json.loads((tmp_path / "o" / "triton.json").read_text())["rows"]
+    assert {r["witness"]["check"] for r in rows} == {"tolerance"}
+    good = tmp_path / "good.py"
+    good.write_text("from vjpcert.triton_kernels.reference import softmax_fwd\n"
+                    "from vjpcert.triton_kernels.registry import TritonKernel\n"
+                    "TRITON_KERNELS = [TritonKernel('mine_fwd', 'softmax', 'forward', ('y',), softmax_fwd,\n"
+                    "                               sizes=({'rows': 3, 'n': 40},))]\n")
+    assert main(["triton", str(good), "--out", str(tmp_path / "g")]) == 0
 
 
 def test_the_fixture_checks_a_user_triton_kernel(tmp_path):

@@ -216,10 +216,13 @@ def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
             raise SpecError(op.name, f"Triton kernel {spec.name} returned {len(runs[0])} outputs; "
                                      f"the spec has {len(ref64)}")
 
-        # 3. NaN poison
+        # 3. NaN poison (after the shape and the dtype: a float64 output is float64 code, whose small
+        # error says nothing of a float32 kernel)
         for name, out, r in zip(spec.outputs, runs[0], ref64):
             if out.shape != r.shape:
                 return failed("shape", output=name, kernel_shape=list(out.shape), spec_shape=list(r.shape))
+            if out.dtype != DTYPE:
+                return failed("dtype", output=name, kernel_dtype=str(out.dtype), expected=np.dtype(DTYPE).name)
             bad = ~np.isfinite(out) & np.isfinite(r)
             if bad.any():
                 idx = [int(i) for i in np.argwhere(bad)[0]] if bad.ndim else []
