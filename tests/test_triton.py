@@ -269,3 +269,28 @@ def test_the_fixture_checks_a_user_triton_kernel(tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "2 passed" in out.stdout
+
+
+@needs_liger
+def test_the_committed_liger_report_has_a_verdict_for_every_kernel_and_size_and_is_current():
+    """reports/liger/ (regenerate: `vjpcert triton --liger --out reports/liger`): a row for every Liger
+    kernel at every size, none "did not run", every certificate from the current checker and specs."""
+    import jsonschema
+    from vjpcert.core.certificate import CERTIFICATE_SCHEMA
+    from vjpcert.specs import resolve_op
+    from vjpcert.triton_kernels.check import CHECKER_SHA256
+    data = json.loads((ROOT / "reports" / "liger" / "liger.json").read_text())
+    rows = {(r["kernel"], json.dumps(r["dims"], sort_keys=True)): r for r in data["rows"]}
+    expected = {(k.name, json.dumps(d, sort_keys=True)) for k in LIGER for d in k.sizes}
+    assert set(rows) == expected
+    assert all(r["verdict"] in ("kernel-match", "failed") for r in rows.values())
+    text = (ROOT / "reports" / "liger" / "README.md").read_text()
+    assert "Liger-Kernel against vjpcert specs" in text and "What the harness patches" in text
+    stale = []
+    for path in sorted((ROOT / "reports" / "liger" / "certificates").glob("*.json")):
+        record = json.loads(path.read_text())
+        jsonschema.validate(record, CERTIFICATE_SCHEMA)
+        if record["checker_sha256"] != CHECKER_SHA256 or record["spec_sha256"] != resolve_op(record["op"]).spec_sha256:
+            stale.append(path.name)
+    assert not stale, f"stale Liger certificates (regenerate the report): {stale[:5]}"
+    assert len(list((ROOT / "reports" / "liger" / "certificates").glob("*.json"))) == len(expected)
