@@ -146,6 +146,6 @@ def colsum_model(cfg, a):
 # ------------------------------------------------------------------------------ registration
 KERNELS = fwd_bwd("rmsnorm", rmsnorm_fwd, rmsnorm_bwd, models=(rmsnorm_fwd_model, rmsnorm_bwd_model),
                   fwd_laws=(kernel_law(scale_invariant, {"eps": 0}),),
-                  bwd_laws=("dx_orthogonal_to_x",), cots=("dx", "dgamma"),
+                  bwd_laws=("dx_orthogonal_to_x", "offset_is_a_gain_shift"), cots=("dx", "dgamma"),
                   doc="one block per row; dgamma by deterministic column sums")
 SIZES = {"rmsnorm": ROWS}
