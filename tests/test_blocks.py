@@ -179,5 +179,6 @@ def test_the_blocks_at_realistic_dims_rest_on_every_size_node_proofs(name):
     assert all(c.verdict == "proved-compositional" for c in certs), [c.evidence for c in certs]
     leaves = certs[0].evidence["nodes"]
     assert all(n["rests_on"] in ("general", "compositional") for n in leaves), leaves
-    attn = [n for n in leaves if n["op"] == "gqa_causal"]
-    assert attn and all(n["rests_on"] == "general" for n in attn)
+    if name != "swiglu_mlp":                     # the blocks' attention rests on GQA's every-size proof
+        attn = [n for n in leaves if n["op"] == "gqa_causal"]
+        assert attn and all(n["rests_on"] == "general" for n in attn)
