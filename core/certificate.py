@@ -115,6 +115,8 @@ class Certificate:
         sampled ones, so the certificates of one claim can stand side by side."""
         if self.tier == "symbolic" and self.method in ("compositional", "general"):
             return f"{self.tier}-{self.method}"
+        if self.tier == "symbolic" and (self.options or {}).get("method") == "modular":
+            return f"{self.tier}-modular"
         return f"{self.tier}-point" if (self.options or {}).get("point") else self.tier
 
     def relpath(self) -> Path:

@@ -439,7 +439,8 @@ REGISTRY: dict[str, Op] = {}
 
 def op(*, inputs: Mapping[str, tuple], output: tuple, dims: list[Dims], nondiff=None, params=None,
        large_dims=None, check_dims=None, assumptions=(), constraints=None, name=None, tags=(),
-       kinks=None, sample=None, nodes=None, proofs=("monolithic",), compositional_dims=None):
+       kinks=None, sample=None, nodes=None, proofs=("monolithic",), compositional_dims=None,
+       modular_dims=None):
     """Declare an op. ``dims`` is the ladder of shapes at which proofs run by default (smallest first;
     prefer non-square sizes, a transposed gradient can hide at m = d); ``check_dims`` is where the
     numeric tier works. ``kinks(B, **inputs)`` returns each entry's distance to a point where the op
@@ -447,7 +448,11 @@ def op(*, inputs: Mapping[str, tuple], output: tuple, dims: list[Dims], nondiff=
     ``nodes`` names the sub-ops of a composite; ``proofs`` says how its VJP claims are proved:
     "monolithic" (the whole op at once) and/or "compositional" (nodes, then the wiring);
     ``compositional_dims`` are further (realistic) sizes at which only the compositional VJP proofs
-    run: the wiring is proved there directly, the nodes rest on their every-size proofs."""
+    run: the wiring is proved there directly, the nodes rest on their every-size proofs.
+    ``modular_dims`` are production sizes (a ViT-Tiny block) at which the randomised exact test runs
+    the spec's own numpy code mod random primes (``symbolic.modular``); an entry may also fix
+    structural params, e.g. ``{"m": 197, "D": 192, "F": 768, "heads": 3}``. They are planned by
+    ``vjpcert prove --modular`` (and ``vjpcert all --modular``), not by default."""
     if not dims:
         raise SpecError(name, "an op needs at least one entry in dims")
 
@@ -459,6 +464,7 @@ def op(*, inputs: Mapping[str, tuple], output: tuple, dims: list[Dims], nondiff=
         o.nodes = dict(nodes or {})
         o.proofs = tuple(proofs)
         o.compositional_dims = [dict(d) for d in (compositional_dims or [])]
+        o.modular_dims = [dict(d) for d in (modular_dims or [])]
         if o.compositional_dims and "compositional" not in o.proofs:
             raise SpecError(o.name, "compositional_dims need proofs=(..., 'compositional')")
         if "compositional" in o.proofs and not o.nodes:

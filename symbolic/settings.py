@@ -59,3 +59,10 @@ GENERAL_MIN_COMPARED = 3               # sizes at which the statement must be co
 GENERAL_MAX_ENUMERATED = 8             # a free index over a constant range of up to this many values is enumerated
 # a witness residual is relative to max(|lhs|, |rhs|, this): entries that vanish are compared absolutely
 GENERAL_SCALE_FLOOR = 1e-30
+
+# ------------------------------------------------------------------------------ modular (modular.py)
+# The randomised exact test at production dims (the spec's numpy code mod a prime in [2^60, 2^61)):
+# trials per (op, dims), each at a fresh prime and point; a false-pass bound at or above this is no
+# evidence (the verdict is then `inconclusive`).
+MODULAR_TRIALS = 5
+MODULAR_MAX_FALSE_PASS = 1e-9

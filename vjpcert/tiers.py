@@ -60,6 +60,10 @@ def _run_symbolic(op, task):
     if method == "general":
         from vjpcert.symbolic.general import prove_general
         return prove_general(op, task.claim, **opts)
+    if method == "modular":
+        from vjpcert.symbolic.modular import check_modular
+        opts.pop("budget", None)
+        return check_modular(op, task.claim, task.dims_dict, **opts)
     from vjpcert.symbolic.prover import prove_claim
     return prove_claim(op, task.claim, task.dims_dict, **opts)
 
