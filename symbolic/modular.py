@@ -388,7 +388,15 @@ def check_modular(op: Op, claim: str, dims: dict, *, seed: int = 0, trials: int 
     }
     if run.get("poles_resampled"):
         evidence["poles_resampled"] = run["poles_resampled"]
-    if out["status"] == "nonzero":
+    relational = sorted(bound["atoms"]) if not claim.startswith("vjp[") else []
+    if out["status"] == "nonzero" and relational:
+        # A law is often an identity *between* atoms (sin^2 + cos^2 = 1, exp(a - log Z) = exp(a) / Z),
+        # which independent atoms do not satisfy: a nonzero here is no disproof.
+        verdict, method = "inconclusive", "none"
+        evidence["reason"] = (f"the law's sides differ with the atoms {relational} independent; it may rest "
+                              f"on a relation between them (the exact tier's relations step decides)")
+        evidence["nonzero_at"] = out["witness"]
+    elif out["status"] == "nonzero":
         verdict, method = "failed", METHOD
         evidence["witness"] = out["witness"]
     elif run["trials"] == 0:

@@ -1,0 +1,155 @@
+"""The vectorised modular evaluator (symbolic.modular): adversarial cases first -- each wrong backward
+must be `failed` with a witness (trial, prime, residual), never `checked` -- then the negative controls
+(correct ops pass), then refusals of what the modular backend cannot represent exactly."""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from vjpcert.core.registry import Mutant, SpecError, op
+from vjpcert.specs import builtin_ops
+from vjpcert.symbolic.modular import check_modular, check_vjps, split_dims
+
+OPS = builtin_ops()
+VIT = OPS["vit_block"]
+SMALL_VIT = {"m": 3, "D": 8, "F": 6, "heads": 2}
+
+
+def _mutated(base, fn, name):
+    return base.with_mutant(Mutant(name, fn, "vjp", ("vjp[x]",), name))
+
+
+def _verdicts(o, dims):
+    d, params = split_dims(o, dims)
+    run = check_vjps(o, d, params, trials=2)
+    return {c: r["status"] for c, r in run["claims"].items()}, run
+
+
+def _vit_vjp(change):
+    """The ViT block's own backward with one change applied to its outputs or to a node call."""
+    base = VIT.vjp
+
+    def vjp(B, X, g1, be1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, g2, be2, W1, b1, W2, b2, heads, eps, dy, nodes):
+        out = list(base(B, X, g1, be1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, g2, be2, W1, b1, W2, b2, heads, eps,
+                        dy, nodes))
+        return tuple(change(B, out, locals()))
+    return vjp
+
+
+def test_an_error_of_1e_90_in_one_cotangent_of_the_vit_block_fails():
+    def change(B, out, env):
+        out[13] = out[13] + B.c(1, 10**90) * env["W1"]        # dW1 off by 1e-90 W1
+        return out
+    verdicts, run = _verdicts(_mutated(VIT, _vit_vjp(change), "dW1_1e-90"), SMALL_VIT)
+    assert verdicts["vjp[W1]"] == "nonzero"
+    assert all(v == "zero" for c, v in verdicts.items() if c != "vjp[W1]")
+    w = run["claims"]["vjp[W1]"]["witness"]
+    assert w["trial"] == 1 and int(w["prime"]) > 2**60 and int(w["residual_mod_p"]) != 0
+
+
+def test_an_error_in_one_entry_of_a_big_cotangent_fails():
+    def change(B, out, env):
+        mask = np.zeros(out[13].shape, dtype=bool)
+        mask[-1, 2] = True                                   # one entry of dW1, from the shape only
+        out[13] = out[13] + np.where(mask, env["W1"] * 3, B.c(0))
+        return out
+    c = check_modular(_mutated(VIT, _vit_vjp(change), "dW1_one_entry"), "vjp[W1]", SMALL_VIT, trials=2)
+    assert c.verdict == "failed" and c.method == "modp-vectorised"
+    assert {"trial", "prime", "residual_mod_p"} <= set(c.evidence["witness"])
+
+
+def test_a_node_vjp_called_at_the_wrong_point_fails():
+    """ln2's backward called at X instead of Y (a wiring bug the real nodes do not forgive)."""
+    def vjp(B, X, g1, be1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, g2, be2, W1, b1, W2, b2, heads, eps, dy, nodes):
+        N1 = nodes.ln1(X, g1, be1, eps=eps)
+        Y = X + nodes.attn(N1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, heads=heads)
+        N2 = nodes.ln2(Y, g2, be2, eps=eps)
+        dN2, dW1, db1, dW2, db2 = nodes.mlp.vjp(N2, W1, b1, W2, b2, dy)
+        dYb, dg2, dbe2 = nodes.ln2.vjp(X, g2, be2, dN2, eps=eps)          # wrong point: X, not Y
+        dY = dy + dYb
+        dN1, dWq, dbq, dWk, dbk, dWv, dbv, dWo, dbo = nodes.attn.vjp(N1, Wq, bq, Wk, bk, Wv, bv, Wo, bo,
+                                                                      dy=dY, heads=heads)
+        dXb, dg1, dbe1 = nodes.ln1.vjp(X, g1, be1, dN1, eps=eps)
+        return (dY + dXb, dg1, dbe1, dWq, dbq, dWk, dbk, dWv, dbv, dWo, dbo, dg2, dbe2, dW1, db1, dW2, db2)
+    verdicts, _ = _verdicts(_mutated(VIT, vjp, "ln2_at_X"), SMALL_VIT)
+    assert verdicts["vjp[X]"] == "nonzero" and verdicts["vjp[g2]"] == "nonzero"
+    assert verdicts["vjp[W1]"] == "zero"          # the MLP's own cotangents do not pass through ln2
+
+
+def test_an_atom_of_the_wrong_argument_fails():
+    """GELU's backward with exp(-x^2) where the derivative of erf(x / sqrt 2) needs exp(-x^2 / 2)."""
+    gelu = OPS["gelu_erf"]
+
+    def vjp(B, x, dy):
+        Phi = (1 + B.erf(x / B.sqrt(B.c(2)))) / 2
+        return (dy * (Phi + x * B.exp(-x * x) / B.sqrt(2 * B.pi)),)
+    c = check_modular(_mutated(gelu, vjp, "exp_wrong_arg"), "vjp[x]", {"rows": 4, "n": 5}, trials=2)
+    assert c.verdict == "failed"
+
+
+def test_the_linear_1e_90_mutant_fails():
+    lin = OPS["linear"]
+    m = next(m for m in lin.mutants if m.name == "weight_gradient_off_by_1e-90")
+    c = check_modular(lin.with_mutant(m), "vjp[W]", {"rows": 5, "n_in": 7, "n_out": 3}, trials=2)
+    assert c.verdict == "failed"
+    assert check_modular(lin.with_mutant(m), "vjp[x]", {"rows": 5, "n_in": 7, "n_out": 3}, trials=2).verdict \
+        == "checked-probabilistic"
+
+
+# ------------------------------------------------------------------------------ negative controls
+@pytest.mark.parametrize("name,dims", [("vit_block", SMALL_VIT), ("gelu_erf", {"rows": 2, "n": 3}),
+                                       ("gelu_tanh", {"rows": 2, "n": 3}), ("layernorm", {"rows": 3, "n": 5}),
+                                       ("attention_causal", {"m": 4, "d": 3}), ("log_softmax", {"rows": 2, "n": 4}),
+                                       ("rope_half", {"rows": 2, "d": 4})])
+def test_correct_backwards_are_checked(name, dims):
+    o = OPS[name]
+    certs = [check_modular(o, c, dims, trials=2) for c in o.claims() if c.startswith("vjp[")]
+    assert certs and all(c.verdict == "checked-probabilistic" for c in certs), [c.verdict for c in certs]
+    ev = certs[0].evidence
+    assert len(ev["primes"]) == 2 and float(ev["false_pass_probability"]) < 1e-9
+
+
+def test_a_law_resting_on_a_relation_between_atoms_is_not_failed():
+    """softmax(x - x0) = softmax(x) needs exp(a - b) = exp(a) / exp(b): independent atoms cannot show
+    it, so the verdict is inconclusive, never failed."""
+    c = check_modular(OPS["softmax"], "shift_invariance", {"rows": 2, "n": 3}, trials=2)
+    assert c.verdict == "inconclusive"
+
+
+def test_a_rational_law_that_is_false_fails():
+    lin = OPS["linear"]
+    m = next(m for m in lin.mutants if "adjoint_W" in m.kills and m.name != "weight_gradient_off_by_1e-90")
+    c = check_modular(lin.with_mutant(m), "adjoint_W", {"rows": 2, "n_in": 3, "n_out": 4}, trials=2)
+    assert c.verdict == "failed"
+
+
+# ------------------------------------------------------------------------------ refusals
+def _op_with(forward_body, name):
+    @op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}], name=name)
+    def f(B, x):
+        return forward_body(B, x)
+
+    @f.defvjp
+    def f_vjp(B, x, dy):
+        return (dy,)
+    return f
+
+
+@pytest.mark.parametrize("body,what", [
+    (lambda B, x: x * 0.5, "float"),
+    (lambda B, x: np.where(x > 0, x, -x), "comparison"),
+    (lambda B, x: np.exp(x), "np.exp"),
+    (lambda B, x: np.maximum(x, 0), "maximum"),
+])
+def test_what_the_backend_cannot_represent_is_refused(body, what):
+    from vjpcert.symbolic.modular import vjp_residual, _Point
+    import random
+    f = _op_with(body, f"modular_refusal_{abs(hash(what))}")
+    point = _Point(f, {"n": 3}, {}, random.Random(0), (1 << 61) - 1, {})
+    with pytest.raises(SpecError):
+        vjp_residual(f, {"n": 3}, point, ["x"])
+
+
+def test_vit_tiny_dims_are_declared():
+    dims, params = split_dims(VIT, VIT.modular_dims[0])
+    assert dims == {"m": 197, "D": 192, "F": 768} and params == {"heads": 3}
