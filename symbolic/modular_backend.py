@@ -159,14 +159,16 @@ class Field:
         return (self.p - a) % self.p
 
     def mul(self, a, b):
-        """a * b mod p: q = floor(a b / p) from an 80-bit estimate (error < 1), then a b - q p in
-        wrapping int64 arithmetic, whose true value lies in (-2p, 3p): exact, then reduced."""
+        """a * b mod p: q = a b / p from an 80-bit estimate, truncated (a b / p >= 0, and the estimate
+        is within 1 of the true quotient), then a b - q p in wrapping int64 arithmetic: its true value
+        lies in (-p, 2p), so it is exact, and one correction each way reduces it."""
         a = np.asarray(a, dtype=np.int64)
         b = np.asarray(b, dtype=np.int64)
-        q = np.floor(a.astype(np.longdouble) * b.astype(np.longdouble) * self.inv_p).astype(np.int64)
+        q = (a.astype(np.longdouble) * b.astype(np.longdouble) * self.inv_p).astype(np.int64)
         with np.errstate(over="ignore"):
             r = np.multiply(a, b) - np.multiply(q, np.int64(self.p))
-        return np.mod(r, self.p)
+        r = r + self.p * (r < 0)
+        return r - self.p * (r >= self.p)
 
     def mul_scalar(self, a, s: int):
         return self.mul(a, np.int64(s % self.p))
@@ -189,7 +191,7 @@ class Field:
         if np.any(a == 0):
             self.poles += 1
             raise Pole("division by a value that is 0 mod p at the sampled point")
-        if a.size <= 64:
+        if a.size <= 4096:             # Python's pow: faster than an exponentiation by squaring here
             flat = [pow(int(v), -1, self.p) for v in a.ravel()]
             return np.array(flat, dtype=np.int64).reshape(a.shape)
         return self.pow(a, self.p - 2)
@@ -216,18 +218,31 @@ class Field:
         total = None
         for start in range(0, K, MAX_CONTRACTION):
             sl = slice(start, min(K, start + MAX_CONTRACTION))
-            al = [((a[..., sl] >> (LIMB_BITS * i)) & _MASK).astype(np.float64) for i in range(LIMBS)]
-            bl = [((b[..., sl, :] >> (LIMB_BITS * j)) & _MASK).astype(np.float64) for j in range(LIMBS)]
-            diag = [None] * (2 * LIMBS - 1)
-            for i in range(LIMBS):
-                for j in range(LIMBS):
-                    prod = np.matmul(al[i], bl[j]).astype(np.int64)   # exact: < 2048 * 2^42 = 2^53
-                    diag[i + j] = prod if diag[i + j] is None else diag[i + j] + prod
-            part = np.mod(diag[0], self.p)
-            for k in range(1, 2 * LIMBS - 1):
-                part = self.add(part, self.mul_scalar(np.mod(diag[k], self.p), self.recombine[k]))
+            part = self._matmul_chunk(a[..., sl], b[..., sl, :])
             total = part if total is None else self.add(total, part)
         return total
+
+    def _matmul_chunk(self, a, b):
+        """One exact chunk: the limbs of a stacked along rows, those of b along columns, so one
+        dgemm computes all nine limb products; then the diagonals i + j = k, recombined mod p."""
+        m, n = a.shape[-2], b.shape[-1]
+        A = np.concatenate([((a >> (LIMB_BITS * i)) & _MASK) for i in range(LIMBS)], axis=-2).astype(np.float64)
+        Bm = np.concatenate([((b >> (LIMB_BITS * j)) & _MASK) for j in range(LIMBS)], axis=-1).astype(np.float64)
+        C = np.matmul(A, Bm).astype(np.int64)        # exact: every entry < 2048 * 2^42 = 2^53
+        block = lambda i, j: C[..., i * m:(i + 1) * m, j * n:(j + 1) * n]   # noqa: E731
+        out = None
+        for k in range(2 * LIMBS - 1):
+            diag = sum(block(i, k - i) for i in range(max(0, k - LIMBS + 1), min(k, LIMBS - 1) + 1))
+            diag = np.mod(diag, self.p)
+            term = diag if k == 0 else self.mul_scalar(diag, self.recombine[k])
+            out = term if out is None else self.add(out, term)
+        return out
+
+    def matmul_sum(self, pairs):
+        """sum_i a_i @ b_i mod p as one contraction (the a_i side by side, the b_i stacked)."""
+        a = np.concatenate([np.asarray(x, dtype=np.int64) for x, _ in pairs], axis=-1)
+        b = np.concatenate([np.asarray(y, dtype=np.int64) for _, y in pairs], axis=-2)
+        return self.matmul(a, b)
 
     # ---- atoms
     @staticmethod
@@ -661,12 +676,15 @@ def _matmul(a: ModArray, b: ModArray) -> ModArray:
         refuse("matmul with a scalar operand")
     K = a.shape[-1]
     v = F.matmul(a.v, b.v)
+    pairs = ([(a.t, b.v)] if a.t is not None else []) + ([(a.v, b.t)] if b.t is not None else [])
     t = None
-    if a.t is not None:
-        t = F.matmul(a.t, b.v)
-    if b.t is not None:
-        tb_ = F.matmul(a.v, b.t)
-        t = tb_ if t is None else F.add(t, tb_)
+    if pairs and a.ndim >= 2 and b.ndim >= 2:
+        ta = np.broadcast_shapes(np.shape(a.v)[:-2], np.shape(b.v)[:-2])
+        pairs = [(np.broadcast_to(x, ta + np.shape(x)[-2:]), np.broadcast_to(y, ta + np.shape(y)[-2:]))
+                 for x, y in pairs]
+        t = F.matmul_sum(pairs)                      # d(ab) = da b + a db in one contraction
+    elif pairs:
+        t = F.matmul(*pairs[0]) if len(pairs) == 1 else F.add(F.matmul(*pairs[0]), F.matmul(*pairs[1]))
     ka, kb = a.ndim - 1, b.ndim - 2 if b.ndim >= 2 else 0
     varies = ka in a.dv or kb in b.dv
     out_nd = np.ndim(v)
