@@ -2,7 +2,9 @@
 
     S = c Q K^T,   P = rowsoftmax(S),   O = P V
     dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(P * dP)),   dQ = c dS K,   dK = c dS^T Q
-Causal variant: query i sees keys j <= i - offset. Masked logits are *excluded* from the softmax
+Causal variant: query i sees keys j <= i - offset. Queries and keys have one length m here (the
+ops MHSA and the ViT block are built on); specs/sdpa.py has m_q != m_k, an explicit scale, both causal
+alignments and key padding. Masked logits are *excluded* from the softmax
 (not set to a large negative number); a row with no visible key outputs 0 and passes no gradient.
 """
 import numpy as np
@@ -25,8 +27,10 @@ def masked_softmax(B, S, mask):
     return e / np.where(mask.any(-1, keepdims=True), Z, B.c(1))
 
 
-def causal_mask(m, offset):
-    return np.tril(np.ones((m, m), dtype=bool), k=-offset)
+def causal_mask(Q, K, offset):
+    """Query i sees key j <= i - offset, on the (len(Q), len(K)) rectangle (top-left aligned); the ops
+    here have len(Q) = len(K), the rectangular ones with both alignments are in specs/sdpa.py."""
+    return np.tril(np.ones((Q.shape[0], K.shape[0]), dtype=bool), k=-offset)
 
 
 def _forward(B, Q, K, V, mask):
@@ -61,12 +65,12 @@ def dV_rows_follow_P(B, Q, K, V, dy, backward):
 
 @op(**{**ATTENTION, "params": {"offset": Param(0, symbolic=False, doc="query i sees keys j <= i - offset")}})
 def attention_causal(B, Q, K, V, offset):
-    return _forward(B, Q, K, V, causal_mask(Q.shape[0], offset))
+    return _forward(B, Q, K, V, causal_mask(Q, K, offset))
 
 
 @attention_causal.defvjp
 def attention_causal_vjp(B, Q, K, V, offset, dy):
-    return _backward(B, Q, K, V, dy, causal_mask(Q.shape[0], offset))
+    return _backward(B, Q, K, V, dy, causal_mask(Q, K, offset))
 
 
 @attention_causal.law

@@ -27,6 +27,8 @@ def formulas(op: Op, claim: str, dims: dict, traced) -> dict | None:
     if not claim.startswith("vjp[") or dims != op.resolve_dims(op.dims[0]) or \
             dag_size(traced.roots()) > MAX_DAG_SHOWN:
         return None
+    if len(op.output) > 2 or any(len(shape) > 2 for shape in op.inputs.values()):
+        return None           # a SymPy Matrix shows two axes; a head axis (GQA) would not fit one
     import sympy
 
     from vjpcert.symbolic.api import forward, vjp

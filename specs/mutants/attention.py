@@ -37,7 +37,7 @@ def _(B, Q, K, V, dy):
                                                         "fully_masked_row_is_zero"])
 def _(B, Q, K, V, offset, dy):
     """The backward recomputes P without the causal mask."""
-    return _back(B, Q, K, V, dy, causal_mask(Q.shape[0], offset), back_mask=_full(Q, K))
+    return _back(B, Q, K, V, dy, causal_mask(Q, K, offset), back_mask=_full(Q, K))
 
 
 @attention_causal.mutant("mask_not_excluded", replaces="forward",
@@ -45,7 +45,7 @@ def _(B, Q, K, V, offset, dy):
                                 "fully_masked_row_is_zero"])
 def _(B, Q, K, V, offset):
     """Masked logits set to exp(-8) instead of excluded: they still take probability mass."""
-    m = causal_mask(Q.shape[0], offset)
+    m = causal_mask(Q, K, offset)
     e = np.where(m, B.exp(scale(B, Q.shape[-1]) * (Q @ K.T)), B.exp(B.c(-8)))
     return (e / e.sum(-1, keepdims=True)) @ V
 
@@ -73,4 +73,4 @@ def _(B, Q, K, V):
 
 @attention_causal.mutant("denominator_unshifted", replaces="forward", kills=["max_shift_free"])
 def _(B, Q, K, V, offset):
-    return _unshifted_denominator(B, Q, K, V, causal_mask(Q.shape[0], offset))
+    return _unshifted_denominator(B, Q, K, V, causal_mask(Q, K, offset))
