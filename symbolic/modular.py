@@ -39,7 +39,7 @@ from vjpcert.symbolic.modular_backend import (LEAF, PRIME_LO_BITS, Field, ModArr
 
 CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
 METHOD = "modp-vectorised"
-KINDS = ("exp", "log", "sqrt", "erf", "tanh", "sin", "cos", "cpow")
+KINDS = ("exp", "log", "sqrt", "erf", "tanh", "circle", "cpow")
 
 # Primes in [2^60, 2^61): pi(2^61) > x/ln x (1 + 1/ln x) = 5.58e16 and pi(2^60) < x/ln x (1 + 1.2762/
 # ln x) = 2.86e16 (Dusart 2010), so more than 2.7e16 of them.

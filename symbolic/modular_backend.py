@@ -104,6 +104,7 @@ def b_const(q: Fraction):
 
 LEAF = (1, 0, 0.0, 0.0)
 ATOM = (1, 0, 0.0, 0.0)
+CIRCLE = (2, 2, 1.0, 1.0)     # sin, cos = 2u / (1 + u^2), (1 - u^2) / (1 + u^2) in one atom u
 
 
 # ------------------------------------------------------------------------------ the field
@@ -127,6 +128,22 @@ class Field:
     def atom_count(self) -> dict[str, int]:
         """kind -> number of distinct atoms (distinct argument values) this trial created."""
         return {kind: int(np.unique(np.concatenate(vs)).size) for kind, vs in self.atom_values.items()}
+
+    def _circle(self, kind: str, v):
+        """sin and cos of one argument lie on the circle: with u a keyed hash of |a|,
+        cos = (1 - u^2) / (1 + u^2) and sin = 2u / (1 + u^2) (times the sign of a): sin^2 + cos^2 = 1
+        holds exactly (its only algebraic relation), sin is odd, cos even, sin(0) = 0, cos(0) = 1."""
+        p = self.p
+        upper = v > p // 2
+        u = self.hash("circle", np.where(upper, p - v, v))
+        u2 = self.mul(u, u)
+        w = self.inv(self.add(u2, np.ones_like(u2)))
+        if kind == "cos":
+            out = self.mul(self.sub(np.ones_like(u2), u2), w)
+            return np.where(v == 0, 1, out)
+        out = self.mul(self.add(u, u), w)
+        out = np.where(upper, (p - out) % p, out)
+        return np.where(v == 0, 0, out)
 
     # ---- scalars
     def residue(self, q: Fraction) -> int:
@@ -266,14 +283,13 @@ class Field:
         self.atom_values.setdefault(kind, []).append(v.ravel())
         self.atom_arg[kind] = b_join(self.atom_arg.get(kind), arg_bound) or (0, 0, 0.0, 0.0)
         p = self.p
-        if kind in ("erf", "tanh", "sin"):              # odd: f(-a) = -f(a), f(0) = 0
+        if kind in ("sin", "cos"):
+            return self._circle(kind, v)
+        if kind in ("erf", "tanh"):                     # odd: f(-a) = -f(a), f(0) = 0
             upper = v > p // 2
             h = self.hash(kind, np.where(upper, p - v, v))
             out = np.where(upper, (p - h) % p, h)
             return np.where(v == 0, 0, out)
-        if kind == "cos":                               # even, cos(0) = 1
-            h = self.hash(kind, np.where(v > p // 2, p - v, v))
-            return np.where(v == 0, 1, h)
         h = self.hash(kind, v)
         if kind == "exp":
             return np.where(v == 0, 1, h)
@@ -368,7 +384,7 @@ class ModArray:
     numpy array interface it uses: shape, indexing, reshape, .T, sum, mean, arithmetic, @, and the
     numpy functions in ``_HANDLED``. It is read-only, and it refuses comparisons and branches."""
 
-    __slots__ = ("F", "v", "t", "b", "tb", "exact", "dv")
+    __slots__ = ("F", "v", "t", "b", "tb", "exact", "dv", "qa")
     __array_priority__ = 1000
 
     def __init__(self, F: Field, v, t=None, b=LEAF, tb=None, exact=None, dv=None):
@@ -376,6 +392,7 @@ class ModArray:
         # the axes along which the denominator of the bound may vary (None: any axis). A sum along
         # an axis where it does not vary keeps one common denominator (a softmax row's 1/Z), so
         # the bound does not multiply the denominator's degree by the length of the sum.
+        self.qa = None          # an exact rational array (B.array of ints, arithmetic on it): exponents
         has_den = (b is not None and b[1] > 0) or (tb is not None and tb[1] > 0)
         self.dv = _varying(self.v.shape, dv) if has_den else frozenset()
         if t is not None:
@@ -402,8 +419,10 @@ class ModArray:
         return len(self.v)
 
     def _map(self, fn, dv=None) -> "ModArray":
-        return ModArray(self.F, fn(self.v), None if self.t is None else fn(self.t), self.b, self.tb,
-                        self.exact if self.v.ndim == 0 else None, dv)
+        out = ModArray(self.F, fn(self.v), None if self.t is None else fn(self.t), self.b, self.tb,
+                       self.exact if self.v.ndim == 0 else None, dv)
+        out.qa = None if self.qa is None else fn(self.qa)
+        return out
 
     def __getitem__(self, key):
         if isinstance(key, ModArray) or (isinstance(key, tuple) and any(isinstance(k, ModArray) for k in key)):
@@ -462,15 +481,18 @@ class ModArray:
         if self.exact is not None and o.exact is not None and not self.exact[1] and not o.exact[1]:
             exact = (self.exact[0] + o.exact[0], ())
         v = F.add(self.v, o.v)
-        return ModArray(F, v, _tadd(F, self.t, o.t), b_add(self.b, o.b),
-                        b_add(self.tb, o.tb), exact, _bcast_dv(v.shape, self, o))
+        out = ModArray(F, v, _tadd(F, self.t, o.t), b_add(self.b, o.b),
+                       b_add(self.tb, o.tb), exact, _bcast_dv(v.shape, self, o))
+        return _with_qa(out, self, o, lambda x, y: x + y)
 
     __radd__ = __add__
 
     def __neg__(self):
         F = self.F
-        return ModArray(F, F.neg(self.v), None if self.t is None else F.neg(self.t), self.b, self.tb,
-                        None if self.exact is None else _exact_mul(self.exact, (Fraction(-1), ())), self.dv)
+        out = ModArray(F, F.neg(self.v), None if self.t is None else F.neg(self.t), self.b, self.tb,
+                       None if self.exact is None else _exact_mul(self.exact, (Fraction(-1), ())), self.dv)
+        out.qa = None if self.qa is None else -self.qa
+        return out
 
     def __pos__(self):
         return self
@@ -487,8 +509,9 @@ class ModArray:
         t = _tadd(F, None if self.t is None else F.mul(self.t, o.v), None if o.t is None else F.mul(self.v, o.t))
         exact = _exact_mul(self.exact, o.exact) if self.exact is not None and o.exact is not None else None
         v = F.mul(self.v, o.v)
-        return ModArray(F, v, t, b_mul(self.b, o.b),
-                        b_add(b_mul(self.tb, o.b), b_mul(self.b, o.tb)), exact, _bcast_dv(v.shape, self, o))
+        out = ModArray(F, v, t, b_mul(self.b, o.b),
+                       b_add(b_mul(self.tb, o.b), b_mul(self.b, o.tb)), exact, _bcast_dv(v.shape, self, o))
+        return _with_qa(out, self, o, lambda x, y: x * y)
 
     __rmul__ = __mul__
 
@@ -496,6 +519,10 @@ class ModArray:
         F = self.F
         if self.exact is not None:
             return exact_const(F, _exact_inv(self.exact))
+        if self.qa is not None:
+            if any(q == 0 for q in self.qa.ravel()):
+                raise SpecError(None, "division by an exact zero")
+            return qarray(F, np.vectorize(lambda q: 1 / q, otypes=[object])(self.qa))
         u = F.inv(self.v)
         t = None if self.t is None else F.neg(F.mul(F.mul(u, u), self.t))   # d(1/a) = -da / a^2
         ib = b_inv(self.b)
@@ -508,6 +535,8 @@ class ModArray:
         return self._lift(o) * self.inverse()
 
     def __pow__(self, k):
+        if isinstance(k, ModArray) and k.qa is not None:
+            return _pow_exact_array(self, k.qa)
         if isinstance(k, ModArray):
             if k.exact is None or k.exact[1]:
                 refuse("x ** y with a non-constant exponent is not supported; use B.exp/B.log")
@@ -653,6 +682,56 @@ def lift(F: Field, x) -> ModArray:
     refuse(f"a {type(x).__name__} ({x!r}) reached the spec's arithmetic; use the backend B for numbers")
 
 
+def _qa_of(x: ModArray):
+    if x.qa is not None:
+        return x.qa
+    if x.exact is not None and not x.exact[1]:
+        return np.array(x.exact[0], dtype=object)
+    return None
+
+
+def _with_qa(out: ModArray, a: ModArray, b: ModArray, fn) -> ModArray:
+    """Keep an exact rational array exact through + and * (RoPE's exponents -2i/d)."""
+    if out.exact is None and (a.qa is not None or b.qa is not None):
+        qa, qb = _qa_of(a), _qa_of(b)
+        if qa is not None and qb is not None:
+            out.qa = fn(qa, qb)
+    return out
+
+
+def qarray(F: Field, qa) -> ModArray:
+    """An exact rational array: its residues, and the Fractions (for exponents)."""
+    qa = np.asarray(qa, dtype=object)
+    v = np.vectorize(lambda q: F.residue(Fraction(q)), otypes=[np.int64])(qa) if qa.size else \
+        np.zeros(qa.shape, np.int64)
+    big = max([abs(Fraction(q).numerator) for q in qa.ravel()] + [1])
+    den = max([Fraction(q).denominator for q in qa.ravel()] + [1])
+    out = ModArray(F, v.astype(np.int64), None, (0, 0, math.log2(big), math.log2(den)), None)
+    out.qa = np.vectorize(Fraction, otypes=[object])(qa) if qa.size else qa
+    return out
+
+
+def _pow_exact_array(base: ModArray, ks) -> ModArray:
+    """base ** k for an exact rational base and an exact array of exponents: each entry exact where k
+    is an integer or a half, else one algebraic-constant atom keyed by (base, k), as the ring's cpow."""
+    F = base.F
+    if base.exact is None or base.exact[1] or base.exact[0] <= 0:
+        refuse("x ** k with an array of exponents needs a positive rational constant base")
+    q = base.exact[0]
+    flat = []
+    for k in np.asarray(ks, dtype=object).ravel():
+        k = Fraction(k)
+        if k.denominator == 1:
+            flat.append(int(exact_const(F, _exact_pow((q, ()), int(k))).v))
+        elif k.denominator == 2 and _exact_sqrt((q, ())) is not None:
+            root = _exact_sqrt((q, ()))
+            flat.append(int(exact_const(F, _exact_pow(root, int(k.numerator))).v))
+        else:
+            flat.append(int(cpow(F, q, k).v))
+    v = np.array(flat, dtype=np.int64).reshape(np.shape(ks))
+    return ModArray(F, v, None, ATOM, None)
+
+
 def exact_const(F: Field, exact) -> ModArray:
     q, bases = exact
     v = F.residue(q)
@@ -713,7 +792,7 @@ def _unary(kind: str, a: ModArray) -> ModArray:
     u = F.atom(kind, a.v, a.b)
     if a.exact is not None and kind in ("exp", "cos") and a.exact[0] == 0:
         u = np.int64(1)
-    out_b = ATOM
+    out_b = CIRCLE if kind in ("sin", "cos") else ATOM
     if a.t is None:
         return ModArray(F, u, None, out_b, None)
     # forward-mode rules of symbolic.evaluate.Tangent
@@ -730,9 +809,9 @@ def _unary(kind: str, a: ModArray) -> ModArray:
     elif kind == "tanh":
         factor, fb = F.sub(np.ones_like(u), F.mul(u, u)), b_add((0, 0, 0.0, 0.0), b_mul(ATOM, ATOM))
     elif kind == "sin":
-        factor, fb = F.atom("cos", a.v, a.b), ATOM
+        factor, fb = F.atom("cos", a.v, a.b), CIRCLE
     elif kind == "cos":
-        factor, fb = F.neg(F.atom("sin", a.v, a.b)), ATOM
+        factor, fb = F.neg(F.atom("sin", a.v, a.b)), CIRCLE
     else:
         raise SpecError(None, f"no derivative rule for {kind}")
     return ModArray(F, u, F.mul(factor, a.t), out_b, b_mul(fb, a.tb))
@@ -898,6 +977,9 @@ class ModularBackend:
         return ModArray(self.F, np.zeros(shape, np.int64), None, None, None)
 
     def array(self, values):
+        flat = np.asarray(values, dtype=object)
+        if all(isinstance(v, (numbers.Integral, Fraction)) and not isinstance(v, bool) for v in flat.ravel()):
+            return qarray(self.F, np.vectorize(Fraction, otypes=[object])(flat) if flat.size else flat)
         return stack([lift(self.F, v) for v in values]) if len(values) else self.zeros((0,))
 
     def max_shift(self, x, mask=None):
