@@ -438,6 +438,14 @@ class ModArray:
     def reshape(self, *shape, **kw):
         return self._map(lambda a: a.reshape(*shape, **kw))
 
+    def ravel(self):
+        return self._map(lambda a: a.ravel())
+
+    flatten = ravel
+
+    def squeeze(self, axis=None):
+        return self._map(lambda a: a.squeeze(axis))
+
     def transpose(self, *axes):
         return self._map(lambda a: a.transpose(*axes))
 
