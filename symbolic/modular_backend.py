@@ -21,10 +21,10 @@ so the randomised exact test of ``symbolic.modular`` needs no traced DAG. The se
   d log a = da / a, d sin a = cos(a) da, d cos a = -sin(a) da -- the rules of
   ``symbolic.evaluate.Tangent``, so J t is derived from the forward, never from the backward.
 
-Arithmetic: p < 2^61. Elementwise products use an 80-bit long-double quotient estimate (off by at most
-1) and wrapping int64 arithmetic; matmuls split each operand into three 21-bit limbs so every float64
-dgemm is exact (a contraction of at most 2048 terms of products below 2^42 stays below 2^53; longer
-contractions are chunked), then recombine mod p.
+Arithmetic: p < 2^60. Elementwise products use an 80-bit long-double quotient estimate (off by at most
+1) and wrapping int64 arithmetic; matmuls split each operand into three 20-bit limbs so every float64
+dgemm is exact (a contraction of at most 2048 terms of products below 2^40 stays below 2^51, a sum of
+three such below 2^53; longer contractions are chunked), then recombine mod p.
 
 Each array carries upper bounds (deg N, deg D, log2 |N|_1, log2 |D|_1) of its value and of its tangent
 as rational functions in the leaves and atoms, as ``BoundField`` does, for the false-pass bound.
@@ -42,10 +42,11 @@ import numpy as np
 
 from vjpcert.core.registry import SpecError, refuse
 
-LIMB_BITS = 21
-LIMBS = 3                                   # 3 x 21 bits >= 61 bits
-MAX_CONTRACTION = 2 ** (53 - 2 * LIMB_BITS)  # 2048: sum of that many limb products < 2^53, exact in float64
-PRIME_LO_BITS = 60                          # primes in [2^60, 2^61)
+LIMB_BITS = 20
+LIMBS = 3                                   # 3 x 20 bits = 60 bits: residues mod p < 2^60
+MAX_CONTRACTION = 2048                      # a limb product summed over 2048 terms is < 2^51, and a
+                                            # diagonal of three of them < 2^53: exact in float64
+PRIME_LO_BITS = 59                          # primes in [2^59, 2^60)
 _MASK = (1 << LIMB_BITS) - 1
 
 
@@ -109,11 +110,11 @@ CIRCLE = (2, 2, 1.0, 1.0)     # sin, cos = 2u / (1 + u^2), (1 - u^2) / (1 + u^2)
 
 # ------------------------------------------------------------------------------ the field
 class Field:
-    """Vectorised arithmetic mod p (p < 2^61) and the keyed atom hashes of one trial."""
+    """Vectorised arithmetic mod p (p < 2^60) and the keyed atom hashes of one trial."""
 
     def __init__(self, p: int, keys: dict, sqrt_pi: int):
         if not (2 ** PRIME_LO_BITS <= p < 2 ** (PRIME_LO_BITS + 1)):
-            raise ValueError("the modular backend needs a prime in [2^60, 2^61)")
+            raise ValueError("the modular backend needs a prime in [2^59, 2^60)")
         self.p = p
         self.inv_p = np.longdouble(1) / np.longdouble(p)
         self.keys = keys                       # kind -> (k1, k2) uint64 keys of the atom hash
@@ -126,8 +127,9 @@ class Field:
 
     @property
     def atom_count(self) -> dict[str, int]:
-        """kind -> number of distinct atoms (distinct argument values) this trial created."""
-        return {kind: int(np.unique(np.concatenate(vs)).size) for kind, vs in self.atom_values.items()}
+        """kind -> entries hashed in this evaluation: a bound on its distinct atoms as *polynomials*
+        (distinct values would undercount exactly when two distinct arguments collide)."""
+        return {kind: int(sum(v.size for v in vs)) for kind, vs in self.atom_values.items()}
 
     def _circle(self, kind: str, v):
         """sin and cos of one argument lie on the circle: with u a keyed hash of |a|,
@@ -188,7 +190,16 @@ class Field:
         return r - self.p * (r >= self.p)
 
     def mul_scalar(self, a, s: int):
-        return self.mul(a, np.int64(s % self.p))
+        """a * s mod p for a constant s < p and any int64 a in [0, 2^62): one long-double product with
+        the precomputed s / p (the quotient estimate is within 1: a s / p < 2^63), then exact wrapping
+        int64 arithmetic as in ``mul``; a need not be reduced first."""
+        s = int(s) % self.p
+        a = np.asarray(a, dtype=np.int64)
+        q = (a.astype(np.longdouble) * (np.longdouble(s) * self.inv_p)).astype(np.int64)
+        with np.errstate(over="ignore"):
+            r = np.multiply(a, np.int64(s)) - np.multiply(q, np.int64(self.p))
+        r = r + self.p * (r < 0)
+        return r - self.p * (r >= self.p)
 
     def pow(self, a, k: int):
         if k < 0:
@@ -240,20 +251,38 @@ class Field:
         return total
 
     def _matmul_chunk(self, a, b):
-        """One exact chunk: the limbs of a stacked along rows, those of b along columns, so one
-        dgemm computes all nine limb products; then the diagonals i + j = k, recombined mod p."""
-        m, n = a.shape[-2], b.shape[-1]
-        A = np.concatenate([((a >> (LIMB_BITS * i)) & _MASK) for i in range(LIMBS)], axis=-2).astype(np.float64)
+        """One exact chunk (K <= 2048): the limbs of b side by side, so one dgemm per limb of a gives
+        three limb products; the diagonals i + j = k are summed in float64 (each < 3 * 2^51 < 2^53,
+        exact), converted once, and recombined mod p."""
+        n = b.shape[-1]
         Bm = np.concatenate([((b >> (LIMB_BITS * j)) & _MASK) for j in range(LIMBS)], axis=-1).astype(np.float64)
-        C = np.matmul(A, Bm).astype(np.int64)        # exact: every entry < 2048 * 2^42 = 2^53
-        block = lambda i, j: C[..., i * m:(i + 1) * m, j * n:(j + 1) * n]   # noqa: E731
-        out = None
-        for k in range(2 * LIMBS - 1):
-            diag = sum(block(i, k - i) for i in range(max(0, k - LIMBS + 1), min(k, LIMBS - 1) + 1))
-            diag = np.mod(diag, self.p)
-            term = diag if k == 0 else self.mul_scalar(diag, self.recombine[k])
-            out = term if out is None else self.add(out, term)
-        return out
+        diag = [None] * (2 * LIMBS - 1)
+        for i in range(LIMBS):
+            Ai = np.ascontiguousarray(((a >> (LIMB_BITS * i)) & _MASK), dtype=np.float64)
+            P = np.matmul(Ai, Bm)
+            for j in range(LIMBS):
+                block = P[..., j * n:(j + 1) * n]
+                diag[i + j] = block.copy() if diag[i + j] is None else np.add(diag[i + j], block, out=diag[i + j])
+            del P
+        return self.lincomb([d.astype(np.int64) for d in diag], self.recombine)   # each exact: < 2^53
+
+    def lincomb(self, cs, rs):
+        """sum_k c_k r_k mod p for int64 arrays 0 <= c_k < 2^53 and constants r_k < p (at most 8 terms):
+        the quotient by p estimated once in long double (the sum is < 2^116, its relative error below
+        2^-60, so the estimate is within 1 of the true quotient < 2^57), the remainder in wrapping
+        int64 arithmetic (its true value lies in (-p, 2p)), then one correction each way."""
+        est = None
+        r = None
+        with np.errstate(over="ignore"):
+            for c, k in zip(cs, rs):
+                k = int(k) % self.p
+                e = c.astype(np.longdouble) * (np.longdouble(k) * self.inv_p)
+                est = e if est is None else est + e
+                t = np.multiply(c, np.int64(k))
+                r = t if r is None else r + t
+            r = r - np.multiply(est.astype(np.int64), np.int64(self.p))
+        r = r + self.p * (r < 0)
+        return r - self.p * (r >= self.p)
 
     def matmul_sum(self, pairs):
         """sum_i a_i @ b_i mod p as one contraction (the a_i side by side, the b_i stacked)."""
@@ -280,7 +309,7 @@ class Field:
     def atom(self, kind: str, v, arg_bound):
         """The atom kind(v), keyed by the value v, with the ring's folds and parities."""
         v = np.asarray(v, dtype=np.int64)
-        self.atom_values.setdefault(kind, []).append(v.ravel())
+        self.atom_values.setdefault(kind, []).append(np.empty(v.size, dtype=np.bool_))  # sizes only
         self.atom_arg[kind] = b_join(self.atom_arg.get(kind), arg_bound) or (0, 0, 0.0, 0.0)
         p = self.p
         if kind in ("sin", "cos"):
@@ -389,12 +418,13 @@ class ModArray:
 
     def __init__(self, F: Field, v, t=None, b=LEAF, tb=None, exact=None, dv=None):
         self.F, self.v, self.t, self.b, self.tb, self.exact = F, np.asarray(v, dtype=np.int64), t, b, tb, exact
-        # the axes along which the denominator of the bound may vary (None: any axis). A sum along
-        # an axis where it does not vary keeps one common denominator (a softmax row's 1/Z), so
-        # the bound does not multiply the denominator's degree by the length of the sum.
+        # per axis, how many distinct denominators (of the bound) there may be along it, at any fixed
+        # position of the other axes (None: as many as entries). A sum over an axis with c of them has
+        # a common denominator of c factors (a softmax row's 1/Z is one), so the bound multiplies the
+        # denominator's degree by c, not by the length of the sum.
         self.qa = None          # an exact rational array (B.array of ints, arithmetic on it): exponents
         has_den = (b is not None and b[1] > 0) or (tb is not None and tb[1] > 0)
-        self.dv = _varying(self.v.shape, dv) if has_den else frozenset()
+        self.dv = _counts(self.v.shape, dv) if has_den else (1,) * self.v.ndim
         if t is not None:
             self.t = np.broadcast_to(np.asarray(t, dtype=np.int64), self.v.shape)
 
@@ -429,17 +459,19 @@ class ModArray:
             refuse("an array is indexed by traced values: indices must come from shapes or structural params")
         keys = key if isinstance(key, tuple) else (key,)
         if all(isinstance(k, slice) for k in keys):          # a basic slice keeps every axis
-            return self._map(lambda a: a[key], self.dv)
+            return self._map(lambda a: a[key], self.dv)      # counts are capped to the new sizes
         return self._map(lambda a: a[key])
 
     def __setitem__(self, key, value):
         refuse("a write into an array in place (x[...] = ...): inputs are read-only to spec code")
 
     def reshape(self, *shape, **kw):
-        return self._map(lambda a: a.reshape(*shape, **kw))
+        out = self._map(lambda a: a.reshape(*shape, **kw))
+        out.dv = _reshape_counts(self.shape, out.shape, self.dv) if any(c > 1 for c in out.dv) else out.dv
+        return out
 
     def ravel(self):
-        return self._map(lambda a: a.ravel())
+        return self.reshape(-1)
 
     flatten = ravel
 
@@ -447,14 +479,19 @@ class ModArray:
         return self._map(lambda a: a.squeeze(axis))
 
     def transpose(self, *axes):
-        return self._map(lambda a: a.transpose(*axes))
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        order = tuple(axes) if axes else tuple(reversed(range(self.ndim)))
+        return self._map(lambda a: a.transpose(*axes), tuple(self.dv[i] for i in order))
 
     def swapaxes(self, i, j):
-        return self._map(lambda a: a.swapaxes(i, j))
+        order = list(range(self.ndim))
+        order[i], order[j] = order[j], order[i]
+        return self.transpose(*order)
 
     @property
     def T(self):
-        return self._map(lambda a: a.T, frozenset(self.ndim - 1 - i for i in self.dv))
+        return self._map(lambda a: a.T, tuple(reversed(self.dv)))
 
     def copy(self):
         return self._map(lambda a: a.copy())
@@ -469,13 +506,9 @@ class ModArray:
         count = int(np.prod([self.v.shape[a] for a in axes]))
         v = F.sum(self.v, axis, keepdims)
         t = None if self.t is None else F.sum(np.ascontiguousarray(self.t), axis, keepdims)
-        shared = not (set(axes) & self.dv)
-        if keepdims:
-            dv = frozenset(self.dv - set(axes))
-        else:
-            dv = frozenset(a - sum(1 for x in axes if x < a) for a in self.dv if a not in axes)
         return ModArray(F, v, t, b_sum_axes(self.b, self.shape, self.dv, axes),
-                        b_sum_axes(self.tb, self.shape, self.dv, axes), None, dv)
+                        b_sum_axes(self.tb, self.shape, self.dv, axes), None,
+                        _counts_after_sum(self.dv, axes, keepdims))
 
     def mean(self, axis=None, keepdims=False):
         count = self.v.size if axis is None else int(np.prod([self.v.shape[a] for a in np.atleast_1d(axis)]))
@@ -626,19 +659,56 @@ class ModArray:
         return f"ModArray(shape={self.shape}, p={self.F.p})"
 
 
-def _varying(shape, dv):
-    """Axes of size > 1 in dv (all such axes when dv is None)."""
-    axes = range(len(shape)) if dv is None else dv
-    return frozenset(a for a in axes if 0 <= a < len(shape) and shape[a] > 1)
+def _counts(shape, dv):
+    """Distinct-denominator counts per axis, capped by the axis' size (all distinct when None)."""
+    if dv is None:
+        return tuple(int(n) if n > 1 else 1 for n in shape)
+    return tuple(max(1, min(int(n), int(c))) for n, c in zip(shape, dv))
 
 
 def _bcast_dv(out_shape, *arrays):
-    """The varying axes of an elementwise result: each operand's, aligned right (numpy broadcasting)."""
-    out = set()
+    """Counts of an elementwise result (aligned right, as numpy broadcasts): a pair of denominators
+    takes at most c1 * c2 distinct values along an axis."""
+    out = [1] * len(out_shape)
     for x in arrays:
         shift = len(out_shape) - x.ndim
-        out |= {a + shift for a in x.dv}
-    return frozenset(out)
+        for a, c in enumerate(x.dv):
+            out[a + shift] = out[a + shift] * c
+    return _counts(out_shape, out)
+
+
+def _counts_after_sum(dv, axes, keepdims):
+    """After a sum over ``axes``: an axis keeps its count where the denominator did not vary along the
+    summed axes; otherwise the product over them may take as many values as there are entries."""
+    varied = any(dv[a] > 1 for a in axes)
+    out = []
+    for a, c in enumerate(dv):
+        if a in axes:
+            if keepdims:
+                out.append(1)
+            continue
+        out.append(c if not varied or c == 1 else 1 << 62)
+    return tuple(out)
+
+
+def _reshape_counts(in_shape, out_shape, dv):
+    """An output axis overlaps, in C order, the input axes it is made of (merged or split): its count
+    is at most the product of theirs."""
+    def spans(shape):
+        out, hi = [], 1
+        for n in reversed(shape):
+            out.append((hi, hi * n))
+            hi *= n
+        return list(reversed(out))
+    si, so = spans(in_shape), spans(out_shape)
+    counts = []
+    for (lo_j, hi_j), n in zip(so, out_shape):
+        c = 1
+        for (lo_i, hi_i), ci in zip(si, dv):
+            if max(lo_i, lo_j) < min(hi_i, hi_j):
+                c *= ci
+        counts.append(c)
+    return _counts(out_shape, counts)
 
 
 def b_sum_shared(a, k: int):
@@ -648,11 +718,21 @@ def b_sum_shared(a, k: int):
     return (a[0], a[1], a[2] + math.log2(k), a[3])
 
 
+def b_sum_distinct(a, k: int, c: int):
+    """Bound of a sum of k terms whose denominators take at most c distinct values: the common
+    denominator is their product (degree c d), each numerator is multiplied by c - 1 of them."""
+    if a is None or k == 0:
+        return None
+    c = max(1, min(int(c), int(k)))
+    n, d, h, kk = a
+    return (n + (c - 1) * d, c * d, h + (c - 1) * kk + math.log2(k), c * kk)
+
+
 def b_sum_axes(b, shape, dv, axes):
-    """Bound of the sum over ``axes``: terms along axes where the denominator does not vary share it."""
-    vary = int(np.prod([shape[a] for a in axes if a in dv]))
-    rest = int(np.prod([shape[a] for a in axes if a not in dv]))
-    return b_sum_shared(b_sum(b, vary), rest)
+    """Bound of the sum over ``axes`` (at most the product of their counts distinct denominators)."""
+    k = int(np.prod([shape[a] for a in axes]))
+    c = int(np.prod([dv[a] for a in axes], dtype=object))
+    return b_sum_distinct(b, k, c)
 
 
 def _bpow(b, k):
@@ -772,19 +852,22 @@ def _matmul(a: ModArray, b: ModArray) -> ModArray:
         t = F.matmul_sum(pairs)                      # d(ab) = da b + a db in one contraction
     elif pairs:
         t = F.matmul(*pairs[0]) if len(pairs) == 1 else F.add(F.matmul(*pairs[0]), F.matmul(*pairs[1]))
-    ka, kb = a.ndim - 1, b.ndim - 2 if b.ndim >= 2 else 0
-    varies = ka in a.dv or kb in b.dv
+    ck = a.dv[-1] * (b.dv[-2] if b.ndim >= 2 else b.dv[0])     # distinct denominators along k
     out_nd = np.ndim(v)
-    dv = set()
-    if a.ndim >= 2 and (a.ndim - 2) in a.dv:
-        dv.add(out_nd - 2 if b.ndim >= 2 else out_nd - 1)
-    if b.ndim >= 2 and (b.ndim - 1) in b.dv:
-        dv.add(out_nd - 1)
-    dv |= set(range(max(0, out_nd - 2)))          # batch axes: conservatively varying
+    counts = [None] * out_nd
+    big = 1 << 62
+    if b.ndim >= 2:
+        counts[-1] = b.dv[-1] if ck == 1 or b.dv[-1] == 1 else big
+    if a.ndim >= 2:
+        counts[-2 if b.ndim >= 2 else -1] = a.dv[-2] if ck == 1 or a.dv[-2] == 1 else big
+    for ax in range(out_nd - 2):                  # batch axes: the pair's counts, if k did not vary
+        ca = a.dv[ax - (out_nd - a.ndim)] if ax - (out_nd - a.ndim) >= 0 and a.ndim > 2 else 1
+        cb = b.dv[ax - (out_nd - b.ndim)] if ax - (out_nd - b.ndim) >= 0 and b.ndim > 2 else 1
+        counts[ax] = ca * cb if ck == 1 or ca * cb == 1 else big
     prod = b_mul(a.b, b.b)
     tprod = b_add(b_mul(a.tb, b.b), b_mul(a.b, b.tb))
-    return ModArray(F, v, t, b_sum(prod, K) if varies else b_sum_shared(prod, K),
-                    b_sum(tprod, K) if varies else b_sum_shared(tprod, K), None, frozenset(dv))
+    return ModArray(F, v, t, b_sum_distinct(prod, K, ck), b_sum_distinct(tprod, K, ck), None,
+                    _counts(np.shape(v), counts))
 
 
 # ------------------------------------------------------------------------------ transcendental
@@ -822,7 +905,9 @@ def _unary(kind: str, a: ModArray) -> ModArray:
         factor, fb = F.neg(F.atom("sin", a.v, a.b)), CIRCLE
     else:
         raise SpecError(None, f"no derivative rule for {kind}")
-    return ModArray(F, u, F.mul(factor, a.t), out_b, b_mul(fb, a.tb))
+    # the tangent's denominators are a's (times 1/a or 1/sqrt(a) for log and sqrt, which vary with a)
+    dv = None if kind in ("log", "sqrt") else a.dv
+    return ModArray(F, u, F.mul(factor, a.t), out_b, b_mul(fb, a.tb), None, dv)
 
 
 def sqrt(a):
@@ -848,7 +933,11 @@ def _join(fn, arrays, **kw):
     t = None
     if any(a.t is not None for a in arrays):
         t = fn([np.zeros(a.shape, np.int64) if a.t is None else np.asarray(a.t) for a in arrays], **kw)
-    dv = frozenset().union(*(a.dv for a in arrays)) if fn is np.concatenate else None
+    dv = None
+    if fn is np.concatenate and arrays and all(a.ndim == arrays[0].ndim for a in arrays):
+        ax = kw.get("axis", 0) % arrays[0].ndim
+        dv = [sum(a.dv[ax] for a in arrays) if i == ax else max(a.dv[i] for a in arrays)
+              for i in range(arrays[0].ndim)]
     return ModArray(F, v, t, b_join(*(a.b for a in arrays)), b_join(*(a.tb for a in arrays)), None, dv)
 
 
@@ -903,7 +992,8 @@ def _np_reshape(a, shape, **kw):
 
 @_implements(np.expand_dims)
 def _np_expand_dims(a, axis):
-    return a._map(lambda x: np.expand_dims(x, axis))
+    out = a._map(lambda x: np.expand_dims(x, axis))
+    return a.reshape(out.shape) if out.ndim else out
 
 
 @_implements(np.squeeze)
@@ -918,12 +1008,13 @@ def _np_moveaxis(a, source, destination):
 
 @_implements(np.broadcast_to)
 def _np_broadcast_to(a, shape, **kw):
-    return a._map(lambda x: np.broadcast_to(x, shape))
+    shape = tuple(np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape
+    return a._map(lambda x: np.broadcast_to(x, shape), (1,) * (len(shape) - a.ndim) + a.dv)
 
 
 @_implements(np.repeat)
 def _np_repeat(a, repeats, axis=None):
-    return a._map(lambda x: np.repeat(x, repeats, axis))
+    return a._map(lambda x: np.repeat(x, repeats, axis), a.dv if axis is not None else None)
 
 
 @_implements(np.tile)

@@ -44,7 +44,7 @@ def test_an_error_of_1e_90_in_one_cotangent_of_the_vit_block_fails():
     assert verdicts["vjp[W1]"] == "nonzero"
     assert all(v == "zero" for c, v in verdicts.items() if c != "vjp[W1]")
     w = run["claims"]["vjp[W1]"]["witness"]
-    assert w["trial"] == 1 and int(w["prime"]) > 2**60 and int(w["residual_mod_p"]) != 0
+    assert w["trial"] == 1 and 2**59 <= int(w["prime"]) < 2**60 and int(w["residual_mod_p"]) != 0
 
 
 def test_an_error_in_one_entry_of_a_big_cotangent_fails():
@@ -145,7 +145,8 @@ def test_what_the_backend_cannot_represent_is_refused(body, what):
     from vjpcert.symbolic.modular import vjp_residual, _Point
     import random
     f = _op_with(body, f"modular_refusal_{abs(hash(what))}")
-    point = _Point(f, {"n": 3}, {}, random.Random(0), (1 << 61) - 1, {})
+    from vjpcert.symbolic.modular import draw_prime
+    point = _Point(f, {"n": 3}, {}, random.Random(0), draw_prime(random.Random(0)), {})
     with pytest.raises(SpecError):
         vjp_residual(f, {"n": 3}, point, ["x"])
 
@@ -153,3 +154,52 @@ def test_what_the_backend_cannot_represent_is_refused(body, what):
 def test_vit_tiny_dims_are_declared():
     dims, params = split_dims(VIT, VIT.modular_dims[0])
     assert dims == {"m": 197, "D": 192, "F": 768} and params == {"heads": 3}
+
+
+# ------------------------------------------------------------------------------ the command
+USER_OP = '''
+"""A user's op with production dims for the modular test."""
+from vjpcert.core.registry import op
+
+@op(inputs={{"x": ("rows", "n"), "w": ("n",)}}, output=("rows", "n"), dims=[{{"rows": 1, "n": 2}}],
+    modular_dims=[{{"rows": 64, "n": 96}}])
+def gated(B, x, w):
+    return x * B.tanh(x * w)
+
+@gated.defvjp
+def gated_vjp(B, x, w, dy):
+    t = B.tanh(x * w)
+    return (dy * (t + x * w * (1 - t * t)){wrong}, (dy * x * x * (1 - t * t)).sum(0))
+'''
+
+
+def test_prove_modular_writes_checked_probabilistic_certificates_that_verify_and_replay(tmp_path):
+    from vjpcert.cli import main
+    spec = tmp_path / "gated.py"
+    spec.write_text(USER_OP.format(wrong=""))
+    reports = tmp_path / "reports"
+    assert main(["all", "--quiet", "--no-general", "--modular", "--reports", str(reports), str(spec)]) == 0
+    certs = sorted((reports / "certificates" / "gated").glob("symbolic-modular__*.json"))
+    assert [c.name for c in certs] == ["symbolic-modular__vjp-w__n96-rows64.json",
+                                       "symbolic-modular__vjp-x__n96-rows64.json"]
+    import json
+    rec = json.loads(certs[0].read_text())
+    assert rec["verdict"] == "checked-probabilistic" and rec["method"] == "modp-vectorised"
+    assert rec["options"] == {"method": "modular", "seed": 0, "trials": 8}
+    assert float(rec["evidence"]["false_pass_probability"]) < 1e-6 and len(rec["evidence"]["primes"]) == 8
+    # verify (against the plan of a plain `vjpcert all`) accepts them, and a replay re-derives them
+    assert main(["verify", str(reports), "--spec", str(spec), "--no-pages"]) == 0
+    assert main(["verify", str(reports), "--spec", str(spec), "--no-pages", "--no-missing", "--replay"]) == 0
+
+
+def test_prove_modular_fails_a_wrong_backward_with_exit_1(tmp_path):
+    from vjpcert.cli import main
+    spec = tmp_path / "gated.py"
+    spec.write_text(USER_OP.format(wrong=" + x * B.c(1, 10**90)"))
+    reports = tmp_path / "reports"
+    assert main(["prove", "--quiet", "--no-general", "--modular", "--reports", str(reports), str(spec)]) == 1
+    import json
+    rec = json.loads((reports / "certificates" / "gated" / "symbolic-modular__vjp-x__n96-rows64.json").read_text())
+    assert rec["verdict"] == "failed" and rec["evidence"]["witness"]["prime"]
+    ok = json.loads((reports / "certificates" / "gated" / "symbolic-modular__vjp-w__n96-rows64.json").read_text())
+    assert ok["verdict"] == "checked-probabilistic"
