@@ -63,9 +63,25 @@ def modular_claims(op: Op) -> list[str]:
 
 def split_dims(op: Op, entry: dict) -> tuple[dict, dict]:
     """A ``modular_dims`` entry gives dims and, optionally, structural params (heads)."""
+    import inspect
     params = {k: v for k, v in entry.items() if k in op.params}
-    dims = op.resolve_dims({k: v for k, v in entry.items() if k not in op.params})
-    return dims, params
+    dims = {k: v for k, v in entry.items() if k not in op.params}
+    check = op.constraints
+    if check is not None and params:
+        # a constraint written for the default structural params (heads=4) is asked with the entry's
+        accepted = {k: v for k, v in params.items() if k in inspect.signature(check).parameters}
+        problem = check(dict(dims), **accepted) if accepted else None
+        if problem:
+            raise SpecError(op.name, f"modular dims {entry} rejected: {problem}")
+        op = _without_constraints(op) if accepted else op
+    return op.resolve_dims(dims), params
+
+
+def _without_constraints(op: Op) -> Op:
+    twin = object.__new__(type(op))
+    twin.__dict__.update(op.__dict__)
+    twin.constraints = None
+    return twin
 
 
 # ------------------------------------------------------------------------------ one evaluation
@@ -256,7 +272,7 @@ def _points(op, dims, params, salt, seed, trials, overrides=None):
     """Yield (trial index, point) with fresh primes; a pole or a missing constant root redraws."""
     digest = hashlib.sha256(f"{salt}|{seed}".encode()).digest()
     rng = random.Random(int.from_bytes(digest, "big"))
-    for _ in range(10 * trials):
+    for _ in range(10 * max(trials, tol.MODULAR_MAX_TRIALS)):
         p = draw_prime(rng)
         yield _Point(op, dims, params, rng, p, overrides or {})
 
@@ -296,10 +312,22 @@ def check_vjps(op: Op, dims: dict, params: dict | None = None, *, seed: int = 0,
                 alive.remove(name)
         primes.append(str(point.p))
         done += 1
-        if done == trials or not alive:
+        if not alive or _enough(bound, fields, done, trials):
             break
     return {"claims": outcome, "primes": primes, "trials": done, "fields": fields, "bound": bound,
             "seconds_per_trial": seconds, "poles_resampled": poles, "primes_redrawn_for_roots": roots}
+
+
+def _enough(bound, fields, done: int, trials: int) -> bool:
+    """At least ``trials`` trials; then more (up to MODULAR_MAX_TRIALS) while the stated false-pass
+    probability is above MODULAR_MAX_FALSE_PASS -- unless one trial's bound is vacuous, when more
+    trials would state nothing either."""
+    if done < trials:
+        return False
+    if done >= max(trials, tol.MODULAR_MAX_TRIALS):
+        return True
+    per = false_pass_bound(bound, fields, 1, max(len(F._roots) for F in fields))["per_trial"]
+    return per >= tol.MODULAR_VACUOUS or per ** done < tol.MODULAR_MAX_FALSE_PASS
 
 
 def _bisect(op, dims, point, group, R, lhs, rhs) -> dict:
@@ -343,7 +371,7 @@ def check_law(op: Op, claim: str, dims: dict, params: dict | None = None, *, see
                 "lhs_mod_p": str(lv), "rhs_mod_p": str(rv), "residual_mod_p": str((lv - rv) % point.p),
                 "exact": True, "seed": seed}}},
                 "primes": primes, "trials": done, "fields": fields, "bound": bound, "seconds_per_trial": seconds}
-        if done == trials:
+        if _enough(bound, fields, done, trials):
             break
     return {"claims": {claim: {"status": "zero"}}, "primes": primes, "trials": done, "fields": fields,
             "bound": bound, "seconds_per_trial": seconds}

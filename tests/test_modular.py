@@ -185,8 +185,8 @@ def test_prove_modular_writes_checked_probabilistic_certificates_that_verify_and
     import json
     rec = json.loads(certs[0].read_text())
     assert rec["verdict"] == "checked-probabilistic" and rec["method"] == "modp-vectorised"
-    assert rec["options"] == {"method": "modular", "seed": 0, "trials": 8}
-    assert float(rec["evidence"]["false_pass_probability"]) < 1e-6 and len(rec["evidence"]["primes"]) == 8
+    assert rec["options"] == {"method": "modular", "seed": 0, "trials": 3}
+    assert float(rec["evidence"]["false_pass_probability"]) < 1e-6 and len(rec["evidence"]["primes"]) >= 3
     # verify (against the plan of a plain `vjpcert all`) accepts them, and a replay re-derives them
     assert main(["verify", str(reports), "--spec", str(spec), "--no-pages"]) == 0
     assert main(["verify", str(reports), "--spec", str(spec), "--no-pages", "--no-missing", "--replay"]) == 0
