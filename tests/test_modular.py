@@ -178,7 +178,7 @@ def test_prove_modular_writes_checked_probabilistic_certificates_that_verify_and
     spec = tmp_path / "gated.py"
     spec.write_text(USER_OP.format(wrong=""))
     reports = tmp_path / "reports"
-    assert main(["all", "--quiet", "--no-general", "--modular", "--reports", str(reports), str(spec)]) == 0
+    assert main(["prove", "--quiet", "--no-general", "--modular", "--reports", str(reports), str(spec)]) == 0
     certs = sorted((reports / "certificates" / "gated").glob("symbolic-modular__*.json"))
     assert [c.name for c in certs] == ["symbolic-modular__vjp-w__n96-rows64.json",
                                        "symbolic-modular__vjp-x__n96-rows64.json"]
@@ -187,9 +187,13 @@ def test_prove_modular_writes_checked_probabilistic_certificates_that_verify_and
     assert rec["verdict"] == "checked-probabilistic" and rec["method"] == "modp-vectorised"
     assert rec["options"] == {"method": "modular", "seed": 0, "trials": 3}
     assert float(rec["evidence"]["false_pass_probability"]) < 1e-6 and len(rec["evidence"]["primes"]) >= 3
-    # verify (against the plan of a plain `vjpcert all`) accepts them, and a replay re-derives them
-    assert main(["verify", str(reports), "--spec", str(spec), "--no-pages"]) == 0
+    # verify accepts them and a replay re-derives them; a plan without --modular does not call them extra
     assert main(["verify", str(reports), "--spec", str(spec), "--no-pages", "--no-missing", "--replay"]) == 0
+    from vjpcert.core.registry import load_file
+    from vjpcert.verify import verify
+    (gated,) = load_file(spec)
+    planned = [p.relative_to(reports) for p in (reports / "certificates" / "gated").glob("symbolic__*.json")]
+    assert verify(reports, {"gated": gated}, planned) == []
 
 
 def test_prove_modular_fails_a_wrong_backward_with_exit_1(tmp_path):
@@ -203,3 +207,38 @@ def test_prove_modular_fails_a_wrong_backward_with_exit_1(tmp_path):
     assert rec["verdict"] == "failed" and rec["evidence"]["witness"]["prime"]
     ok = json.loads((reports / "certificates" / "gated" / "symbolic-modular__vjp-w__n96-rows64.json").read_text())
     assert ok["verdict"] == "checked-probabilistic"
+
+
+# ------------------------------------------------------------------------------ issue 18's mutants
+NAMED_MUTANTS = [
+    # op, mutant, small dims (default run), production dims (--slow; as benchmarks/modular_bench.py)
+    ("gqa_causal", "shared_heads_not_summed", {"hk": 2, "g": 2, "mq": 5, "mk": 5, "d": 3, "dv": 2},
+     {"hk": 2, "g": 4, "mq": 512, "mk": 512, "d": 64, "dv": 64}),
+    ("sdpa_causal_bottom_right", "bottom_right_mask_applied_top_left", {"mq": 3, "mk": 6, "d": 2, "dv": 2},
+     {"mq": 512, "mk": 1024, "d": 64, "dv": 64}),
+    ("cross_entropy", "ignores_ignore_index", {"rows": 4, "n": 9}, {"rows": 512, "n": 32000}),
+    ("swiglu", "sigmoid_prime_for_silu_prime", {"rows": 3, "n": 7}, {"rows": 512, "n": 1376}),
+]
+
+
+def _kills(name, mutant, dims):
+    o = OPS[name]
+    m = next(m for m in o.mutants if m.name == mutant)
+    ok = check_vjps(o, o.resolve_dims(dims), {}, trials=1)
+    bad = check_vjps(o.with_mutant(m), o.resolve_dims(dims), {}, trials=1)
+    assert all(r["status"] == "zero" for r in ok["claims"].values())           # the negative control
+    killed = {c for c, r in bad["claims"].items() if r["status"] == "nonzero"}
+    assert killed == {c for c in m.kills if c.startswith("vjp[")}, killed
+    for c in killed:
+        assert int(bad["claims"][c]["witness"]["residual_mod_p"]) != 0
+
+
+@pytest.mark.parametrize("name,mutant,small,_", NAMED_MUTANTS, ids=[m[1] for m in NAMED_MUTANTS])
+def test_issue_18_mutants_are_killed_and_their_ops_checked(name, mutant, small, _):
+    _kills(name, mutant, small)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,mutant,_,production", NAMED_MUTANTS, ids=[m[1] for m in NAMED_MUTANTS])
+def test_issue_18_mutants_are_killed_at_production_size(name, mutant, _, production):
+    _kills(name, mutant, production)
