@@ -242,3 +242,13 @@ def test_issue_18_mutants_are_killed_and_their_ops_checked(name, mutant, small, 
 @pytest.mark.parametrize("name,mutant,_,production", NAMED_MUTANTS, ids=[m[1] for m in NAMED_MUTANTS])
 def test_issue_18_mutants_are_killed_at_production_size(name, mutant, _, production):
     _kills(name, mutant, production)
+
+
+def test_the_certificate_records_no_timings_and_the_same_bytes_twice():
+    import json
+    from vjpcert.symbolic import modular
+    a = check_modular(OPS["layernorm"], "vjp[x]", {"rows": 3, "n": 5}, trials=2)
+    modular._MEMO.clear()
+    b = check_modular(OPS["layernorm"], "vjp[x]", {"rows": 3, "n": 5}, trials=2)
+    assert a.to_json() == b.to_json()
+    assert "timings" not in json.loads(a.to_json())["evidence"] and a.evidence["timings"]["seconds_per_trial"]
