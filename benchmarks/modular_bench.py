@@ -86,7 +86,12 @@ def main():
     ap.add_argument("--only", action="append", default=[], help="op names to run (default: all)")
     ap.add_argument("--trials", type=int, default=1, help="trials per case (default 1: seconds per trial)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per case")
+    ap.add_argument("--render", action="store_true", help="only re-render modular.md from modular.json")
     args = ap.parse_args()
+    if args.render:
+        data = json.loads((ROOT / "reports" / "benchmarks" / "modular.json").read_text())
+        render(data)
+        return
     if args.one:
         print(json.dumps(one(args.one[0], int(args.one[1]), args.trials)))
         return
@@ -125,14 +130,20 @@ def write(results, args):
     keep = [r for r in old.get("results", []) if r.get("case") not in {x.get("case") for x in results}]
     data = {**meta, "results": keep + results}
     atomic_write(path, json.dumps(data, indent=2) + "\n")
+    render(data)
+
+
+def render(data):
+    from vjpcert.core.certificate import atomic_write
+    out_dir = ROOT / "reports" / "benchmarks"
     lines = ["# The vectorised modular evaluator at production dims", "",
              "`python benchmarks/modular_bench.py` (each case in its own process). One trial = one prime in "
              "[2^59, 2^60) and one random point: the forward on dual numbers (value, J t), the backward, and "
              "the residual sum_X <backward_X, t_X> - <dy, J t> for every VJP claim of the block at once.",
              "", f"Machine: {data['machine']}; Python {data['python']}, numpy {data['numpy']}.", "",
              "## Blocks", "",
-             "| block | dims | seconds per trial | target | peak memory | residual | false pass per trial (stated bound) |",
-             "|---|---|---|---|---|---|---|"]
+             "| block | dims | seconds per trial | target | peak memory | residual | stated false pass: per trial, after the trials run | degree bound |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in data["results"]:
         if r.get("kind") != "block":
             continue
@@ -144,7 +155,7 @@ def write(results, args):
         residual = "0 in every trial" if not x["failed"] else f"nonzero: {', '.join(x['failed'])}"
         lines.append(f"| {r['case']} (`{name}`) | {r['dims']} | {', '.join(map(str, x['seconds_per_trial']))} | "
                      f"{r.get('target_seconds_per_trial') or '-'} | {r['peak_rss_gib']} GiB | {residual} | "
-                     f"{x['false_pass_per_trial']} |")
+                     f"{x['false_pass_per_trial']}, {x['false_pass_total']} ({x['trials']} trials) | {x['degree_bound']} |")
     lines += ["", "## Issue 18's mutants at production size", "",
               "| mutant | dims | correct op | mutant | seconds per trial (correct, mutant) | peak memory |",
               "|---|---|---|---|---|---|"]
@@ -162,10 +173,19 @@ def write(results, args):
                      f"{ok['seconds_per_trial'][0]}, {bad['seconds_per_trial'][0]} | {r['peak_rss_gib']} GiB |")
     lines += ["", "The stated bound per trial covers Schwartz-Zippel on the residual's numerator (its degree "
               "bounded from the code, denominators counted per axis), the prime dividing its coefficients and "
-              "two atoms of one kind colliding (every pair of hashed entries); `vjpcert prove --modular` runs "
-              "`MODULAR_TRIALS` trials and states the product.", ""]
+              "two atoms of one kind colliding (every pair of hashed entries). Trials are added (3 to 32 in "
+              "`vjpcert prove --modular`; from 1 here) until the product is below 1e-6.", "",
+              "What these figures say: the ViT-Tiny block runs under 1 s per trial and its certificate "
+              "(`vjpcert prove vit_block --modular`) states a false-pass probability below 1e-6 after 11 trials. "
+              "The GPT-2-small and Llama-style blocks run end to end and their residual vanishes, but the "
+              "degree bound tracked for them (1e22 and more) exceeds the prime, so the stated bound is vacuous: "
+              "`--modular` would call them `inconclusive`, not `checked-probabilistic`, until the bound tracks "
+              "denominators by their origin (a softmax row's 1/Z is one factor wherever it is used) rather than "
+              "per axis. The GPT-2-small trial misses its 30 s target on this shared 2-core machine (the nine "
+              "exact float64 dgemms of 20-bit limbs alone are about 1 TFLOP per trial). Each named mutant is "
+              "killed at production size, its correct op checked at the same dims with a small stated bound.", ""]
     atomic_write(out_dir / "modular.md", "\n".join(lines))
-    print(f"wrote {path} and {out_dir / 'modular.md'}")
+    print(f"wrote {out_dir / 'modular.json'} and {out_dir / 'modular.md'}")
 
 
 if __name__ == "__main__":

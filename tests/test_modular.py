@@ -159,17 +159,17 @@ def test_vit_tiny_dims_are_declared():
 # ------------------------------------------------------------------------------ the command
 USER_OP = '''
 """A user's op with production dims for the modular test."""
-from vjpcert.core.registry import op
+from vjpcert.core.registry import Param, op
 
 @op(inputs={{"x": ("rows", "n"), "w": ("n",)}}, output=("rows", "n"), dims=[{{"rows": 1, "n": 2}}],
-    modular_dims=[{{"rows": 64, "n": 96}}])
-def gated(B, x, w):
-    return x * B.tanh(x * w)
+    params={{"k": Param(2, symbolic=False)}}, modular_dims=[{{"rows": 64, "n": 96, "k": 3}}])
+def gated(B, x, w, k):
+    return x * B.tanh(k * x * w)
 
 @gated.defvjp
-def gated_vjp(B, x, w, dy):
-    t = B.tanh(x * w)
-    return (dy * (t + x * w * (1 - t * t)){wrong}, (dy * x * x * (1 - t * t)).sum(0))
+def gated_vjp(B, x, w, k, dy):
+    t = B.tanh(k * x * w)
+    return (dy * (t + k * x * w * (1 - t * t)){wrong}, (dy * k * x * x * (1 - t * t)).sum(0))
 '''
 
 
@@ -180,8 +180,8 @@ def test_prove_modular_writes_checked_probabilistic_certificates_that_verify_and
     reports = tmp_path / "reports"
     assert main(["prove", "--quiet", "--no-general", "--modular", "--reports", str(reports), str(spec)]) == 0
     certs = sorted((reports / "certificates" / "gated").glob("symbolic-modular__*.json"))
-    assert [c.name for c in certs] == ["symbolic-modular__vjp-w__n96-rows64.json",
-                                       "symbolic-modular__vjp-x__n96-rows64.json"]
+    assert [c.name for c in certs] == ["symbolic-modular__vjp-w__k3-n96-rows64.json",
+                                       "symbolic-modular__vjp-x__k3-n96-rows64.json"]
     import json
     rec = json.loads(certs[0].read_text())
     assert rec["verdict"] == "checked-probabilistic" and rec["method"] == "modp-vectorised"
@@ -203,9 +203,9 @@ def test_prove_modular_fails_a_wrong_backward_with_exit_1(tmp_path):
     reports = tmp_path / "reports"
     assert main(["prove", "--quiet", "--no-general", "--modular", "--reports", str(reports), str(spec)]) == 1
     import json
-    rec = json.loads((reports / "certificates" / "gated" / "symbolic-modular__vjp-x__n96-rows64.json").read_text())
+    rec = json.loads((reports / "certificates" / "gated" / "symbolic-modular__vjp-x__k3-n96-rows64.json").read_text())
     assert rec["verdict"] == "failed" and rec["evidence"]["witness"]["prime"]
-    ok = json.loads((reports / "certificates" / "gated" / "symbolic-modular__vjp-w__n96-rows64.json").read_text())
+    ok = json.loads((reports / "certificates" / "gated" / "symbolic-modular__vjp-w__k3-n96-rows64.json").read_text())
     assert ok["verdict"] == "checked-probabilistic"
 
 
