@@ -87,6 +87,8 @@ def main():
     ap.add_argument("--trials", type=int, default=1, help="trials per case (default 1: seconds per trial)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per case")
     ap.add_argument("--render", action="store_true", help="only re-render modular.md from modular.json")
+    ap.add_argument("--blas-threads", type=int, default=1,
+                    help="OpenBLAS threads per case (default 1: on a shared machine more threads thrash)")
     args = ap.parse_args()
     if args.render:
         data = json.loads((ROOT / "reports" / "benchmarks" / "modular.json").read_text())
@@ -102,8 +104,11 @@ def main():
             continue
         t = time.perf_counter()
         try:
+            import os
+            env = {**os.environ, "OPENBLAS_NUM_THREADS": str(args.blas_threads),
+                   "OMP_NUM_THREADS": str(args.blas_threads)}
             proc = subprocess.run([sys.executable, __file__, "--one", kind, str(i), "--trials", str(args.trials)],
-                                  capture_output=True, text=True, timeout=args.timeout)
+                                  capture_output=True, text=True, timeout=args.timeout, env=env)
             if proc.returncode:
                 res = {"case": name, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
             else:
@@ -124,7 +129,7 @@ def write(results, args):
     meta = {"machine": f"{platform.machine()}, {platform.processor() or 'cpu'}; "
                        f"{__import__('os').cpu_count()} cores (shared)",
             "python": platform.python_version(), "numpy": __import__("numpy").__version__,
-            "trials_per_case": args.trials}
+            "trials_per_case": args.trials, "blas_threads": args.blas_threads}
     path = out_dir / "modular.json"
     old = json.loads(path.read_text()) if path.exists() and args.only else {"results": []}
     keep = [r for r in old.get("results", []) if r.get("case") not in {x.get("case") for x in results}]
@@ -140,7 +145,8 @@ def render(data):
              "`python benchmarks/modular_bench.py` (each case in its own process). One trial = one prime in "
              "[2^59, 2^60) and one random point: the forward on dual numbers (value, J t), the backward, and "
              "the residual sum_X <backward_X, t_X> - <dy, J t> for every VJP claim of the block at once.",
-             "", f"Machine: {data['machine']}; Python {data['python']}, numpy {data['numpy']}.", "",
+             "", f"Machine: {data['machine']}; Python {data['python']}, numpy {data['numpy']}; "
+                 f"{data.get('blas_threads', 'default')} BLAS thread(s) per case.", "",
              "## Blocks", "",
              "| block | dims | seconds per trial | target | peak memory | residual | stated false pass: per trial, after the trials run | degree bound |",
              "|---|---|---|---|---|---|---|---|"]
