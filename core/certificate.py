@@ -67,7 +67,7 @@ def cert_relpath(op: str, variant: str, claim: str, dims: dict) -> Path:
 class Certificate:
     op: str
     claim: str
-    tier: str                       # "symbolic" | "numeric" | "kernel" | "implementation"
+    tier: str                       # "symbolic" | "numeric" | "kernel" | "triton" | "implementation"
     verdict: str
     method: str
     dims: dict
@@ -176,7 +176,7 @@ CERTIFICATE_SCHEMA = {
     "properties": {
         "op": {"type": "string", "minLength": 1},
         "claim": {"type": "string", "minLength": 1},
-        "tier": {"enum": ["symbolic", "numeric", "kernel", "implementation"]},
+        "tier": {"enum": ["symbolic", "numeric", "kernel", "triton", "implementation"]},
         "verdict": {"enum": list(VERDICTS)},
         "method": {"type": "string"},
         "dims": {"type": "object"},

@@ -44,6 +44,17 @@ FLOOR_ROUNDINGS = 4
 ABSOLUTE_FLOOR = 2.0 ** -100
 
 
+# Laws checked on an implementation's outputs (e.g. softmax dx sums to 0 per row) are evaluated in
+# float64 on its float outputs and compared with the same law evaluated on the dtype spec's outputs:
+# residual <= k * residual_dtype + LAW_FLOOR_ROUNDINGS * u * law_scale. A law reads many outputs per
+# component (a row sum reads n of them), each of which may carry the output floor, so law_scale =
+# max(|lhs|, |rhs|, R * max|outputs read|) with R the outputs read per component (the worst-case
+# accumulation of per-entry errors, as in the gamma_n bound of a sum); the factor 8 is the output
+# floor (4 roundings) doubled for the rounding of inputs that a law builds in float64 (x - x_0,
+# -pos, 2 x) before handing them to an implementation.
+LAW_FLOOR_ROUNDINGS = 8
+
+
 def unit_roundoff(dtype) -> float:
     """u: half an ulp of 1; a value rounded once to ``dtype`` is off by at most u |v|."""
     return float(np.finfo(dtype).eps) / 2
@@ -63,6 +74,11 @@ def bound(baseline_error, *, backward: bool = False, dtype, scale: float = 0.0, 
     if model is None:
         return k_for(backward) * float(baseline_error) + floor(dtype, scale)
     return np.maximum(np.asarray(model, dtype=np.float64), np.asarray(baseline_error, dtype=np.float64)) + ABSOLUTE_FLOOR
+
+
+def law_bound(backward: bool, baseline_residual: float, law_scale: float, dtype) -> float:
+    """The largest residual a law may have on an implementation's outputs (see LAW_FLOOR_ROUNDINGS)."""
+    return k_for(backward) * float(baseline_residual) + LAW_FLOOR_ROUNDINGS * unit_roundoff(dtype) * float(law_scale)
 
 
 def rule_in_words(backward: bool, dtype) -> str:

@@ -25,24 +25,20 @@ This module imports from ``specs`` and ``core`` only (never from ``symbolic``, `
 """
 from __future__ import annotations
 
-import functools
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
 
-from vjpcert.core import input_cases as _input_cases
+from vjpcert.core import kernel_checks as _shared
 from vjpcert.cuda_kernels import env
 from vjpcert.cuda_kernels import settings as tol
-from vjpcert.core.backends import F32, F64
-from vjpcert.core.certificate import Certificate, checker_code_sha256, dims_slug, versions
+from vjpcert.core.certificate import Certificate, checker_code_sha256, versions
 from vjpcert.core.registry import Op, SpecError
 
 # The checker's code: this folder and core/ (the input cases and the rule are there).
 CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
 LAUNCHES = (None, "gpu")        # None: this process's configuration; "gpu": the GPU's own
-WITNESS_INPUTS_MAX = 256        # store the inputs themselves in a witness up to this many entries
 
 
 def detect_mode() -> str:
@@ -108,50 +104,11 @@ def kernel_launches(op, mode: str | None = None, claim: str | None = None) -> li
 
 
 # ------------------------------------------------------------------------------ inputs
-def _rng(seed: int, *labels) -> np.random.Generator:
-    return np.random.default_rng([seed, *(zlib.crc32(str(l).encode()) for l in labels)])
-
-
-def sample_inputs(op: Op, dims: dict, seed: int, with_dy: bool, case: str = tol.FIRST_CASE):
-    """float32 inputs (differentiable: the input case, as in the numeric tier; others: the spec's
-    sampler or standard normal) and, for a backward, a float32 standard-normal cotangent (signed,
-    never constant)."""
-    if case not in tol.CASES:
-        raise SpecError(op.name, f"unknown input case {case!r}; cases: {', '.join(tol.CASES)}")
-    rng = _rng(seed, _base_name(op), dims_slug(dims), case)
-    inputs = {}
-    for name, decl in op.inputs.items():
-        shape = op.shape(decl, dims)
-        v = op.sample[name](rng, shape) if name in op.sample else _input_cases.case_values(case, rng, shape)
-        inputs[name] = np.asarray(v).astype(np.float32)
-    for name, decl in op.nondiff.items():
-        shape = op.shape(decl, dims)
-        v = op.sample[name](rng, shape) if name in op.sample else rng.standard_normal(shape)
-        inputs[name] = np.asarray(v).astype(np.float32)
-    dy = rng.standard_normal(op.shape(op.output, dims)).astype(np.float32) if with_dy else None
-    return inputs, dy
-
-
-def _launcher_params(op: Op, overrides: dict | None = None) -> dict:
-    """The op's params as a launcher takes them: floats for symbolic ones (eps), else as declared."""
-    out = {}
-    for name, p in op.params.items():
-        v = (overrides or {}).get(name, p.default)
-        out[name] = float(v) if p.symbolic else v
-    return out
-
-
-def _as_tuple(x):
-    return x if isinstance(x, tuple) else (x,)
-
-
-def reference(op: Op, kind: str, inputs: dict, dy, dtype) -> tuple:
-    """The spec at these inputs on the numpy backend of ``dtype`` (float64 reference, float32 baseline)."""
-    from vjpcert.core.reference import forward, vjp
-    arrays = {k: np.asarray(v, dtype) for k, v in inputs.items()}
-    if kind == "forward":
-        return (np.asarray(forward(op, dtype, **arrays)),)
-    return tuple(np.asarray(c) for c in vjp(op, np.asarray(dy, dtype), dtype, **arrays))
+# Shared with the Triton tier (core/kernel_checks.py): the inputs of a case, the spec's references.
+sample_inputs = _shared.sample_inputs
+reference = _shared.reference
+_launcher_params = _shared.launcher_params
+_as_tuple = _shared.as_tuple
 
 
 def run_kernel(spec, op: Op, inputs: dict, dy, params: dict) -> tuple:
@@ -177,123 +134,17 @@ def _launch_checked(fn):
 
 
 # ------------------------------------------------------------------------------ laws
-def _twin(op: Op, forward_fn, backward_fn) -> Op:
-    twin = object.__new__(type(op))
-    twin.__dict__.update(op.__dict__)
-    twin.forward, twin.vjp = forward_fn, backward_fn
-    return twin
-
-
-def _impl(op: Op, spec_fn, run, record: list | None):
-    """A function with ``spec_fn``'s signature (so laws bind it by argument name) that runs ``run``
-    on float32 copies of the arrays and returns float64 results (the law's own arithmetic stays in
-    float64, so its residual measures the implementation, not the law's rounding)."""
-    arrays = set(op.inputs) | set(op.nondiff) | {"dy"}
-
-    @functools.wraps(spec_fn)
-    def impl(B, **kw):
-        a = {k: np.asarray(v, np.float32) for k, v in kw.items() if k in arrays}
-        p = {k: v for k, v in kw.items() if k in op.params}
-        outs = tuple(np.asarray(o, np.float64) for o in _as_tuple(run(a, p)))
-        if record is not None:
-            record.extend(outs)
-        return outs if len(outs) > 1 or spec_fn is op.vjp else outs[0]
-    return impl
-
-
-def _kernel_run(spec):
-    def run(a, p):
-        args = {k: v for k, v in a.items()}
-        params = {k: (float(v) if not isinstance(v, (bool, int, np.integer)) else int(v)) for k, v in p.items()}
-        return spec.launcher(**args, **params)
-    return run
-
-
-def _spec_run(op: Op, fn, B):
-    def run(a, p):
-        params = {k: (B.dtype.type(v) if op.params[k].symbolic else v) for k, v in p.items()}
-        return op.bind(fn, B, {**{k: np.asarray(v, B.dtype) for k, v in a.items()}, **params})
-    return run
-
-
-def _spec32_run(op: Op, fn):
-    return _spec_run(op, fn, F32)
-
-
-def _law_values(op: Op, law, inputs: dict, dy) -> dict:
-    values = {k: np.asarray(v, np.float64) for k, v in inputs.items()}
-    if dy is not None:
-        values["dy"] = np.asarray(dy, np.float64)
-    for name, p in op.params.items():
-        v = law.params.get(name, p.default)
-        values[name] = F64.c(v) if p.symbolic else v
-    return values
-
-
-def _law_residual(op_twin: Op, law, values: dict):
-    out = op_twin.bind(law.fn, F64, values)
-    lhs, rhs = out if isinstance(out, tuple) else (out, np.zeros_like(np.asarray(out, np.float64)))
-    lhs, rhs = np.broadcast_arrays(np.asarray(lhs, np.float64), np.asarray(rhs, np.float64))
-    res = np.abs(lhs - rhs)
-    return res, lhs, rhs
-
-
 def check_law(op: Op, spec, law, inputs: dict, dy, kernels: dict) -> dict:
-    """One runtime law on the kernel's outputs, against the same law on the float32 spec."""
-    fwd_spec = kernels.get(spec.forward) if spec.kind == "backward" else spec
-    record: list = []
-    k_fwd = _impl(op, op.forward, _kernel_run(fwd_spec) if fwd_spec else _spec32_run(op, op.forward), record)
-    k_bwd = _impl(op, op.vjp, _kernel_run(spec) if spec.kind == "backward" else _spec32_run(op, op.vjp), record)
-    s_fwd = _impl(op, op.forward, _spec32_run(op, op.forward), None)
-    s_bwd = _impl(op, op.vjp, _spec32_run(op, op.vjp), None)
-    if dy is None and law.needs_dy:
-        raise SpecError(op.name, f"law {law.name} needs dy; attach it to a backward kernel")
-    values = _law_values(op, law, inputs, dy)
-    # Where the law itself is not defined at these inputs (LayerNorm's eps = 0 law on a row of one
-    # element: zero variance, 1/0), the float64 spec gives no finite value either: skip, and say so.
-    spec64 = _twin(op, _impl(op, op.forward, _spec_run(op, op.forward, F64), None),
-                   _impl(op, op.vjp, _spec_run(op, op.vjp, F64), None))
-    with np.errstate(all="ignore"):
-        _, lhs64, rhs64 = _law_residual(spec64, law, values)
-    if not (np.all(np.isfinite(lhs64)) and np.all(np.isfinite(rhs64))):
-        return {"ok": True, "skipped": "the law is not finite for the float64 spec at these inputs",
-                "params": {k: str(v) for k, v in law.params.items()}}
-    res_k, lhs, rhs = _launch_checked(lambda: _law_residual(_twin(op, k_fwd, k_bwd), law, values))
-    with np.errstate(all="ignore"):
-        res_s, _, _ = _law_residual(_twin(op, s_fwd, s_bwd), law, values)
-    per_component = max(1, int(np.ceil(sum(r.size for r in record) / max(1, lhs.size))))
-    mag = max((float(np.max(np.abs(r))) for r in record if r.size), default=0.0)
-    scale = max(float(np.max(np.abs(lhs), initial=0)), float(np.max(np.abs(rhs), initial=0)), mag * per_component)
-    residual = float(np.max(res_k, initial=0))
-    baseline = float(np.max(res_s, initial=0))
-    b = tol.law_bound(spec.kind, baseline, scale)
-    entry = {"residual": residual, "float32_spec_residual": baseline, "bound": b, "scale": scale,
-             "params": {k: str(v) for k, v in law.params.items()}, "ok": bool(residual <= b)}
-    if not np.isfinite(residual):
-        entry["ok"] = False
-    if not entry["ok"]:
-        idx = int(np.nanargmax(np.where(np.isfinite(res_k), res_k, np.inf)))
-        entry["component"] = [int(i) for i in np.unravel_index(idx, res_k.shape)] if res_k.ndim else []
-        entry["lhs"], entry["rhs"] = float(lhs.flat[idx]), float(rhs.flat[idx])
-    return entry
+    """One runtime law on the kernel's outputs, against the same law on the float32 spec (the rule
+    and the evaluation are shared with the Triton tier: core/kernel_checks.py)."""
+    return _shared.check_law(op, spec, law, inputs, dy, kernels, launch_checked=_launch_checked)
 
 
-def law_objects(op: Op, spec) -> list:
-    out = []
-    for law in spec.laws:
-        out.append(op.get_law(law) if isinstance(law, str) else law)
-    return out
+law_objects = _shared.law_objects
 
 
 # ------------------------------------------------------------------------------ the claim
-def _small_inputs(inputs: dict, dy) -> dict | None:
-    total = sum(v.size for v in inputs.values()) + (dy.size if dy is not None else 0)
-    if total > WITNESS_INPUTS_MAX:
-        return None
-    out = {k: v.tolist() for k, v in inputs.items()}
-    if dy is not None:
-        out["dy"] = dy.tolist()
-    return out
+_small_inputs = _shared.small_inputs
 
 
 def launch_config(launch: str | None):

@@ -12,31 +12,17 @@ be switched on once ``numba.cuda`` has been imported.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 from functools import lru_cache
+
+from vjpcert.core import devices as _devices
 
 MODE_ENV = "VJPCERT_KERNEL_MODE"
 MODES = ("gpu", "simulator", "compile", "none")
 
 
-def driver_present() -> bool:
-    """A real CUDA driver with at least one device (never raises)."""
-    names = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so")
-    for name in names:
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError:
-            continue
-        try:
-            if lib.cuInit(0) != 0:
-                return False
-            count = ctypes.c_int(0)
-            return lib.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
-        except (AttributeError, OSError):
-            return False
-    return False
+driver_present = _devices.driver_present       # shared with the Triton tier (core/devices.py)
 
 
 def _numba_cuda_installed() -> bool:

@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from vjpcert.core.registry import SpecError
+
 from vjpcert.cuda_kernels.common import (block_sum, call, colsum, config, cuda, empty, float32, kernel, launch,
                                          row_grid, warps, min_blocks, RESIDENT_THREADS_HEAVY)
 from vjpcert.cuda_kernels.registry import ROWS, fwd_bwd, kernel_law
@@ -86,11 +88,19 @@ def rmsnorm_bwd_dev(d_x, d_dy, d_gamma, *, eps, cfg=None, poison=True):
     return d_dx, colsum(d_gx, cfg, poison=poison)
 
 
-def rmsnorm_fwd(x, gamma, *, eps=1e-6, poison=True):
+def _no_offset(offset):
+    # The spec's Gemma offset (y = x rstd (offset + gamma)) is not in this kernel: it implements offset 0
+    if offset != 0:
+        raise SpecError("rmsnorm", f"the Numba RMSNorm kernel implements offset 0 only, not {offset}")
+
+
+def rmsnorm_fwd(x, gamma, *, eps=1e-6, offset=0, poison=True):
+    _no_offset(offset)
     return call(lambda a, g: rmsnorm_fwd_dev(a, g, eps=eps, poison=poison), (x,), (gamma,))
 
 
-def rmsnorm_bwd(x, gamma, dy, *, eps=1e-6, poison=True):
+def rmsnorm_bwd(x, gamma, dy, *, eps=1e-6, offset=0, poison=True):
+    _no_offset(offset)
     """(dx, dgamma)."""
     return call(lambda a, d, g: rmsnorm_bwd_dev(a, d, g, eps=eps, poison=poison), (x, dy), (gamma,))
 
@@ -109,13 +119,15 @@ def _rstd_model(x, eps, block):
     return 1 / em.sqrt(ms + em.constant(eps))
 
 
-def rmsnorm_fwd_model(cfg, x, gamma, *, eps=1e-6):
+def rmsnorm_fwd_model(cfg, x, gamma, *, eps=1e-6, offset=0):
+    _no_offset(offset)
     from vjpcert.cuda_kernels import error_model as em
     x = em.exact(x)
     return x * _rstd_model(x, eps, cfg.block) * em.exact(gamma)
 
 
-def rmsnorm_bwd_model(cfg, x, gamma, dy, *, eps=1e-6):
+def rmsnorm_bwd_model(cfg, x, gamma, dy, *, eps=1e-6, offset=0):
+    _no_offset(offset)
     from vjpcert.cuda_kernels import error_model as em
     x, gamma, dy = em.exact(x), em.exact(gamma), em.exact(dy)
     rstd = _rstd_model(x, eps, cfg.block)
@@ -134,6 +146,6 @@ def colsum_model(cfg, a):
 # ------------------------------------------------------------------------------ registration
 KERNELS = fwd_bwd("rmsnorm", rmsnorm_fwd, rmsnorm_bwd, models=(rmsnorm_fwd_model, rmsnorm_bwd_model),
                   fwd_laws=(kernel_law(scale_invariant, {"eps": 0}),),
-                  bwd_laws=("dx_orthogonal_to_x",), cots=("dx", "dgamma"),
+                  bwd_laws=("dx_orthogonal_to_x", "offset_is_a_gain_shift"), cots=("dx", "dgamma"),
                   doc="one block per row; dgamma by deterministic column sums")
 SIZES = {"rmsnorm": ROWS}

@@ -98,15 +98,10 @@ DETERMINISM_RUNS = 2
 K_FORWARD = _rule.K_FORWARD
 K_BACKWARD = _rule.K_BACKWARD
 
-# Laws checked on kernel outputs (e.g. softmax dx sums to 0 per row) are evaluated in float64 on the
-# kernel's float32 outputs, and compared in the same way with the same law evaluated on the float32
-# spec's outputs: residual <= k * residual_f32 + LAW_FLOOR_ROUNDINGS * u * law_scale. A law reads
-# many outputs per component (a row sum reads n of them), each of which may carry the output floor,
-# so law_scale = max(|lhs|, |rhs|, R * max|outputs read|) with R the outputs read per component (the
-# worst-case accumulation of per-entry errors, as in the gamma_n bound of a sum); the factor 8 is
-# the project's output floor (4 roundings) doubled for the float32 rounding of inputs that a law
-# builds in float64 (x - x_0, -pos, 2 x) before handing them to a kernel.
-LAW_FLOOR_ROUNDINGS = 8
+# Laws checked on kernel outputs (e.g. softmax dx sums to 0 per row): the project's law rule
+# (core/tolerance.py, shared with the Triton tier): residual <= k * residual_f32 +
+# LAW_FLOOR_ROUNDINGS * u * law_scale.
+LAW_FLOOR_ROUNDINGS = _rule.LAW_FLOOR_ROUNDINGS
 
 
 def k_for(kind: str) -> float:
@@ -116,7 +111,8 @@ def k_for(kind: str) -> float:
 
 
 def law_bound(kind: str, baseline_residual: float, law_scale: float) -> float:
-    return k_for(kind) * float(baseline_residual) + LAW_FLOOR_ROUNDINGS * UNIT_ROUNDOFF * float(law_scale)
+    k_for(kind)                 # a kind other than forward/backward is refused
+    return _rule.law_bound(kind == "backward", baseline_residual, law_scale, np.float32)
 
 
 def element_bound(model_bound: np.ndarray, spec_f32_error: np.ndarray) -> np.ndarray:

@@ -19,8 +19,8 @@ INPUTS = {"X": ("m", "D"), "P": ("m", "D"),
 
 @op(inputs=INPUTS, output=("m", "D"), params=GPT2["params"],
     nodes={"block_1": gpt2_block, "block_2": gpt2_block, "ln_f": layernorm}, proofs=("compositional",),
-    dims=GPT2["dims"], compositional_dims=[{"m": 16, "D": 64, "F": 256}],
-    check_dims={"m": 3, "D": 4, "F": 4}, constraints=_heads_ok)
+    dims=[{"m": 2, "D": 4, "F": 2}], compositional_dims=[{"m": 16, "D": 64, "F": 256}],
+    check_dims={"m": 2, "D": 4, "F": 2}, constraints=_heads_ok)       # small: 28 claims, two blocks each
 def gpt2_stack(B, X, P, g1_1, be1_1, Wqkv_1, bqkv_1, Wo_1, bo_1, g2_1, be2_1, Wfc_1, bfc_1, Wpr_1, bpr_1,
                g1_2, be1_2, Wqkv_2, bqkv_2, Wo_2, bo_2, g2_2, be2_2, Wfc_2, bfc_2, Wpr_2, bpr_2, gf, bf, heads, eps, nodes):
     H1 = nodes.block_1(X + P, g1_1, be1_1, Wqkv_1, bqkv_1, Wo_1, bo_1, g2_1, be2_1, Wfc_1, bfc_1, Wpr_1, bpr_1, heads=heads, eps=eps)

@@ -22,7 +22,7 @@ from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate
 from vjpcert.core.registry import Op, Param, SpecError
 from vjpcert.symbolic import settings as tol
-from vjpcert.symbolic.wiring import node_signatures, prove_wiring
+from vjpcert.symbolic.wiring import node_signatures, prove_wiring_claims
 
 PROVED = ("proved", "proved-general", "proved-compositional")
 
@@ -69,6 +69,25 @@ def _digest(cert: Certificate) -> str:
     return cert.digest
 
 
+def _wiring(op: Op, claim: str, dims: dict, budget: float) -> tuple[dict, list]:
+    """The wiring's verdict for this claim and the node calls, computed once per composite and dims for
+    all its VJP claims (one run of the composite on tags, one derivative of its forward: the bulk of
+    the work at realistic dims) and cached per process with the node proofs. The key holds the op's
+    name, code hash, its forward's, backward's and nodes' identities (a mutant twin is another entry); the
+    entry holds the op itself, so those identities cannot be reused by another object."""
+    key = ("wiring", op.name, op.spec_sha256, id(op.forward), id(op.vjp),
+           tuple((k, id(v)) for k, v in sorted(op.nodes.items())), tuple(sorted(dims.items())))
+    if key not in _CACHE:
+        claims = [c for c in op.claims() if c.startswith("vjp[")]
+        out = run_with_budget(lambda: prove_wiring_claims(op, claims, dims),
+                              budget * tol.SHARE["wiring"] * len(claims))
+        _CACHE[key] = (op, out, node_signatures(op, dims))
+    _, out, signatures = _CACHE[key]
+    if out.status != "ok":
+        return {"status": out.status, "error": (out.error or "")[:300]}, signatures
+    return out.value[claim], signatures
+
+
 def prove_compositional(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_CLAIM_BUDGET_S,
                         seed: int = 0) -> Certificate:
     from vjpcert.symbolic.prover import CHECKER_SHA256, assumptions_of
@@ -78,10 +97,9 @@ def prove_compositional(op: Op, claim: str, dims: dict, *, budget: float = tol.D
     if not claim.startswith("vjp["):
         raise SpecError(op.name, f"only VJP claims are proved compositionally, not {claim!r}")
     dims = op.resolve_dims(dims)
-    out = run_with_budget(lambda: prove_wiring(op, claim, dims), budget * tol.SHARE["wiring"])
-    wiring = out.value if out.status == "ok" else {"status": out.status, "error": (out.error or "")[:300]}
+    wiring, signatures = _wiring(op, claim, dims, budget)
     nodes, failed_node = [], None
-    for inst, node_op, ndims, static in node_signatures(op, dims):
+    for inst, node_op, ndims, static in signatures:
         for c in node_op.claims():
             if not c.startswith("vjp["):
                 continue

@@ -38,7 +38,7 @@ from vjpcert.core.registry import Op, SpecError
 from vjpcert.symbolic.wiring_algebra import (Call, J, Tag, Tape, Term, Unsupported, canonical, collect,
                                              transpose_word)
 
-__all__ = ["Unsupported", "node_signatures", "prove_wiring"]
+__all__ = ["Unsupported", "node_signatures", "prove_wiring", "prove_wiring_claims"]
 
 
 # ============================================================================ the backend and nodes
@@ -207,16 +207,34 @@ def prove_wiring(op: Op, claim: str, dims: dict) -> dict:
     differentiable node functions the backward is not the transpose of the forward's derivative (it
     may still be right for the real nodes); the evidence names the words that differ and every node
     whose VJP was called at a point its forward never used (node, argument, both values)."""
-    if not claim.startswith("vjp["):
-        raise SpecError(op.name, f"only VJP claims have a wiring, not {claim!r}")
-    wrt = claim[4:-1]
+    return prove_wiring_claims(op, [claim], dims)[claim]
+
+
+def prove_wiring_claims(op: Op, claims: list[str], dims: dict) -> dict[str, dict]:
+    """``prove_wiring`` for several VJP claims of one composite at once, {claim: result}: the composite
+    runs on tags once and its forward's derivative is read off once (most of the work at realistic
+    dims); each claim then compares its own input's cotangent with its own words of J^T dy."""
+    for claim in claims:
+        if not claim.startswith("vjp["):
+            raise SpecError(op.name, f"only VJP claims have a wiring, not {claim!r}")
     tape, y, cots, stopped = _run(op, dims)
+    if stopped:
+        return {c: {"status": "unsupported", "reason": stopped} for c in claims}
     try:
-        if stopped:
-            raise Unsupported(stopped)
+        jt = tape.expr_from_parts([tape.tangent_parts(v) for v in y.ravel()])
+    except Unsupported as exc:
+        return {c: {"status": "unsupported", "reason": str(exc)} for c in claims}
+    calls = [{"node": c.instance, "op": c.op.name, "dims": dict(c.dims),
+              "params": {k: (repr(v) if isinstance(v, Tag) else v) for k, v in c.params.items()},
+              "from": "backward only" if c.from_backward else "forward"} for c in tape.calls]
+    return {claim: _compare(op, tape, cots, jt, claim[4:-1], calls) for claim in claims}
+
+
+def _compare(op: Op, tape: Tape, cots, jt, wrt: str, calls: list) -> dict:
+    """One input's cotangent against the words of J^T dy that end in that input's tangent."""
+    try:
         cot = np.asarray(cots[list(op.inputs).index(wrt)], dtype=object)
         lhs = collect(tape, tape.expr_from_array(cot))
-        jt = tape.expr_from_parts([tape.tangent_parts(v) for v in y.ravel()])
     except Unsupported as exc:
         return {"status": "unsupported", "reason": str(exc)}
     rhs: dict = {}
@@ -231,9 +249,6 @@ def prove_wiring(op: Op, claim: str, dims: dict) -> dict:
         rhs[key] = rhs.get(key, 0) + got[0]
         if rhs[key] == 0:
             del rhs[key]
-    calls = [{"node": c.instance, "op": c.op.name, "dims": dict(c.dims),
-              "params": {k: (repr(v) if isinstance(v, Tag) else v) for k, v in c.params.items()},
-              "from": "backward only" if c.from_backward else "forward"} for c in tape.calls]
     evidence = {"words": len(rhs), "node_calls": len(tape.calls), "primal_tags": len(tape.tags),
                 "calls": calls}
     if lhs == rhs:

@@ -1,7 +1,8 @@
 """The floors of the house (ARCHITECTURE.md), checked on the source: an import only ever points down.
 
     vjpcert (CLI, runner, reports)          may import everything below
-    symbolic | numeric | cuda_kernels       may import specs and core, never each other nor vjpcert's top
+    symbolic | numeric | cuda_kernels | triton_kernels
+                                            may import specs and core, never each other nor vjpcert's top
     specs | frontends                        may import core (and themselves), never each other
     core                                     imports no other floor
 Nothing imports the repository's folders by their bare names (``import specs``): installed, they live
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOORS = ("core", "specs", "frontends", "symbolic", "numeric", "cuda_kernels")
+FLOORS = ("core", "specs", "frontends", "symbolic", "numeric", "cuda_kernels", "triton_kernels")
 ALLOWED = {
     "core": {"core"},
     "specs": {"core", "specs"},
@@ -21,6 +22,7 @@ ALLOWED = {
     "symbolic": {"core", "specs", "symbolic"},
     "numeric": {"core", "specs", "numeric"},
     "cuda_kernels": {"core", "specs", "cuda_kernels"},
+    "triton_kernels": {"core", "specs", "triton_kernels"},
 }
 
 

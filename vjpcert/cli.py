@@ -4,6 +4,7 @@
     vjpcert prove   [OP|FILE ...]   the symbolic tier: exact proofs
     vjpcert check   [OP|FILE ...]   the numeric tier: mpmath checks with digits
     vjpcert kernels [OP ...]        the kernel tier: CUDA kernels against the specs
+    vjpcert triton  [FILE ...|--liger]  the Triton tier: your TRITON_KERNELS, or Liger-Kernel's (reports/liger/)
     vjpcert verify  [REPORTS]       are the committed certificates (and the pages) still current?
     vjpcert render  [REPORTS]       re-render the pages from the certificates (runs no checks)
     vjpcert mutate  [OP ...]        the mutation suite: which checker kills which wrong backward
@@ -111,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("kernels", help="check the CUDA kernels against the specs (simulator or GPU)")
     _targets(p)
     _run_options(p, budget=False)
+    p = sub.add_parser("triton", help="check Triton kernels (a file's TRITON_KERNELS, or --liger) against the specs")
+    p.add_argument("files", nargs="*", help="Python files defining TRITON_KERNELS")
+    p.add_argument("--liger", action="store_true", help="Liger-Kernel's kernels: the report of reports/liger/")
+    p.add_argument("--out", default=None, help="report folder (default reports/liger with --liger, else reports/triton)")
+    p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("verify", help="fail, naming each, on stale, edited, malformed or missing certificates")
     p.add_argument("reports", nargs="?", default="reports")
     p.add_argument("--spec", action="append", default=[], metavar="FILE",
@@ -547,6 +553,14 @@ def _interruptible():
         os.register_at_fork(before=before, after_in_parent=parent, after_in_child=child)
 
 
+def cmd_triton(args) -> int:
+    """The Triton tier (vjpcert/triton_report.py): exit 0 all kernel-match, 1 a failure, 2 bad input."""
+    from vjpcert.triton_report import main as triton_main
+    argv = [*args.files, *(["--liger"] if args.liger else []), *(["--out", args.out] if args.out else []),
+            "--seed", str(args.seed)]
+    return triton_main(argv)
+
+
 def _poll():
     """Nothing: calling a Python function is a point where pending signal handlers run."""
 
@@ -557,7 +571,8 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     commands = {"all": cmd_all, "prove": cmd_prove, "check": cmd_check, "kernels": cmd_kernels,
-                "verify": cmd_verify, "render": cmd_render, "mutate": cmd_mutate, "frameworks": cmd_frameworks}
+                "verify": cmd_verify, "render": cmd_render, "mutate": cmd_mutate, "frameworks": cmd_frameworks,
+                "triton": cmd_triton}
     try:
         return commands[args.command](args)
     except SpecError as exc:

@@ -4,10 +4,15 @@
         vjpcert.proved("my_ops.py::my_softmax")
         vjpcert.checked("my_ops.py::my_softmax", dps=30)
         vjpcert.matches_spec("softmax", my_softmax_kernel, kind="forward")
+        vjpcert.triton_matches("softmax", my_triton_softmax_launcher, kind="forward")
 """
 from __future__ import annotations
 
 import pytest
+
+# Without a GPU, Triton kernels can only run in Triton's interpreter, which must be switched on before a
+# test module decorates its kernels (a cheap driver probe: neither torch nor triton is imported here).
+import vjpcert.triton_kernels  # noqa: F401,E402
 
 
 class _Certifier:
@@ -27,6 +32,11 @@ class _Certifier:
     def matches_spec(op, impl, **kwargs):
         from vjpcert.testing import assert_matches_spec
         return assert_matches_spec(op, impl, **kwargs)
+
+    @staticmethod
+    def triton_matches(op, launcher, **kwargs):
+        from vjpcert.testing import assert_triton_matches
+        return assert_triton_matches(op, launcher, **kwargs)
 
 
 @pytest.fixture

@@ -97,6 +97,31 @@ def assert_matches_spec(op, impl, *, kind: str = "backward", dims: dict | None =
     return _check_forward(op, impl, dims, dtype, seed, params)
 
 
+def assert_triton_matches(op, launcher, *, kind: str = "backward", dims=None, seed: int = 0, cases=None,
+                          name: str | None = None, laws=()):
+    """A Triton kernel of yours against the op's spec, through the Triton tier (in Triton's interpreter
+    without a GPU): ``launcher`` takes the spec's argument names as numpy arrays (``dy`` for a backward,
+    and the op's params) and returns numpy arrays; allocate with ``vjpcert.triton_kernels.harness``
+    (``device_tensor``, ``empty``) so inputs are fenced and outputs NaN-poisoned. ``dims``: one dims
+    dict or a list (default: the op's check dims). Returns the certificates; raises with the witness."""
+    from vjpcert.triton_kernels.check import check_triton_claim, unavailable_reason
+    from vjpcert.triton_kernels.registry import TritonKernel
+    why = unavailable_reason()
+    if why:
+        raise CertificationError(why)
+    op = resolve(op)
+    if kind not in ("forward", "backward"):
+        raise ValueError("kind is 'forward' or 'backward'")
+    outputs = ("y",) if kind == "forward" else tuple(f"d{n}" for n in op.inputs)
+    kernel = TritonKernel(name or getattr(launcher, "__name__", "user_kernel"), op.base_name, kind, outputs,
+                          launcher, tuple(laws), source="your kernel")
+    ladder = [dims] if isinstance(dims, dict) else list(dims or [op.check_dims])
+    certs = [check_triton_claim(op, kernel.claim, d, seed=seed, kernel=kernel, cases=cases) for d in ladder]
+    if not all(c.verdict == "kernel-match" for c in certs):
+        raise CertificationError("Triton kernel does not match the spec:\n" + _explain(certs))
+    return certs
+
+
 def _check_forward(op, impl, dims, dtype, seed, params=None):
     """The forward against the spec: the reference is the spec in mpmath (50 digits) rounded to
     float64, the baseline the spec at ``dtype`` (as for backwards)."""

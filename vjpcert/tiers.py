@@ -5,6 +5,9 @@ table; nothing else dispatches on a tier's name.
     symbolic        exact proofs (``vjpcert.symbolic``)
     numeric         mpmath checks with digits, and the float references (``vjpcert.numeric``)
     kernel          CUDA kernels against the specs (``vjpcert.cuda_kernels``)
+    triton          Triton kernels against the specs (``vjpcert.triton_kernels``): ours, Liger-Kernel's,
+                    a user's; run by ``python -m vjpcert.triton_report`` (reports/liger/), not planned by
+                    `vjpcert all` (whose reports would then depend on Liger-Kernel being installed)
     implementation  a user's own implementation against a spec (``vjpcert.impl``, `check --impl`)
 
 A tier's checker hash (``checker_sha256``) is its package's ``CHECKER_SHA256``: its own source and
@@ -80,6 +83,26 @@ def _run_numeric(op, task):
 def _run_kernel(op, task):
     from vjpcert.cuda_kernels.check import check_kernel_claim
     return check_kernel_claim(op, task.claim, task.dims_dict, **dict(task.options))
+
+
+def _run_triton(op, task):
+    from vjpcert.triton_kernels.check import check_triton_claim
+    return check_triton_claim(op, task.claim, task.dims_dict, **dict(task.options))
+
+
+def _plan_triton(ref, op, p: Planning):
+    """Every registered Triton kernel of the op at its own sizes for this mode (interpreter or GPU);
+    `--dims` runs each at exactly those dims."""
+    from vjpcert.runner import make_task
+    from vjpcert.triton_kernels.check import triton_claims, triton_dims
+    from vjpcert.triton_kernels.registry import discover
+    kernels = discover()[0]
+    tasks = []
+    for claim in triton_claims(op):
+        k = kernels[claim.removeprefix("triton:")]
+        ladder = [p.fixed_dims] if p.fixed_dims else triton_dims(k)
+        tasks += [make_task("triton", ref, claim, dims, seed=p.seed) for dims in ladder]
+    return tasks
 
 
 def _budget(p: Planning) -> dict:
@@ -172,6 +195,8 @@ TIERS: dict[str, Tier] = {t.name: t for t in (
     Tier("numeric", "numeric", "vjpcert.numeric.check", _run_numeric, _plan_numeric),
     Tier("kernel", "kernel", "vjpcert.cuda_kernels.check", _run_kernel, _plan_kernel,
          requires="pip install -e '.[cuda]'"),
+    Tier("triton", "triton", "vjpcert.triton_kernels.check", _run_triton, _plan_triton,
+         requires="pip install -e '.[triton]'"),
     Tier("implementation", "implementation", "vjpcert.impl", _run_implementation, _plan_nothing),
 )}
 PLANNED = ("symbolic", "numeric", "kernel")        # the tiers `vjpcert all` plans

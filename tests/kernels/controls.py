@@ -319,7 +319,8 @@ def layernorm_one_pass(x, gamma, beta, *, eps=1e-5, poison=True):
     return call(dev, (x,), (gamma, beta))
 
 
-def rmsnorm_sequential(x, gamma, *, eps=1e-6, poison=True):
+def rmsnorm_sequential(x, gamma, *, eps=1e-6, offset=0, poison=True):
+    assert offset == 0, "the fault is planted in the plain RMSNorm (offset 0)"
     cfg = config()
     k = _fault_row_kernels(cfg.block).rmsnorm_sequential
 

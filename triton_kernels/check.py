@@ -1,0 +1,316 @@
+"""The Triton tier: does a Triton kernel compute its op's spec within the project's tolerance rule?
+
+The same checks as the Numba kernel tier (``cuda_kernels/check.py``), with what both share in
+``core/kernel_checks.py``. For one (op, kernel claim, dims) and each input case of
+``core/input_cases.py``: sample float32 inputs (seeded, recorded), evaluate the spec in float64 (the
+reference) and float32 (the baseline) at those inputs, and run the kernel on fenced copies of the
+inputs with its outputs NaN-poisoned (``triton_kernels.harness``), in Triton's interpreter on a CPU
+(``TRITON_INTERPRET=1``, patched to behave as compiled Triton: ``triton_kernels.interpreter``) or
+natively on a GPU. In the first case the kernel runs twice. Then, in order, each of these can fail
+the claim:
+  1. the kernel raised,
+  2. fences: a store past the end (or before the start) of a tensor,
+  3. NaN poison: an output element never written, or NaN/Inf, where the spec is finite (a load past
+     the end of an input reads the fence's NaN and usually lands here),
+  4. determinism: the two runs differ in any bit; then a third run with the fences holding huge
+     finite values instead of NaN must give the same bits, or the kernel read outside its tensors
+     (``fence read``: a row max ignores NaN, so a max over a block that runs past the end shows here),
+  5. tolerance: per output, the model-free rule of ``core/tolerance.py`` (FlashAttention's:
+     max|kernel - spec_f64| <= k max|spec_f32 - spec_f64| + 4 u max|spec_f64|, k = 2 forward, 3
+     backward); external kernels have no rounding-error model of ours (their arithmetic is theirs),
+  6. laws: each runtime law of the kernel on its outputs, against the same law on the float32 spec.
+Verdicts: ``kernel-match``, ``failed`` (evidence["witness"]: which check, which case, where, by how
+much), ``inconclusive`` (Triton or torch missing).
+
+This module imports from ``specs`` and ``core`` only (never from another checker or ``vjpcert``).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vjpcert.core import input_cases as _cases
+from vjpcert.core import kernel_checks as _shared
+from vjpcert.core import tolerance as _rule
+from vjpcert.core.certificate import Certificate, checker_code_sha256, versions
+from vjpcert.core.registry import Op, SpecError
+
+CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
+CASES = _cases.CASES
+FIRST_CASE = _shared.FIRST_CASE
+DETERMINISM_RUNS = 2
+DTYPE = np.float32
+
+
+def rule_in_words(kind: str) -> str:
+    return _rule.rule_in_words(kind == "backward", DTYPE) + (
+        " (per output; the floor's scale is the largest cotangent's, as in `vjpcert check --impl`)"
+        if kind == "backward" else " (per output)")
+
+
+def unavailable_reason() -> str | None:
+    """Why Triton kernels cannot run in this process, or None."""
+    try:
+        import torch  # noqa: F401
+        import triton  # noqa: F401
+    except ImportError as exc:
+        return f"the Triton tier needs triton and torch ({exc}): pip install -e '.[triton]'"
+    return None
+
+
+def detect_mode() -> str:
+    """"gpu" (a CUDA device: compiled Triton), "interpreter" (Triton's, on the CPU) or "none"."""
+    if unavailable_reason():
+        return "none"
+    from vjpcert.triton_kernels import harness
+    from vjpcert.triton_kernels.interpreter import interpreting
+    if interpreting():
+        return "interpreter"
+    return "gpu" if harness.device() == "cuda" else "none"
+
+
+def _registry() -> dict:
+    from vjpcert.triton_kernels.registry import discover
+    return discover()[0]
+
+
+def _op(op) -> Op:
+    from vjpcert.specs import resolve_op
+    return resolve_op(op)
+
+
+def triton_claims(op) -> list[str]:
+    """Claim names of the registered Triton kernels implementing ``op``; [] if it has none."""
+    name = _shared.base_name(_op(op))
+    return [k.claim for k in _registry().values() if k.op == name]
+
+
+def triton_dims(kernel, mode: str | None = None) -> list[dict]:
+    mode = mode or detect_mode()
+    return [dict(d) for d in (kernel.gpu_sizes if mode == "gpu" else kernel.sizes)]
+
+
+class KernelRaised(Exception):
+    pass
+
+
+def _run(kernel, op: Op, inputs: dict, dy, params: dict, fence: str = "nan"):
+    """One launch: fresh fenced inputs (fences of pattern ``fence``), poisoned outputs, the interpreter
+    made faithful. Returns (outputs, fence violations)."""
+    from vjpcert.triton_kernels import harness
+    from vjpcert.triton_kernels.interpreter import faithful, interpreting
+    args = dict(inputs)
+    if kernel.kind == "backward":
+        args["dy"] = dy
+    # numpy's overflow warnings inside the interpreter (exp of a large logit) are the kernel's business:
+    # an overflow that matters shows as a non-finite output or an error over the bound
+    with faithful(kernel.modules or _modules_of(kernel)), harness.run_context(fence) as arena, np.errstate(all="ignore"):
+        try:
+            outs = _shared.as_tuple(kernel.launcher(**args, **params))
+        except SpecError:
+            raise
+        except Exception as exc:
+            if "outside of the scope of a kernel" in str(exc) and interpreting():
+                raise SpecError(op.name, "a Triton kernel of this launcher was decorated before TRITON_INTERPRET "
+                                         "was set, so it cannot run in the interpreter: import vjpcert.triton_kernels "
+                                         "before triton, or run with TRITON_INTERPRET=1") from exc
+            raise KernelRaised(f"{type(exc).__name__}: {str(exc)[:500]}") from exc
+        outs = tuple(np.asarray(o if isinstance(o, np.ndarray) else harness.to_numpy(o)) for o in outs)
+        return outs, arena.violations()
+
+
+def _modules_of(kernel) -> tuple:
+    import sys
+    mod = sys.modules.get(getattr(kernel.launcher, "__module__", ""), None)
+    return (mod,) if mod is not None else ()
+
+
+class _LawKernel:
+    """A kernel as the shared law check runs it: its launcher through the harness."""
+
+    def __init__(self, kernel, op):
+        self.__dict__.update({f: getattr(kernel, f) for f in ("name", "op", "kind", "forward", "laws")})
+        self._kernel, self._op = kernel, op
+
+    def launcher(self, **kw):
+        params = {k: kw.pop(k) for k in list(kw) if k in self._op.params}
+        dy = kw.pop("dy", None)
+        outs, _ = _run(self._kernel, self._op, kw, dy, params)
+        return outs if len(outs) > 1 or self.kind == "backward" else outs[0]
+
+
+def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None, cases=None) -> Certificate:
+    """Check one Triton kernel claim ("triton:<name>") of ``op`` at ``dims``. ``kernel`` substitutes a
+    TritonKernel for the registry's (negative controls and users' kernels); the verdict is the same
+    either way. ``cases``: a subset of the input cases (default: all of them)."""
+    start = time.perf_counter()
+    op = _op(op)
+    registry = _registry() if kernel is None else {}
+    spec = kernel if kernel is not None else registry.get(claim.removeprefix("triton:"))
+    if spec is None or spec.op != _shared.base_name(op):
+        raise SpecError(op.name, f"has no Triton kernel claim {claim!r}; it has {triton_claims(op)}")
+    dims = op.resolve_dims(dims)
+    cases = tuple(cases or CASES)
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        raise SpecError(op.name, f"unknown input cases {unknown}; cases: {', '.join(CASES)}")
+    unknown = set(spec.params) - set(op.params)
+    if unknown:
+        raise SpecError(op.name, f"Triton kernel {spec.name} sets params {sorted(unknown)} the spec does not have")
+    mode = detect_mode()
+    exact_params = {k: spec.params.get(k, p.default) for k, p in op.params.items()}
+    params = _shared.launcher_params(op, spec.params)
+    evidence: dict = {"mode": mode, "kernel": spec.name, "source": spec.source, "kind": spec.kind,
+                      "tolerance_rule": rule_in_words(spec.kind), "seed": seed, "cases": list(cases)}
+
+    def certificate(verdict):
+        return Certificate.issue(
+            op, claim=claim, tier="triton", verdict=verdict, method=f"triton-{mode}", dims=dims,
+            assumptions=[f"{n} = {v}" for n, v in exact_params.items()]
+            + [f"kernel: {spec.source}",
+               f"inputs: the cases {', '.join(cases)} (core/input_cases.py), seed {seed}, float32",
+               f"tolerance: {rule_in_words(spec.kind)}"]
+            + (["run in Triton's interpreter on the CPU (TRITON_INTERPRET=1): float scalars passed as fp32 and "
+                "libdevice functions evaluated in float64 and rounded once (triton_kernels/interpreter.py); "
+                "programs run one after another, so races and a GPU's own libdevice errors are not seen"]
+               if mode == "interpreter" else []),
+            evidence=evidence, seconds=time.perf_counter() - start, checker_sha256=CHECKER_SHA256,
+            versions={**versions(), **_versions()})
+
+    state = {"inputs": {}, "dy": None, "case": None}
+
+    def failed(check: str, **witness):
+        evidence["witness"] = {"check": check, "case": state["case"], **witness, "seed": seed, "dims": dims}
+        small = _shared.small_inputs(state["inputs"], state["dy"])
+        if small is not None:
+            evidence["witness"]["inputs"] = small
+        return certificate("failed")
+
+    if mode == "none":
+        evidence["reason"] = unavailable_reason() or "no CUDA device and TRITON_INTERPRET is off"
+        return certificate("inconclusive")
+
+    per_case: dict = {}
+    evidence["per_case"] = per_case
+    for case in cases:
+        state["case"] = case
+        inputs, dy = _sample(op, spec, dims, seed, case)
+        state["inputs"], state["dy"] = inputs, dy
+        ref64 = _shared.reference(op, spec.kind, inputs, dy, np.float64, spec.params)
+        ref32 = _shared.reference(op, spec.kind, inputs, dy, np.float32, spec.params)
+
+        # 1-2. the runs (two in the first case), fences
+        runs = []
+        first = case == cases[0]
+        try:
+            while len(runs) < (DETERMINISM_RUNS if first else 1):
+                outs, fence = _run(spec, op, inputs, dy, params)
+                if fence:
+                    return failed("fence", violations=fence)
+                runs.append(outs)
+        except KernelRaised as exc:
+            return failed("kernel raised", error=str(exc))
+        if len(runs[0]) != len(ref64):
+            raise SpecError(op.name, f"Triton kernel {spec.name} returned {len(runs[0])} outputs; "
+                                     f"the spec has {len(ref64)}")
+
+        # 3. NaN poison (after the shape and the dtype: a float64 output is float64 code, whose small
+        # error says nothing of a float32 kernel)
+        for name, out, r in zip(spec.outputs, runs[0], ref64):
+            if out.shape != r.shape:
+                return failed("shape", output=name, kernel_shape=list(out.shape), spec_shape=list(r.shape))
+            if out.dtype != DTYPE:
+                return failed("dtype", output=name, kernel_dtype=str(out.dtype), expected=np.dtype(DTYPE).name)
+            bad = ~np.isfinite(out) & np.isfinite(r)
+            if bad.any():
+                idx = [int(i) for i in np.argwhere(bad)[0]] if bad.ndim else []
+                return failed("NaN poison", output=name, index=idx, kernel=str(out[tuple(idx)]),
+                              spec_f64=float(r[tuple(idx)]), unwritten_or_nonfinite=int(bad.sum()),
+                              of=int(bad.size))
+
+        # 4. determinism
+        if first:
+            for name, a, b in zip(spec.outputs, runs[0], runs[1]):
+                same = np.array_equal(a.view(np.uint8), b.view(np.uint8)) if a.dtype == b.dtype else False
+                if not same:
+                    diff = a != b
+                    idx = [int(i) for i in np.argwhere(diff)[0]] if diff.ndim and diff.any() else []
+                    return failed("determinism", output=name, index=idx, differing=int(np.sum(diff)))
+            evidence["determinism"] = f"{DETERMINISM_RUNS} runs bitwise identical (case {case})"
+            try:
+                other, fence = _run(spec, op, inputs, dy, params, fence="large")
+            except KernelRaised as exc:
+                return failed("kernel raised", fences="large", error=str(exc))
+            if fence:
+                return failed("fence", fences="large", violations=fence)
+            for name, a, b in zip(spec.outputs, runs[0], other):
+                if a.shape != b.shape or not np.array_equal(a.view(np.uint8), b.view(np.uint8)):
+                    diff = a != b
+                    idx = [int(i) for i in np.argwhere(diff)[0]] if diff.ndim and diff.any() else []
+                    return failed("fence read", output=name, index=idx, differing=int(np.sum(diff)),
+                                  explanation="the output changes with what lies past the ends of the tensors "
+                                              "(NaN fences vs fences of 3e38): the kernel reads outside them")
+            evidence["fence_read"] = "a run with fences of 3e38 instead of NaN gave the same bits"
+
+        # 5. tolerance, per output
+        outs = {}
+        per_case[case] = {"outputs": outs}
+        # as `vjpcert check --impl` does (vjpcert/impl.py): a cotangent far smaller than its siblings
+        # (RMSNorm's dx on a row of one element, eps / x^2 ~ 1e-6 of dgamma) is computed from the same
+        # O(1) quantities and carries their rounding, so the floor's scale is the largest cotangent's
+        siblings = max((float(np.abs(r).max()) for r in ref64 if r.size), default=0.0) if spec.kind == "backward" else 0.0
+        for name, out, r64, r32 in zip(spec.outputs, runs[0], ref64, ref32):
+            r = _rule.compare(out, r64, r32, backward=spec.kind == "backward", dtype=DTYPE, floor_scale=siblings)
+            outs[name] = {k: r[k] for k in ("error", "baseline_error", "bound", "scale")}
+            if not r["ok"]:
+                idx = [int(i) for i in np.unravel_index(r["worst_index"], r64.shape)] if r64.ndim else []
+                return failed("tolerance", output=name, index=idx, kernel=float(out[tuple(idx)]),
+                              spec_f64=float(r64[tuple(idx)]), spec_f32=float(r32[tuple(idx)]),
+                              error=r["error"], bound=r["bound"], float32_spec_error=r["baseline_error"])
+
+        # 6. laws
+        laws = {}
+        per_case[case]["laws"] = laws
+        law_kernels = {k.name: _LawKernel(k, op) for k in (_registry().values() if kernel is None else ())}
+        if kernel is not None and spec.forward and spec.forward in _registry():
+            law_kernels[spec.forward] = _LawKernel(_registry()[spec.forward], op)
+        for law in _shared.law_objects(op, spec):
+            try:
+                entry = _shared.check_law(op, _LawKernel(spec, op), law, inputs, dy, law_kernels,
+                                          params=spec.params)
+            except KernelRaised as exc:
+                return failed("kernel raised", law=law.name, error=str(exc))
+            laws[law.name] = entry
+            if not entry["ok"]:
+                return failed("law", law=law.name, **{k: v for k, v in entry.items() if k != "ok"})
+    evidence["nan_poison"] = ("outputs NaN-filled and every buffer fenced before every launch; every element "
+                              "written and finite, no fence touched")
+    return certificate("kernel-match")
+
+
+def _sample(op: Op, spec, dims: dict, seed: int, case: str):
+    """The shared inputs of a case, with the kernel's own samplers where it has them (Liger's
+    cross-entropy needs one-hot or label-smoothed targets: integer labels are all it takes)."""
+    inputs, dy = _shared.sample_inputs(op, dims, seed, spec.kind == "backward", case)
+    if spec.samplers:
+        rng = _shared._rng(seed, "triton-samplers", spec.name, str(sorted(dims.items())), case)
+        for name, fn in spec.samplers.items():
+            shape = op.shape({**op.inputs, **op.nondiff}[name], dims)
+            inputs[name] = np.asarray(fn(rng, shape, spec.params)).astype(np.float32)
+    return inputs, dy
+
+
+def _versions() -> dict:
+    out = {}
+    for name in ("triton", "liger_kernel"):
+        try:
+            from importlib import metadata
+            out[name] = metadata.version(name.replace("_", "-"))
+        except Exception:
+            pass
+    return out
+
+
+__all__ = ["CHECKER_SHA256", "check_triton_claim", "detect_mode", "triton_claims", "triton_dims"]
