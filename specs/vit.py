@@ -28,6 +28,7 @@ def _heads_ok(dims, heads=4):
     nodes={"ln1": layernorm, "attn": mhsa, "ln2": layernorm, "mlp": mlp}, proofs=("compositional",),
     dims=[{"m": 2, "D": 4, "F": 3}], large_dims=[{"m": 3, "D": 8, "F": 6}],
     compositional_dims=[{"m": 16, "D": 64, "F": 256}],
+    modular_dims=[{"m": 197, "D": 192, "F": 768, "heads": 3}],      # ViT-Tiny: 197 tokens, 3 heads of 64
     check_dims={"m": 4, "D": 8, "F": 16}, constraints=_heads_ok)
 def vit_block(B, X, g1, be1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, g2, be2, W1, b1, W2, b2, heads, eps, nodes):
     Y = X + nodes.attn(nodes.ln1(X, g1, be1, eps=eps), Wq, bq, Wk, bk, Wv, bv, Wo, bo, heads=heads)

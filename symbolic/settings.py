@@ -59,3 +59,14 @@ GENERAL_MIN_COMPARED = 3               # sizes at which the statement must be co
 GENERAL_MAX_ENUMERATED = 8             # a free index over a constant range of up to this many values is enumerated
 # a witness residual is relative to max(|lhs|, |rhs|, this): entries that vanish are compared absolutely
 GENERAL_SCALE_FLOOR = 1e-30
+
+# ------------------------------------------------------------------------------ modular (modular.py)
+# The randomised exact test at production dims (the spec's numpy code mod a prime in [2^59, 2^60)):
+# at least MODULAR_TRIALS trials per (op, dims), each at a fresh prime and point, and more, up to
+# MODULAR_MAX_TRIALS, until the stated false-pass probability is below MODULAR_MAX_FALSE_PASS; a
+# claim whose bound stays at or above it is `inconclusive` (however often its residual vanished).
+# A per-trial bound at or above MODULAR_VACUOUS states nothing: no more trials are run.
+MODULAR_TRIALS = 3
+MODULAR_MAX_TRIALS = 32
+MODULAR_MAX_FALSE_PASS = 1e-6
+MODULAR_VACUOUS = 0.99

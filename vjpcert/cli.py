@@ -70,6 +70,12 @@ def _numeric_options(p):
     p.add_argument("--no-plots", action="store_true", help="skip the finite-difference plots")
 
 
+def _modular_option(p):
+    p.add_argument("--modular", action="store_true",
+                   help="also the randomised exact test at each op's production dims (modular_dims: a "
+                        "ViT-Tiny, GPT-2-small, Llama-style block); seconds to minutes per op")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vjpcert", description="Certificates for backward passes.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -80,12 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     _numeric_options(p)
     p.add_argument("--no-general", dest="general", action="store_false",
                    help="skip the general (every-size) proofs")
+    _modular_option(p)
     p = sub.add_parser("prove", help="prove backward = J^T dy and every law exactly (symbolic tier)")
     _targets(p)
     _run_options(p)
     _frontend_options(p)
     p.add_argument("--no-general", dest="general", action="store_false",
                    help="skip the general (every-size) proofs")
+    _modular_option(p)
     p = sub.add_parser("check", help="check backward against derivatives of the forward in mpmath "
                                      "(numeric tier), with digits of agreement")
     _targets(p)
@@ -210,7 +218,8 @@ def _plan(args, tiers: tuple[str, ...]):
             tasks += tier_tasks(tier, ref, op, overrides=overrides, large=args.large, seed=args.seed,
                                 budget=getattr(args, "timeout", None), dps=getattr(args, "dps", 50),
                                 method=getattr(args, "method", "mpmath-diff"), point=point, fixed_dims=fixed,
-                                general=getattr(args, "general", False))
+                                general=getattr(args, "general", False),
+                                modular=getattr(args, "modular", False) and tier == "symbolic")
     return tasks, ops
 
 

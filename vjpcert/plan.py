@@ -22,6 +22,8 @@ def variant_of(task: Task) -> str:
     method = opts.get("method")
     if task.tier == "symbolic" and method in ("compositional", "general"):
         return f"{task.tier}-{method}"
+    if task.tier == "symbolic" and method == "modular":
+        return f"{task.tier}-modular"
     return f"{task.tier}-point" if "point" in opts else task.tier
 
 
@@ -41,7 +43,7 @@ def kernel_unavailable() -> str | None:
 
 def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, seed: int,
                budget: float | None = None, dps: int = 50, method: str = "mpmath-diff",
-               point=None, fixed_dims=None, general: bool = False) -> list[Task]:
+               point=None, fixed_dims=None, general: bool = False, modular: bool = False) -> list[Task]:
     """Every task of one tier for one op, validating the spec at each dims. Each task carries the
     code hashes it was planned with (``Task.expect``)."""
     import dataclasses
@@ -50,7 +52,7 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
     from vjpcert.tiers import tier as tier_of
     tasks = tier_of(tier).plans(ref, op, Planning(overrides=overrides, large=large, seed=seed, budget=budget,
                                                   dps=dps, method=method, point=point, fixed_dims=fixed_dims,
-                                                  general=general))
+                                                  general=general, modular=modular))
     expect = (op.spec_sha256, checker_sha256(tier)) if tasks else ()
     return [dataclasses.replace(t, expect=expect) for t in tasks]
 
@@ -115,7 +117,7 @@ def require(cond: bool, msg: str):
 
 def plan_op(op, tiers=("symbolic", "numeric", "kernel"), *, dims: dict | None = None, claims=None,
             seed: int = 0, budget: float | None = None, dps: int = 50, method: str = "mpmath-diff",
-            general: bool = True, large: bool = False) -> list[Task]:
+            general: bool = True, large: bool = False, modular: bool = False) -> list[Task]:
     """The one planner: the tasks of one op (an Op, a built-in name, or "file.py::name") in these
     tiers -- what `vjpcert all/prove/check`, the pytest fixture, the session API and Dask runs run.
     ``dims`` overrides dims as `--dims` does; ``claims`` keeps only those claims."""
@@ -128,7 +130,7 @@ def plan_op(op, tiers=("symbolic", "numeric", "kernel"), *, dims: dict | None = 
         if tier == "kernel" and kernel_unavailable():
             continue
         tasks += tier_tasks(tier, ref, op, overrides=dict(dims or {}), large=large, seed=seed, budget=budget,
-                            dps=dps, method=method, general=general)
+                            dps=dps, method=method, general=general, modular=modular)
     if claims is not None:
         unknown = set(claims) - {t.claim for t in tasks}
         if unknown:

@@ -32,6 +32,7 @@ class Planning:
     point: tuple | None         # --point (frozen)
     fixed_dims: dict | None     # the dims a --point fixes
     general: bool               # every-size proofs too
+    modular: bool = False       # the randomised exact test at the ops' production dims (--modular)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,10 @@ def _run_symbolic(op, task):
     if method == "general":
         from vjpcert.symbolic.general import prove_general
         return prove_general(op, task.claim, **opts)
+    if method == "modular":
+        from vjpcert.symbolic.modular import check_modular
+        opts.pop("budget", None)
+        return check_modular(op, task.claim, task.dims_dict, **opts)
     from vjpcert.symbolic.prover import prove_claim
     return prove_claim(op, task.claim, task.dims_dict, **opts)
 
@@ -125,6 +130,13 @@ def _plan_symbolic(ref, op, p: Planning):
                 tasks.append(make_task("symbolic", ref, claim, dims, **opts))
             if "compositional" in op.proofs and claim.startswith("vjp["):
                 tasks.append(make_task("symbolic", ref, claim, dims, method="compositional", **opts))
+    if p.modular and p.fixed_dims is None and not p.overrides and not p.large:
+        from vjpcert.symbolic.modular import modular_claims, split_dims
+        from vjpcert.symbolic.settings import MODULAR_TRIALS
+        for entry in getattr(op, "modular_dims", ()):      # production sizes: the modular test only
+            split_dims(op, entry)                           # dims the op rejects are bad input now
+            tasks += [make_task("symbolic", ref, claim, entry, method="modular", seed=p.seed,
+                                trials=MODULAR_TRIALS) for claim in modular_claims(op)]
     if p.general and op.general:
         from vjpcert.symbolic.general import general_dims
         tasks += [make_task("symbolic", ref, claim, general_dims(op, claim), method="general", **opts)

@@ -1,0 +1,453 @@
+"""The randomised exact test at production dims: the spec's own numpy code on ``ModularBackend``.
+
+For an op at its ``modular_dims`` (a ViT-Tiny block: 197 tokens, width 192), one *trial* draws a
+prime p in [2^59, 2^60) and a random point (inputs, dy, one tangent t_X per differentiable input X)
+from a hash of the claim and of the spec's and checker's code (Fiat-Shamir, as ``strategies.modp``),
+runs the forward on dual numbers (value, J t) and the backward on the values, and computes
+
+    R = sum_X <backward_X(x, dy), t_X> - <dy, J t>        (mod p)
+
+R is 0 for every choice of t_X iff every cotangent is J_X^T dy, so one joint trial tests every VJP
+claim of the op at once; a nonzero R is split by bisection over the inputs (R is linear in the t_X,
+so R_S = R_left + R_right with the same point) to name each input whose claim fails. A composite runs
+end to end: its nodes' own forward and backward code on the same backend, so a node called at the
+wrong point, or wired wrongly, changes R. Laws that are equalities are checked entry by entry.
+
+Verdicts: ``checked-probabilistic`` (method ``modp-vectorised``) when R = 0 in every trial, with the
+stated false-pass probability (``false_pass_bound``); ``failed`` with the trial, the prime and the
+residual when R != 0 (the atom semantics are the exact tier's ring's: see ``modular_backend``);
+``inconclusive`` when the bound is vacuous or every point hit a pole. A construct the backend cannot
+follow exactly (a float, a comparison, an unknown numpy function) is bad input (SpecError).
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from pathlib import Path
+
+import flint
+import numpy as np
+
+from vjpcert.core.certificate import Certificate, checker_code_sha256
+from vjpcert.core.registry import RESERVED_CLAIMS, Op, SpecError, take_refusals
+from vjpcert.core.validate import spec_location, validate
+from vjpcert.symbolic import settings as tol
+from vjpcert.symbolic.modular_backend import (LEAF, PRIME_LO_BITS, Field, ModArray, ModularBackend,
+                                              NeedAnotherPrime, Pole, b_add, b_join, b_mul, b_sum,
+                                              b_sum_axes)
+
+CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
+METHOD = "modp-vectorised"
+KINDS = ("exp", "log", "sqrt", "erf", "tanh", "circle", "cpow")
+
+# Primes in [2^59, 2^60): pi(2^60) > x/ln x (1 + 1/ln x) = 2.84e16 and pi(2^59) < x/ln x (1 + 1.2762/
+# ln x) = 1.45e16 (Dusart 2010), so more than 1.3e16 of them.
+PRIMES_IN_RANGE = 1.3e16
+# The atom hash reduces a uniform 64-bit value mod p: a residue has probability at most
+# (2^64 / p + 1) / 2^64 <= (1 + p / 2^64) / p < (1 + 2^-4) / p for p < 2^60.
+HASH_BIAS = 1.0625
+
+
+def draw_prime(rng: random.Random) -> int:
+    while True:
+        n = rng.randrange(2 ** PRIME_LO_BITS, 2 ** (PRIME_LO_BITS + 1)) | 1
+        if flint.fmpz(n).is_prime():
+            return n
+
+
+def modular_claims(op: Op) -> list[str]:
+    """Every claim of the op but the reserved ones (max_shift_free needs a free shift, not 0)."""
+    return [c for c in op.claims() if c not in RESERVED_CLAIMS]
+
+
+def split_dims(op: Op, entry: dict) -> tuple[dict, dict]:
+    """A ``modular_dims`` entry gives dims and, optionally, structural params (heads)."""
+    import inspect
+    params = {k: v for k, v in entry.items() if k in op.params}
+    dims = {k: v for k, v in entry.items() if k not in op.params}
+    check = op.constraints
+    if check is not None and params:
+        # a constraint written for the default structural params (heads=4) is asked with the entry's
+        accepted = {k: v for k, v in params.items() if k in inspect.signature(check).parameters}
+        problem = check(dict(dims), **accepted) if accepted else None
+        if problem:
+            raise SpecError(op.name, f"modular dims {entry} rejected: {problem}")
+        op = _without_constraints(op) if accepted else op
+    return op.resolve_dims(dims), params
+
+
+def _without_constraints(op: Op) -> Op:
+    twin = object.__new__(type(op))
+    twin.__dict__.update(op.__dict__)
+    twin.constraints = None
+    return twin
+
+
+# ------------------------------------------------------------------------------ one evaluation
+class _Point:
+    """The random point of one trial, drawn once, so a bisection re-runs exactly the same point."""
+
+    def __init__(self, op: Op, dims: dict, params: dict, rng: random.Random, p: int, overrides: dict):
+        self.p = p
+        self.keys = {kind: (rng.getrandbits(64), rng.getrandbits(64)) for kind in KINDS}
+        self.sqrt_pi = rng.randrange(1, p)
+        gen = np.random.default_rng(rng.getrandbits(128))
+        rand = lambda shape: gen.integers(1, p, size=shape, dtype=np.int64)   # noqa: E731
+        self.x = {name: rand(op.shape(s, dims)) for name, s in op.inputs.items()}
+        self.t = {name: rand(op.shape(s, dims)) for name, s in op.inputs.items()}
+        self.nondiff = {name: rand(op.shape(s, dims)) for name, s in op.nondiff.items()}
+        self.params = {}
+        for name, prm in op.params.items():
+            if name in overrides:
+                self.params[name] = ("exact", overrides[name]) if prm.symbolic else ("plain", overrides[name])
+            elif name in params:
+                self.params[name] = ("plain", params[name])
+            elif prm.symbolic:
+                self.params[name] = ("leaf", rng.randrange(1, p))
+            else:
+                self.params[name] = ("plain", prm.default)
+        self.dy = rand(op.shape(op.output, dims))
+        self.probe_seed = rng.getrandbits(64)
+
+    def field(self) -> Field:
+        return Field(self.p, self.keys, self.sqrt_pi)
+
+    def values(self, F: Field, seeded=()) -> dict:
+        from fractions import Fraction
+        from vjpcert.symbolic.modular_backend import exact_const
+        out = {}
+        for name, v in self.x.items():
+            t = self.t[name] if name in seeded else None
+            out[name] = ModArray(F, v, t, LEAF, LEAF if t is not None else None)
+        for name, v in self.nondiff.items():
+            out[name] = ModArray(F, v, None, LEAF, None)
+        for name, (kind, v) in self.params.items():
+            if kind == "exact":
+                out[name] = exact_const(F, (Fraction(v), ()))
+            elif kind == "leaf":
+                out[name] = ModArray(F, np.int64(v), None, LEAF, None)
+            else:
+                out[name] = v
+        return out
+
+
+def _run(op: Op, fn, role: str, values: dict, B: ModularBackend):
+    """Spec code on the modular backend; what it cannot follow is bad input, named with the spec's
+    file and line (as ``core.validate._call``), a pole is passed up to resample -- also when the spec
+    caught it and carried on."""
+    take_refusals()
+    F = B.F
+    poles_before = getattr(F, "poles", 0)
+    try:
+        out = op.bind(fn, B, values)
+    except (Pole, NeedAnotherPrime):
+        take_refusals()
+        raise
+    except SpecError as exc:
+        take_refusals()
+        where = spec_location(exc.__traceback__)
+        raise SpecError(op.name, f"{role} (modular backend): {where + ': ' if where else ''}{exc.problem}") from None
+    except Exception as exc:
+        take_refusals()
+        where = spec_location(exc.__traceback__)
+        raise SpecError(op.name, f"{role} (modular backend): {where + ': ' if where else ''}raised "
+                                 f"{type(exc).__name__}: {exc}") from None
+    swallowed = take_refusals()
+    if swallowed:
+        problem, stack = swallowed[0]
+        where = spec_location(stack)
+        raise SpecError(op.name, f"{role} (modular backend): {where + ': ' if where else ''}{problem} "
+                                 f"(the spec caught this and carried on)")
+    if getattr(F, "poles", 0) != poles_before:
+        raise SpecError(op.name, f"{role} (modular backend): the spec caught a division by zero and "
+                                 f"carried on; a checker cannot follow that path faithfully")
+    return out
+
+
+def _as_mod(value, what: str, op: Op, F: Field, shape) -> ModArray:
+    from vjpcert.symbolic.modular_backend import lift
+    if not isinstance(value, ModArray):
+        if isinstance(value, np.ndarray) and value.dtype == object:
+            raise SpecError(op.name, f"{what} returned an object array")
+        value = lift(F, value)
+    if shape is not None and value.shape != tuple(shape):
+        raise SpecError(op.name, f"{what} has shape {value.shape}, expected {tuple(shape)}")
+    return value
+
+
+def _inner(F: Field, a, b):
+    return int(F.sum(F.mul(np.broadcast_to(a, np.broadcast_shapes(np.shape(a), np.shape(b))), b), None))
+
+
+def vjp_residual(op: Op, dims: dict, point: _Point, seeded) -> tuple[int, int, int, tuple]:
+    """(R, lhs, rhs, bound of R) at one point with the inputs ``seeded`` carrying tangents."""
+    F = point.field()
+    B = ModularBackend(F)
+    values = point.values(F, seeded)
+    y = _as_mod(_run(op, op.forward, "forward", values, B), "the forward", op, F, op.shape(op.output, dims))
+    plain = point.values(F, ())
+    dy = ModArray(F, point.dy, None, LEAF, None)
+    cots = _run(op, op.vjp, "backward", {**plain, "dy": dy}, B)
+    names = list(op.inputs)
+    if not isinstance(cots, (tuple, list)) or len(cots) != len(names):
+        raise SpecError(op.name, f"the backward must return one cotangent per differentiable input {names}")
+    lhs, lhs_b = 0, None
+    for name, cot in zip(names, cots):
+        cot = _as_mod(cot, f"the backward's cotangent for {name}", op, F, values[name].shape)
+        if name in seeded:
+            lhs = (lhs + _inner(F, cot.v, point.t[name])) % F.p
+            lhs_b = b_add(lhs_b, b_sum_axes(b_mul(cot.b, LEAF), cot.shape, cot.dv, tuple(range(cot.ndim))))
+    jt = y.t if y.t is not None else np.zeros(y.shape, np.int64)
+    rhs = _inner(F, point.dy, jt)
+    rhs_b = b_sum_axes(b_mul(LEAF, y.tb), y.shape, y.dv, tuple(range(y.ndim)))
+    return (lhs - rhs) % F.p, lhs, rhs, b_add(lhs_b, rhs_b), F
+
+
+def law_residual(op: Op, claim: str, dims: dict, point: _Point):
+    """(index of the first entry where the law's sides differ or None, lhs, rhs, bound, F)."""
+    law = op.get_law(claim)
+    F = point.field()
+    B = ModularBackend(F)
+    values = point.values(F, ())
+    if law.needs_dy:
+        values["dy"] = ModArray(F, point.dy, None, LEAF, None)
+    out = _run(op, law.fn, f"law {law.name}", values, B)
+    if isinstance(out, tuple):
+        if len(out) != 2:
+            raise SpecError(op.name, f"law {law.name} returned a tuple of {len(out)}")
+        lhs, rhs = (_as_mod(v, f"law {law.name}", op, F, None) for v in out)
+    else:
+        lhs = _as_mod(out, f"law {law.name}", op, F, None)
+        rhs = B.zeros(lhs.shape)
+    lv, rv = np.broadcast_arrays(lhs.v, rhs.v)
+    if lv.size == 0:
+        raise SpecError(op.name, f"law {law.name} returned an empty array")
+    diff = np.argwhere(lv != rv)
+    first = tuple(int(i) for i in diff[0]) if len(diff) else None
+    at = first if first is not None else ()
+    return first, int(lv[at]) if first is not None else 0, int(rv[at]) if first is not None else 0, \
+        b_add(lhs.b, rhs.b), F
+
+
+# ------------------------------------------------------------------------------ the bound
+def false_pass_bound(bound, F_stats: list[Field], trials: int, sqrt_constants: int) -> dict:
+    """Per trial: Schwartz-Zippel on the residual's numerator (deg N / p, times the hash's bias),
+    the prime dividing its coefficients (log2 |N|_1 / 60 primes out of the set it is drawn from),
+    two atoms of one kind colliding (their arguments' difference vanishing: the same two terms for
+    each pair), all divided by the chance of avoiding the poles (deg D / p). The primes are drawn
+    among those where the spec's constant square roots exist mod p: a set of density 2^-k for k
+    distinct primes under sqrt (quadratic reciprocity); counted here as 2^-(k+1) of the range."""
+    p_min = 2.0 ** PRIME_LO_BITS
+    primes = PRIMES_IN_RANGE / 2 ** (sqrt_constants + 1 if sqrt_constants else 0)
+    if bound is None:
+        return {"per_trial": 0.0, "total": 0.0, "degree": 0, "coefficient_bits": 0.0, "atoms": {}}
+    n, d, h, _ = bound
+    eps = HASH_BIAS * n / p_min + max(h, 1.0) / PRIME_LO_BITS / primes
+    atoms: dict[str, int] = {}
+    for F in F_stats:
+        for kind, count in F.atom_count.items():
+            atoms[kind] = max(atoms.get(kind, 0), count)
+    for kind, count in atoms.items():
+        arg = F_stats[0].atom_arg.get(kind) or (0, 0, 0.0, 0.0)
+        for F in F_stats[1:]:
+            arg = b_join(arg, F.atom_arg.get(kind)) or arg
+        pairs = count * (count - 1) / 2
+        eps += pairs * (HASH_BIAS * (arg[0] + arg[1]) / p_min + (2 * (arg[2] + arg[3]) + 1) / PRIME_LO_BITS / primes)
+    eps = eps / max(1e-300, 1 - min(0.5, d / p_min))
+    per = min(1.0, eps)
+    return {"per_trial": per, "total": per ** trials, "degree": n, "denominator_degree": d,
+            "coefficient_bits": round(h, 1), "atoms": atoms}
+
+
+# ------------------------------------------------------------------------------ the check
+_MEMO: dict = {}
+
+
+def _salt(op: Op, dims: dict, params: dict, claim_set: str) -> str:
+    return f"{op.name}|{claim_set}|{sorted(dims.items())}|{sorted(params.items())}|{op.spec_sha256}|{CHECKER_SHA256}"
+
+
+def _points(op, dims, params, salt, seed, trials, overrides=None):
+    """Yield (trial index, point) with fresh primes; a pole or a missing constant root redraws."""
+    digest = hashlib.sha256(f"{salt}|{seed}".encode()).digest()
+    rng = random.Random(int.from_bytes(digest, "big"))
+    for _ in range(10 * max(trials, tol.MODULAR_MAX_TRIALS)):
+        p = draw_prime(rng)
+        yield _Point(op, dims, params, rng, p, overrides or {})
+
+
+def check_vjps(op: Op, dims: dict, params: dict | None = None, *, seed: int = 0,
+               trials: int = tol.MODULAR_TRIALS) -> dict:
+    """Every VJP claim of ``op`` at ``dims`` by joint trials. Returns {"claims": {claim: outcome},
+    "primes", "trials", "seconds_per_trial", "bound", ...}; an outcome is {"status": "zero"} or
+    {"status": "nonzero", "witness": ...}."""
+    params = dict(params or {})
+    names = list(op.inputs)
+    salt = _salt(op, dims, params, "vjp")
+    outcome = {f"vjp[{x}]": {"status": "zero"} for x in names}
+    alive = list(names)
+    primes, fields, bound, done, seconds, poles, roots = [], [], None, 0, [], 0, 0
+    for point in _points(op, dims, params, salt, seed, trials):
+        start = time.perf_counter()
+        try:
+            R, lhs, rhs, b, F = vjp_residual(op, dims, point, alive)
+        except Pole:
+            poles += 1
+            continue
+        except NeedAnotherPrime:
+            roots += 1
+            continue
+        seconds.append(time.perf_counter() - start)
+        fields.append(F)
+        bound = b_join(bound, b)
+        if R:
+            for name, (r, l_, r_) in _bisect(op, dims, point, alive, R, lhs, rhs).items():
+                outcome[f"vjp[{name}]"] = {"status": "nonzero", "witness": {
+                    "component": f"vjp[{name}]", "trial": done + 1, "prime": str(point.p),
+                    "residual_mod_p": str(r), "backward_dot_t_mod_p": str(l_), "dy_dot_Jt_mod_p": str(r_),
+                    "exact": True, "seed": seed,
+                    "point": "random residues mod p drawn from the Fiat-Shamir seed (sha256 of the claim, "
+                             "the spec and checker hashes, and the seed): rerun with the same seed"}}
+                alive.remove(name)
+        primes.append(str(point.p))
+        done += 1
+        if not alive or _enough(bound, fields, done, trials):
+            break
+    return {"claims": outcome, "primes": primes, "trials": done, "fields": fields, "bound": bound,
+            "seconds_per_trial": seconds, "poles_resampled": poles, "primes_redrawn_for_roots": roots}
+
+
+def _enough(bound, fields, done: int, trials: int) -> bool:
+    """At least ``trials`` trials; then more (up to MODULAR_MAX_TRIALS) while the stated false-pass
+    probability is above MODULAR_MAX_FALSE_PASS -- unless one trial's bound is vacuous, when more
+    trials would state nothing either."""
+    if done < trials:
+        return False
+    if done >= max(trials, tol.MODULAR_MAX_TRIALS):
+        return True
+    per = false_pass_bound(bound, fields, 1, max(len(F._roots) for F in fields))["per_trial"]
+    return per >= tol.MODULAR_VACUOUS or per ** done < tol.MODULAR_MAX_FALSE_PASS
+
+
+def _bisect(op, dims, point, group, R, lhs, rhs) -> dict:
+    """{input: (R_X, lhs_X, rhs_X)} for each input of ``group`` whose own residual is nonzero, given
+    the group's (R, lhs, rhs) at this point: R is linear in the tangents, R_group = R_left + R_right."""
+    if len(group) == 1:
+        return {group[0]: (R, lhs, rhs)}
+    half = len(group) // 2
+    left, right = group[:half], group[half:]
+    Rl, ll, rl, _, F = vjp_residual(op, dims, point, left)
+    p = point.p
+    Rr, lr, rr = (R - Rl) % p, (lhs - ll) % p, (rhs - rl) % p
+    out = {}
+    if Rl:
+        out.update(_bisect(op, dims, point, left, Rl, ll, rl))
+    if Rr:
+        out.update(_bisect(op, dims, point, right, Rr, lr, rr))
+    return out
+
+
+def check_law(op: Op, claim: str, dims: dict, params: dict | None = None, *, seed: int = 0,
+              trials: int = tol.MODULAR_TRIALS) -> dict:
+    params = dict(params or {})
+    law = op.get_law(claim)
+    salt = _salt(op, dims, params, claim)
+    primes, fields, bound, done, seconds = [], [], None, 0, []
+    for point in _points(op, dims, params, salt, seed, trials, law.params):
+        start = time.perf_counter()
+        try:
+            first, lv, rv, b, F = law_residual(op, claim, dims, point)
+        except (Pole, NeedAnotherPrime):
+            continue
+        seconds.append(time.perf_counter() - start)
+        fields.append(F)
+        bound = b_join(bound, b)
+        primes.append(str(point.p))
+        done += 1
+        if first is not None:
+            return {"claims": {claim: {"status": "nonzero", "witness": {
+                "component": f"{claim}{list(first)}", "trial": done, "prime": str(point.p),
+                "lhs_mod_p": str(lv), "rhs_mod_p": str(rv), "residual_mod_p": str((lv - rv) % point.p),
+                "exact": True, "seed": seed}}},
+                "primes": primes, "trials": done, "fields": fields, "bound": bound, "seconds_per_trial": seconds}
+        if _enough(bound, fields, done, trials):
+            break
+    return {"claims": {claim: {"status": "zero"}}, "primes": primes, "trials": done, "fields": fields,
+            "bound": bound, "seconds_per_trial": seconds}
+
+
+def check_modular(op: Op, claim: str, dims: dict, *, seed: int = 0, trials: int = tol.MODULAR_TRIALS,
+                  params: dict | None = None) -> Certificate:
+    """The certificate of one claim at production dims (``dims`` may carry structural params, such as
+    heads, as ``modular_dims`` entries do). VJP claims share one joint run per (op, dims, seed)."""
+    start = time.perf_counter()
+    entry = {**dims, **(params or {})}
+    dims_only, params = split_dims(op, entry)
+    if claim not in modular_claims(op):
+        raise SpecError(op.name, f"has no claim {claim!r} the modular test checks; it has {modular_claims(op)}")
+    validate(op)                     # spec hygiene by the tracer at the op's smallest dims first
+    if claim.startswith("vjp["):
+        key = (op.name, op.spec_sha256, id(op.vjp), id(op.forward), tuple(sorted(entry.items())), seed, trials)
+        run = _MEMO.get(key)
+        if run is None:
+            run = _MEMO[key] = check_vjps(op, dims_only, params, seed=seed, trials=trials)
+    else:
+        run = check_law(op, claim, dims_only, params, seed=seed, trials=trials)
+    out = run["claims"][claim]
+    sqrt_constants = max((len(F._roots) for F in run["fields"]), default=0)
+    bound = false_pass_bound(run["bound"], run["fields"], max(1, run["trials"]), sqrt_constants)
+    per_trial = run["seconds_per_trial"]
+    evidence = {
+        "primes": run["primes"], "prime_range": "[2^59, 2^60)", "trials": run["trials"],
+        "joint": claim.startswith("vjp["),
+        "residual": ("sum over the inputs X of <backward_X(x, dy), t_X> - <dy, J t>, one random "
+                     "tangent t_X per input, J t by dual numbers through the forward"
+                     if claim.startswith("vjp[") else "every entry of the law's two sides compared"),
+        "degree_bound": _num(bound["degree"]), "coefficient_bits_bound": _num(bound["coefficient_bits"]),
+        "atoms": bound["atoms"],
+        "false_pass_probability": f"{bound['total']:.3g}",
+        "false_pass_per_trial": f"{bound['per_trial']:.3g}",
+        "false_pass_covers": "a zero at a random point (Schwartz-Zippel on the residual's numerator), the "
+                             "prime dividing its coefficients, two atoms of one kind colliding mod p, the "
+                             "atom hash's bias; conditioned on avoiding the poles",
+        "seeded_by": "sha256 of the op, the claims, the dims, the spec and checker hashes, and the seed",
+        # not recorded (core.certificate.TIMING_KEYS): a rerun of unchanged code writes the same bytes
+        "timings": {"seconds_per_trial": [round(s, 3) for s in per_trial]},
+    }
+    if run.get("poles_resampled"):
+        evidence["poles_resampled"] = run["poles_resampled"]
+    relational = sorted(bound["atoms"]) if not claim.startswith("vjp[") else []
+    if out["status"] == "nonzero" and relational:
+        # A law is often an identity *between* atoms (sin^2 + cos^2 = 1, exp(a - log Z) = exp(a) / Z),
+        # which independent atoms do not satisfy: a nonzero here is no disproof.
+        verdict, method = "inconclusive", "none"
+        evidence["reason"] = (f"the law's sides differ with the atoms {relational} independent; it may rest "
+                              f"on a relation between them (the exact tier's relations step decides)")
+        evidence["nonzero_at"] = out["witness"]
+    elif out["status"] == "nonzero":
+        verdict, method = "failed", METHOD
+        evidence["witness"] = out["witness"]
+    elif run["trials"] == 0:
+        verdict, method = "inconclusive", "none"
+        evidence["reason"] = "every sampled point hit a pole or a prime without the constant roots"
+    elif bound["total"] >= tol.MODULAR_MAX_FALSE_PASS:
+        verdict, method = "inconclusive", "none"
+        evidence["reason"] = (f"the residual vanished in every trial, but the false-pass bound "
+                              f"{bound['total']:.3g} is not below {tol.MODULAR_MAX_FALSE_PASS:g}")
+    else:
+        verdict, method = "checked-probabilistic", METHOD
+    from vjpcert.symbolic.prover import assumptions_of
+    assumptions = assumptions_of(op, {}) + [
+        "transcendental subterms are atoms keyed by the value of their argument (the exact tier's ring "
+        "semantics: exp, sqrt, erf, ... of distinct arguments independent; inverses exact; exact constants "
+        "such as sqrt(2), 1/sqrt(2 pi) exact)",
+        "B.max_shift is 0 (exact arithmetic); the claim max_shift_free covers the float path"]
+    return Certificate.issue(op, claim=claim, tier="symbolic", verdict=verdict, method=method,
+                             dims=entry, assumptions=assumptions, evidence=evidence,
+                             seconds=time.perf_counter() - start, checker_sha256=CHECKER_SHA256,
+                             options={"method": "modular", "seed": seed, "trials": trials})
+
+
+def _num(x):
+    return int(x) if float(x).is_integer() and abs(x) < 2 ** 63 else float(f"{x:.4g}")

@@ -1,0 +1,1107 @@
+"""A backend ``B`` whose arrays are numpy integer arrays mod a prime p, with forward-mode tangents.
+
+The spec's own numpy code runs on ``ModArray``s at production dims (a ViT-Tiny or GPT-2-small block),
+so the randomised exact test of ``symbolic.modular`` needs no traced DAG. The semantics are those of
+``symbolic.fields.ModPField`` (the mod-p image of the exact tier's ring):
+
+- leaves (inputs, cotangents, tangents, symbolic parameters) are random elements of GF(p);
+- + - * / are exact mod p; a division by a value that is 0 mod p raises ``Pole`` (the caller resamples;
+  never a silently wrong value);
+- every transcendental (exp, log, sqrt, erf, tanh, sin, cos) of an array is an *atom keyed by the value
+  of its argument*: a keyed hash of the argument's residue, so equal arguments give equal atoms, with
+  the same folds as the ring (exp(0) = 1, sqrt(0) = 0, log(1) = 0, f(0) = 0 for the odd ones, cos(0) = 1)
+  and parities (erf, tanh, sin odd; cos even);
+- exact scalar constants (``B.c``, ``B.pi`` and products, quotients and square roots of them) keep an
+  exact form: q * prod base^(e/2) over primes and pi, so sqrt(2)^2 = 2, 1/sqrt(2) = sqrt(2)/2 and
+  sqrt(2 pi) = sqrt(2) sqrt(pi), as in the ring (``RingField._sqrt_const``). sqrt(prime) is a true
+  square root mod p (a prime where it has none is redrawn: ``NeedAnotherPrime``); pi = s^2 for a random
+  s, so sqrt(pi) = s.
+- the tangent of every value is carried with it (dual numbers): d exp a = exp(a) da,
+  d sqrt a = da / (2 sqrt a), d erf a = 2/sqrt(pi) exp(-a^2) da, d tanh a = (1 - tanh^2 a) da,
+  d log a = da / a, d sin a = cos(a) da, d cos a = -sin(a) da -- the rules of
+  ``symbolic.evaluate.Tangent``, so J t is derived from the forward, never from the backward.
+
+Arithmetic: p < 2^60. Elementwise products use an 80-bit long-double quotient estimate (off by at most
+1) and wrapping int64 arithmetic; matmuls split each operand into three 20-bit limbs so every float64
+dgemm is exact (a contraction of at most 2048 terms of products below 2^40 stays below 2^51, a sum of
+three such below 2^53; longer contractions are chunked), then recombine mod p.
+
+Each array carries upper bounds (deg N, deg D, log2 |N|_1, log2 |D|_1) of its value and of its tangent
+as rational functions in the leaves and atoms, as ``BoundField`` does, for the false-pass bound.
+Anything the backend cannot follow exactly (a float, a comparison, a numpy function it does not know)
+is refused (``core.registry.refuse``): bad input, never a number.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from fractions import Fraction
+
+import flint
+import numpy as np
+
+from vjpcert.core.registry import SpecError, refuse
+
+LIMB_BITS = 20
+LIMBS = 3                                   # 3 x 20 bits = 60 bits: residues mod p < 2^60
+MAX_CONTRACTION = 2048                      # a limb product summed over 2048 terms is < 2^51, and a
+                                            # diagonal of three of them < 2^53: exact in float64
+PRIME_LO_BITS = 59                          # primes in [2^59, 2^60)
+_MASK = (1 << LIMB_BITS) - 1
+
+
+class Pole(ZeroDivisionError):
+    """A division by a value that is 0 mod p at the sampled point: resample."""
+
+
+class NeedAnotherPrime(Exception):
+    """A constant square root sqrt(c) has no value mod this prime: draw another prime."""
+
+
+# ------------------------------------------------------------------------------ bounds
+# (deg N, deg D, log2 |N|_1, log2 |D|_1) of a rational function N/D as built; ``None`` is an exact 0.
+def b_add(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    n1, d1, h1, k1 = a
+    n2, d2, h2, k2 = b
+    return (max(n1 + d2, n2 + d1), d1 + d2, max(h1 + k2, h2 + k1) + 1.0, k1 + k2)
+
+
+def b_mul(a, b):
+    if a is None or b is None:
+        return None
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
+
+
+def b_inv(a):
+    if a is None:
+        raise SpecError(None, "division by an exact zero")
+    return (a[1], a[0], a[3], a[2])
+
+
+def b_sum(a, k: int):
+    """Bound of a sum of k terms each bounded by a (common denominator not assumed)."""
+    if a is None or k == 0:
+        return None
+    n, d, h, kk = a
+    return (n + (k - 1) * d, k * d, h + (k - 1) * kk + math.log2(k), k * kk)
+
+
+def b_join(*bs):
+    bs = [b for b in bs if b is not None]
+    if not bs:
+        return None
+    return tuple(max(b[i] for b in bs) for i in range(4))
+
+
+def b_const(q: Fraction):
+    if q == 0:
+        return None
+    return (0, 0, math.log2(abs(q.numerator)), math.log2(q.denominator))
+
+
+LEAF = (1, 0, 0.0, 0.0)
+ATOM = (1, 0, 0.0, 0.0)
+CIRCLE = (2, 2, 1.0, 1.0)     # sin, cos = 2u / (1 + u^2), (1 - u^2) / (1 + u^2) in one atom u
+
+
+# ------------------------------------------------------------------------------ the field
+class Field:
+    """Vectorised arithmetic mod p (p < 2^60) and the keyed atom hashes of one trial."""
+
+    def __init__(self, p: int, keys: dict, sqrt_pi: int):
+        if not (2 ** PRIME_LO_BITS <= p < 2 ** (PRIME_LO_BITS + 1)):
+            raise ValueError("the modular backend needs a prime in [2^59, 2^60)")
+        self.p = p
+        self.inv_p = np.longdouble(1) / np.longdouble(p)
+        self.keys = keys                       # kind -> (k1, k2) uint64 keys of the atom hash
+        self.sqrt_pi = sqrt_pi
+        self.recombine = [pow(2, LIMB_BITS * k, p) for k in range(2 * LIMBS - 1)]
+        self.atom_values: dict[str, list] = {}  # kind -> the arguments hashed (their distinct count)
+        self.atom_arg: dict[str, tuple] = {}   # kind -> bound of the largest argument
+        self._roots: dict[int, int] = {}
+        self.poles = 0                         # poles raised: a spec that swallows one is refused
+
+    @property
+    def atom_count(self) -> dict[str, int]:
+        """kind -> entries hashed in this evaluation: a bound on its distinct atoms as *polynomials*
+        (distinct values would undercount exactly when two distinct arguments collide)."""
+        return {kind: int(sum(v.size for v in vs)) for kind, vs in self.atom_values.items()}
+
+    def _circle(self, kind: str, v):
+        """sin and cos of one argument lie on the circle: with u a keyed hash of |a|,
+        cos = (1 - u^2) / (1 + u^2) and sin = 2u / (1 + u^2) (times the sign of a): sin^2 + cos^2 = 1
+        holds exactly (its only algebraic relation), sin is odd, cos even, sin(0) = 0, cos(0) = 1."""
+        p = self.p
+        upper = v > p // 2
+        u = self.hash("circle", np.where(upper, p - v, v))
+        u2 = self.mul(u, u)
+        w = self.inv(self.add(u2, np.ones_like(u2)))
+        if kind == "cos":
+            out = self.mul(self.sub(np.ones_like(u2), u2), w)
+            return np.where(v == 0, 1, out)
+        out = self.mul(self.add(u, u), w)
+        out = np.where(upper, (p - out) % p, out)
+        return np.where(v == 0, 0, out)
+
+    # ---- scalars
+    def residue(self, q: Fraction) -> int:
+        q = Fraction(q)
+        den = q.denominator % self.p
+        if den == 0:
+            raise NeedAnotherPrime(f"the constant {q} has a denominator divisible by p")
+        return q.numerator * pow(den, -1, self.p) % self.p
+
+    def prime_root(self, c: int) -> int:
+        r = self._roots.get(c)
+        if r is None:
+            if c % self.p == 0:
+                raise NeedAnotherPrime(f"sqrt({c}) with p | {c}")
+            if flint.fmpz(c).jacobi(self.p) != 1:
+                raise NeedAnotherPrime(f"sqrt({c}) has no value mod p")
+            r = self._roots[c] = int(flint.fmpz(c).sqrtmod(self.p))
+        return r
+
+    # ---- arrays (int64, entries in [0, p))
+    def add(self, a, b):
+        s = a + b
+        return s - self.p * (s >= self.p)
+
+    def sub(self, a, b):
+        s = a - b
+        return s + self.p * (s < 0)
+
+    def neg(self, a):
+        return (self.p - a) % self.p
+
+    def mul(self, a, b):
+        """a * b mod p: q = a b / p from an 80-bit estimate, truncated (a b / p >= 0, and the estimate
+        is within 1 of the true quotient), then a b - q p in wrapping int64 arithmetic: its true value
+        lies in (-p, 2p), so it is exact, and one correction each way reduces it."""
+        a = np.asarray(a, dtype=np.int64)
+        b = np.asarray(b, dtype=np.int64)
+        q = (a.astype(np.longdouble) * b.astype(np.longdouble) * self.inv_p).astype(np.int64)
+        with np.errstate(over="ignore"):
+            r = np.multiply(a, b) - np.multiply(q, np.int64(self.p))
+        r = r + self.p * (r < 0)
+        return r - self.p * (r >= self.p)
+
+    def mul_scalar(self, a, s: int):
+        """a * s mod p for a constant s < p and any int64 a in [0, 2^62): one long-double product with
+        the precomputed s / p (the quotient estimate is within 1: a s / p < 2^63), then exact wrapping
+        int64 arithmetic as in ``mul``; a need not be reduced first."""
+        s = int(s) % self.p
+        a = np.asarray(a, dtype=np.int64)
+        q = (a.astype(np.longdouble) * (np.longdouble(s) * self.inv_p)).astype(np.int64)
+        with np.errstate(over="ignore"):
+            r = np.multiply(a, np.int64(s)) - np.multiply(q, np.int64(self.p))
+        r = r + self.p * (r < 0)
+        return r - self.p * (r >= self.p)
+
+    def pow(self, a, k: int):
+        if k < 0:
+            return self.pow(self.inv(a), -k)
+        out = np.ones_like(np.asarray(a, dtype=np.int64))
+        base = np.asarray(a, dtype=np.int64)
+        while k:
+            if k & 1:
+                out = self.mul(out, base)
+            k >>= 1
+            if k:
+                base = self.mul(base, base)
+        return out
+
+    def inv(self, a):
+        a = np.asarray(a, dtype=np.int64)
+        if np.any(a == 0):
+            self.poles += 1
+            raise Pole("division by a value that is 0 mod p at the sampled point")
+        if a.size <= 4096:             # Python's pow: faster than an exponentiation by squaring here
+            flat = [pow(int(v), -1, self.p) for v in a.ravel()]
+            return np.array(flat, dtype=np.int64).reshape(a.shape)
+        return self.pow(a, self.p - 2)
+
+    def sum(self, a, axis, keepdims=False):
+        """Sum mod p without overflow: 31-bit halves summed separately (2^32 terms fit int64)."""
+        lo = np.sum(a & 0x7FFFFFFF, axis=axis, keepdims=keepdims)
+        hi = np.sum(a >> 31, axis=axis, keepdims=keepdims)
+        return self.add(self.mul_scalar(np.mod(hi, self.p), 1 << 31), np.mod(lo, self.p))
+
+    def matmul(self, a, b):
+        """a @ b mod p, exactly, with float64 BLAS: 21-bit limbs, contractions chunked to 2048."""
+        a = np.asarray(a, dtype=np.int64)
+        b = np.asarray(b, dtype=np.int64)
+        K = a.shape[-1]
+        if a.ndim == 1 or b.ndim == 1:
+            vec_a, vec_b = a.ndim == 1, b.ndim == 1
+            out = self.matmul(a[None, :] if vec_a else a, b[:, None] if vec_b else b)
+            if vec_a:
+                out = out[..., 0, :]
+            if vec_b:
+                out = out[..., 0]
+            return out
+        total = None
+        for start in range(0, K, MAX_CONTRACTION):
+            sl = slice(start, min(K, start + MAX_CONTRACTION))
+            part = self._matmul_chunk(a[..., sl], b[..., sl, :])
+            total = part if total is None else self.add(total, part)
+        return total
+
+    def _matmul_chunk(self, a, b):
+        """One exact chunk (K <= 2048): the limbs of b side by side, so one dgemm per limb of a gives
+        three limb products; the diagonals i + j = k are summed in float64 (each < 3 * 2^51 < 2^53,
+        exact), converted once, and recombined mod p."""
+        n = b.shape[-1]
+        Bm = np.concatenate([((b >> (LIMB_BITS * j)) & _MASK) for j in range(LIMBS)], axis=-1).astype(np.float64)
+        diag = [None] * (2 * LIMBS - 1)
+        for i in range(LIMBS):
+            Ai = np.ascontiguousarray(((a >> (LIMB_BITS * i)) & _MASK), dtype=np.float64)
+            P = np.matmul(Ai, Bm)
+            for j in range(LIMBS):
+                block = P[..., j * n:(j + 1) * n]
+                diag[i + j] = block.copy() if diag[i + j] is None else np.add(diag[i + j], block, out=diag[i + j])
+            del P
+        return self.lincomb([d.astype(np.int64) for d in diag], self.recombine)   # each exact: < 2^53
+
+    def lincomb(self, cs, rs):
+        """sum_k c_k r_k mod p for int64 arrays 0 <= c_k < 2^53 and constants r_k < p (at most 8 terms):
+        the quotient by p estimated once in long double (the sum is < 2^116, its relative error below
+        2^-60, so the estimate is within 1 of the true quotient < 2^57), the remainder in wrapping
+        int64 arithmetic (its true value lies in (-p, 2p)), then one correction each way."""
+        est = None
+        r = None
+        with np.errstate(over="ignore"):
+            for c, k in zip(cs, rs):
+                k = int(k) % self.p
+                e = c.astype(np.longdouble) * (np.longdouble(k) * self.inv_p)
+                est = e if est is None else est + e
+                t = np.multiply(c, np.int64(k))
+                r = t if r is None else r + t
+            r = r - np.multiply(est.astype(np.int64), np.int64(self.p))
+        r = r + self.p * (r < 0)
+        return r - self.p * (r >= self.p)
+
+    def matmul_sum(self, pairs):
+        """sum_i a_i @ b_i mod p as one contraction (the a_i side by side, the b_i stacked)."""
+        a = np.concatenate([np.asarray(x, dtype=np.int64) for x, _ in pairs], axis=-1)
+        b = np.concatenate([np.asarray(y, dtype=np.int64) for _, y in pairs], axis=-2)
+        return self.matmul(a, b)
+
+    # ---- atoms
+    @staticmethod
+    def _mix(x):
+        """splitmix64's finaliser on uint64 arrays (wrapping arithmetic)."""
+        with np.errstate(over="ignore"):
+            x = x + np.uint64(0x9E3779B97F4A7C15)
+            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            return x ^ (x >> np.uint64(31))
+
+    def hash(self, kind: str, v):
+        k1, k2 = self.keys[kind]
+        x = self._mix(np.asarray(v, dtype=np.int64).astype(np.uint64) ^ np.uint64(k1))
+        x = self._mix(x ^ np.uint64(k2))
+        return (x % np.uint64(self.p)).astype(np.int64)
+
+    def atom(self, kind: str, v, arg_bound):
+        """The atom kind(v), keyed by the value v, with the ring's folds and parities."""
+        v = np.asarray(v, dtype=np.int64)
+        self.atom_values.setdefault(kind, []).append(np.empty(v.size, dtype=np.bool_))  # sizes only
+        self.atom_arg[kind] = b_join(self.atom_arg.get(kind), arg_bound) or (0, 0, 0.0, 0.0)
+        p = self.p
+        if kind in ("sin", "cos"):
+            return self._circle(kind, v)
+        if kind in ("erf", "tanh"):                     # odd: f(-a) = -f(a), f(0) = 0
+            upper = v > p // 2
+            h = self.hash(kind, np.where(upper, p - v, v))
+            out = np.where(upper, (p - h) % p, h)
+            return np.where(v == 0, 0, out)
+        h = self.hash(kind, v)
+        if kind == "exp":
+            return np.where(v == 0, 1, h)
+        if kind == "sqrt":
+            return np.where(v == 0, 0, np.where(v == 1, 1, h))
+        if kind == "log":
+            return np.where(v == 1, 0, h)
+        return h
+
+
+# ------------------------------------------------------------------------------ exact constants
+def _exact_mul(a, b):
+    q = a[0] * b[0]
+    bases = dict(a[1])
+    for base, e in b[1]:
+        bases[base] = bases.get(base, 0) + e
+    return _canon(q, bases)
+
+
+def _canon(q: Fraction, bases: dict):
+    """Fold base^(2k/2) of a prime base into q; keep pi and odd half-powers."""
+    out = {}
+    for base, e in bases.items():
+        if base != "pi" and e % 2 == 0:
+            q = q * Fraction(base) ** (e // 2)
+        elif base != "pi":
+            q = q * Fraction(base) ** ((e - 1) // 2)
+            out[base] = 1
+        elif e:
+            out[base] = e
+    return (q, tuple(sorted(out.items(), key=lambda kv: str(kv[0]))))
+
+
+def _exact_pow(a, k: int):
+    if k < 0:
+        return _exact_pow(_exact_inv(a), -k)
+    out = (Fraction(1), ())
+    for _ in range(k):
+        out = _exact_mul(out, a)
+    return out
+
+
+def _exact_inv(a):
+    if a[0] == 0:
+        raise SpecError(None, "division by an exact zero")
+    return _canon(1 / a[0], {base: -e for base, e in a[1]})
+
+
+def _exact_sqrt(a):
+    """sqrt(q * prod base^(e/2)) = sqrt(num * den) / den * prod base^(e/4): exact where every half-
+    exponent of a base is even and q >= 0; None otherwise (then the root is an atom)."""
+    q, bases = a
+    if q < 0 or any(e % 2 for _, e in bases):
+        return None
+    if q == 0:
+        return (Fraction(0), ())
+    out = {base: e // 2 for base, e in bases}
+    n = q.numerator * q.denominator
+    coeff = Fraction(1, q.denominator)
+    for prime, e in flint.fmpz(n).factor():
+        prime = int(prime)
+        coeff *= Fraction(prime) ** (int(e) // 2)
+        if int(e) % 2:
+            out[prime] = out.get(prime, 0) + 1
+    return _canon(coeff, out)
+
+
+def _exact_bound(a):
+    q, bases = a
+    b = b_const(q)
+    if b is None:
+        return None
+    pos = sum(e for _, e in bases if e > 0)
+    neg = -sum(e for _, e in bases if e < 0)
+    return (b[0] + pos, b[1] + neg, b[2], b[3])
+
+
+# ------------------------------------------------------------------------------ arrays
+_HANDLED = {}
+
+
+def _implements(*fns):
+    def register(impl):
+        for fn in fns:
+            _HANDLED[fn] = impl
+        return impl
+    return register
+
+
+class ModArray:
+    """An array of residues mod p with its tangent (None: exactly 0) and bounds. Spec code sees the
+    numpy array interface it uses: shape, indexing, reshape, .T, sum, mean, arithmetic, @, and the
+    numpy functions in ``_HANDLED``. It is read-only, and it refuses comparisons and branches."""
+
+    __slots__ = ("F", "v", "t", "b", "tb", "exact", "dv", "qa")
+    __array_priority__ = 1000
+
+    def __init__(self, F: Field, v, t=None, b=LEAF, tb=None, exact=None, dv=None):
+        self.F, self.v, self.t, self.b, self.tb, self.exact = F, np.asarray(v, dtype=np.int64), t, b, tb, exact
+        # per axis, how many distinct denominators (of the bound) there may be along it, at any fixed
+        # position of the other axes (None: as many as entries). A sum over an axis with c of them has
+        # a common denominator of c factors (a softmax row's 1/Z is one), so the bound multiplies the
+        # denominator's degree by c, not by the length of the sum.
+        self.qa = None          # an exact rational array (B.array of ints, arithmetic on it): exponents
+        has_den = (b is not None and b[1] > 0) or (tb is not None and tb[1] > 0)
+        self.dv = _counts(self.v.shape, dv) if has_den else (1,) * self.v.ndim
+        if t is not None:
+            self.t = np.broadcast_to(np.asarray(t, dtype=np.int64), self.v.shape)
+
+    # ---- lifting
+    def _lift(self, x) -> "ModArray":
+        return lift(self.F, x)
+
+    # ---- structure
+    @property
+    def shape(self):
+        return self.v.shape
+
+    @property
+    def ndim(self):
+        return self.v.ndim
+
+    @property
+    def size(self):
+        return self.v.size
+
+    def __len__(self):
+        return len(self.v)
+
+    def _map(self, fn, dv=None) -> "ModArray":
+        out = ModArray(self.F, fn(self.v), None if self.t is None else fn(self.t), self.b, self.tb,
+                       self.exact if self.v.ndim == 0 else None, dv)
+        out.qa = None if self.qa is None else fn(self.qa)
+        return out
+
+    def __getitem__(self, key):
+        if isinstance(key, ModArray) or (isinstance(key, tuple) and any(isinstance(k, ModArray) for k in key)):
+            refuse("an array is indexed by traced values: indices must come from shapes or structural params")
+        keys = key if isinstance(key, tuple) else (key,)
+        if all(isinstance(k, slice) for k in keys):          # a basic slice keeps every axis
+            return self._map(lambda a: a[key], self.dv)      # counts are capped to the new sizes
+        return self._map(lambda a: a[key])
+
+    def __setitem__(self, key, value):
+        refuse("a write into an array in place (x[...] = ...): inputs are read-only to spec code")
+
+    def reshape(self, *shape, **kw):
+        out = self._map(lambda a: a.reshape(*shape, **kw))
+        out.dv = _reshape_counts(self.shape, out.shape, self.dv) if any(c > 1 for c in out.dv) else out.dv
+        return out
+
+    def ravel(self):
+        return self.reshape(-1)
+
+    flatten = ravel
+
+    def squeeze(self, axis=None):
+        return self._map(lambda a: a.squeeze(axis))
+
+    def transpose(self, *axes):
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        order = tuple(axes) if axes else tuple(reversed(range(self.ndim)))
+        return self._map(lambda a: a.transpose(*axes), tuple(self.dv[i] for i in order))
+
+    def swapaxes(self, i, j):
+        order = list(range(self.ndim))
+        order[i], order[j] = order[j], order[i]
+        return self.transpose(*order)
+
+    @property
+    def T(self):
+        return self._map(lambda a: a.T, tuple(reversed(self.dv)))
+
+    def copy(self):
+        return self._map(lambda a: a.copy())
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    # ---- reductions
+    def sum(self, axis=None, keepdims=False):
+        F = self.F
+        axes = tuple(range(self.ndim)) if axis is None else tuple(a % self.ndim for a in np.atleast_1d(axis))
+        count = int(np.prod([self.v.shape[a] for a in axes]))
+        v = F.sum(self.v, axis, keepdims)
+        t = None if self.t is None else F.sum(np.ascontiguousarray(self.t), axis, keepdims)
+        return ModArray(F, v, t, b_sum_axes(self.b, self.shape, self.dv, axes),
+                        b_sum_axes(self.tb, self.shape, self.dv, axes), None,
+                        _counts_after_sum(self.dv, axes, keepdims))
+
+    def mean(self, axis=None, keepdims=False):
+        count = self.v.size if axis is None else int(np.prod([self.v.shape[a] for a in np.atleast_1d(axis)]))
+        return self.sum(axis, keepdims) * lift(self.F, Fraction(1, count))
+
+    # ---- arithmetic
+    def __add__(self, o):
+        o = self._lift(o)
+        F = self.F
+        exact = None
+        if self.exact is not None and o.exact is not None and not self.exact[1] and not o.exact[1]:
+            exact = (self.exact[0] + o.exact[0], ())
+        v = F.add(self.v, o.v)
+        out = ModArray(F, v, _tadd(F, self.t, o.t), b_add(self.b, o.b),
+                       b_add(self.tb, o.tb), exact, _bcast_dv(v.shape, self, o))
+        return _with_qa(out, self, o, lambda x, y: x + y)
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        F = self.F
+        out = ModArray(F, F.neg(self.v), None if self.t is None else F.neg(self.t), self.b, self.tb,
+                       None if self.exact is None else _exact_mul(self.exact, (Fraction(-1), ())), self.dv)
+        out.qa = None if self.qa is None else -self.qa
+        return out
+
+    def __pos__(self):
+        return self
+
+    def __sub__(self, o):
+        return self + (-self._lift(o))
+
+    def __rsub__(self, o):
+        return self._lift(o) + (-self)
+
+    def __mul__(self, o):
+        o = self._lift(o)
+        F = self.F
+        t = _tadd(F, None if self.t is None else F.mul(self.t, o.v), None if o.t is None else F.mul(self.v, o.t))
+        exact = _exact_mul(self.exact, o.exact) if self.exact is not None and o.exact is not None else None
+        v = F.mul(self.v, o.v)
+        out = ModArray(F, v, t, b_mul(self.b, o.b),
+                       b_add(b_mul(self.tb, o.b), b_mul(self.b, o.tb)), exact, _bcast_dv(v.shape, self, o))
+        return _with_qa(out, self, o, lambda x, y: x * y)
+
+    __rmul__ = __mul__
+
+    def inverse(self) -> "ModArray":
+        F = self.F
+        if self.exact is not None:
+            return exact_const(F, _exact_inv(self.exact))
+        if self.qa is not None:
+            if any(q == 0 for q in self.qa.ravel()):
+                raise SpecError(None, "division by an exact zero")
+            return qarray(F, np.vectorize(lambda q: 1 / q, otypes=[object])(self.qa))
+        u = F.inv(self.v)
+        t = None if self.t is None else F.neg(F.mul(F.mul(u, u), self.t))   # d(1/a) = -da / a^2
+        ib = b_inv(self.b)
+        return ModArray(F, u, t, ib, b_mul(self.tb, b_mul(ib, ib)))
+
+    def __truediv__(self, o):
+        return self * self._lift(o).inverse()
+
+    def __rtruediv__(self, o):
+        return self._lift(o) * self.inverse()
+
+    def __pow__(self, k):
+        if isinstance(k, ModArray) and k.qa is not None:
+            return _pow_exact_array(self, k.qa)
+        if isinstance(k, ModArray):
+            if k.exact is None or k.exact[1]:
+                refuse("x ** y with a non-constant exponent is not supported; use B.exp/B.log")
+            k = k.exact[0]
+        if isinstance(k, float):
+            refuse(f"a float exponent ({k!r}): write exponents as ints or Fractions")
+        k = Fraction(k)
+        if k.denominator == 1:
+            k = int(k)
+            if self.exact is not None:
+                return exact_const(self.F, _exact_pow(self.exact, k))
+            if k < 0:
+                return self.inverse() ** (-k)
+            if k == 0:
+                return lift(self.F, 1) + self * 0
+            F = self.F
+            v = F.pow(self.v, k)
+            t = None if self.t is None else F.mul(F.mul_scalar(F.pow(self.v, k - 1), k), self.t)
+            tb = b_mul(b_mul(b_const(Fraction(k)), _bpow(self.b, k - 1)), self.tb)
+            return ModArray(F, v, t, _bpow(self.b, k), tb)
+        if k == Fraction(1, 2):
+            return sqrt(self)
+        if k == Fraction(-1, 2):
+            return sqrt(self).inverse()
+        if self.exact is not None and not self.exact[1] and self.exact[0] > 0:
+            return cpow(self.F, self.exact[0], k)
+        refuse(f"x ** {k} is not supported; use B.sqrt or integer powers")
+
+    def __matmul__(self, o):
+        o = self._lift(o)
+        return _matmul(self, o)
+
+    def __rmatmul__(self, o):
+        return _matmul(self._lift(o), self)
+
+    # ---- what a spec may not do
+    def _no_compare(self, other):
+        refuse("a comparison (==, !=, <, <=, >, >=, max, abs, sort, ...) of traced values: specs must be "
+               "branch-free in their inputs (a comparison is a kink or a branch the proof cannot follow)")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _no_compare
+    __hash__ = object.__hash__
+
+    def __bool__(self):
+        refuse("a branch depends on a traced value (if, and, or, np.where on values, any/all): specs "
+               "must be branch-free in their inputs; build masks from shapes or structural params")
+
+    def __abs__(self):
+        refuse("abs() of a traced value: |x| has a kink at 0 and the proof cannot follow it")
+
+    def __float__(self):
+        refuse("float() or math.* was applied to a traced value: use B.exp, B.sqrt, ...")
+
+    __int__ = __index__ = __complex__ = __float__
+
+    def __array__(self, *args, **kwargs):
+        refuse("a traced value was converted to a plain numpy array (np.asarray, np.array, a numpy "
+               "function the modular backend does not follow): use array methods and B's functions")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs.get("out") is not None:
+            refuse(f"np.{ufunc.__name__}.{method} on traced values is not supported by the modular backend")
+        ops = {np.add: lambda a, b: a + b, np.subtract: lambda a, b: a - b, np.multiply: lambda a, b: a * b,
+               np.true_divide: lambda a, b: a / b, np.matmul: lambda a, b: a @ b,
+               np.negative: lambda a: -a, np.positive: lambda a: a}
+        if ufunc not in ops:
+            refuse(f"np.{ufunc.__name__} was applied to traced values (use B.exp, B.sqrt, ... for "
+                   f"numbers; comparisons and max/abs are not allowed)")
+        F = next(x.F for x in inputs if isinstance(x, ModArray))
+        return ops[ufunc](*[x if isinstance(x, ModArray) else lift(F, x) for x in inputs])
+
+    def __array_function__(self, func, types, args, kwargs):
+        impl = _HANDLED.get(func)
+        if impl is None:
+            refuse(f"np.{func.__name__} on traced values is not supported by the modular backend")
+        return impl(*args, **kwargs)
+
+    def __repr__(self):
+        return f"ModArray(shape={self.shape}, p={self.F.p})"
+
+
+def _counts(shape, dv):
+    """Distinct-denominator counts per axis, capped by the axis' size (all distinct when None)."""
+    if dv is None:
+        return tuple(int(n) if n > 1 else 1 for n in shape)
+    return tuple(max(1, min(int(n), int(c))) for n, c in zip(shape, dv))
+
+
+def _bcast_dv(out_shape, *arrays):
+    """Counts of an elementwise result (aligned right, as numpy broadcasts): a pair of denominators
+    takes at most c1 * c2 distinct values along an axis."""
+    out = [1] * len(out_shape)
+    for x in arrays:
+        shift = len(out_shape) - x.ndim
+        for a, c in enumerate(x.dv):
+            out[a + shift] = out[a + shift] * c
+    return _counts(out_shape, out)
+
+
+def _counts_after_sum(dv, axes, keepdims):
+    """After a sum over ``axes``: an axis keeps its count where the denominator did not vary along the
+    summed axes; otherwise the product over them may take as many values as there are entries."""
+    varied = any(dv[a] > 1 for a in axes)
+    out = []
+    for a, c in enumerate(dv):
+        if a in axes:
+            if keepdims:
+                out.append(1)
+            continue
+        out.append(c if not varied or c == 1 else 1 << 62)
+    return tuple(out)
+
+
+def _reshape_counts(in_shape, out_shape, dv):
+    """An output axis overlaps, in C order, the input axes it is made of (merged or split): its count
+    is at most the product of theirs."""
+    def spans(shape):
+        out, hi = [], 1
+        for n in reversed(shape):
+            out.append((hi, hi * n))
+            hi *= n
+        return list(reversed(out))
+    si, so = spans(in_shape), spans(out_shape)
+    counts = []
+    for (lo_j, hi_j), n in zip(so, out_shape):
+        c = 1
+        for (lo_i, hi_i), ci in zip(si, dv):
+            if max(lo_i, lo_j) < min(hi_i, hi_j):
+                c *= ci
+        counts.append(c)
+    return _counts(out_shape, counts)
+
+
+def b_sum_shared(a, k: int):
+    """Bound of a sum of k terms that share one denominator: only the numerator's coefficients grow."""
+    if a is None or k == 0:
+        return None
+    return (a[0], a[1], a[2] + math.log2(k), a[3])
+
+
+def b_sum_distinct(a, k: int, c: int):
+    """Bound of a sum of k terms whose denominators take at most c distinct values: the common
+    denominator is their product (degree c d), each numerator is multiplied by c - 1 of them."""
+    if a is None or k == 0:
+        return None
+    c = max(1, min(int(c), int(k)))
+    n, d, h, kk = a
+    return (n + (c - 1) * d, c * d, h + (c - 1) * kk + math.log2(k), c * kk)
+
+
+def b_sum_axes(b, shape, dv, axes):
+    """Bound of the sum over ``axes`` (at most the product of their counts distinct denominators)."""
+    k = int(np.prod([shape[a] for a in axes]))
+    c = int(np.prod([dv[a] for a in axes], dtype=object))
+    return b_sum_distinct(b, k, c)
+
+
+def _bpow(b, k):
+    if k == 0:
+        return (0, 0, 0.0, 0.0)
+    if b is None:
+        return None
+    return (k * b[0], k * b[1], k * b[2], k * b[3])
+
+
+def _tadd(F, a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return F.add(a, b)
+
+
+def lift(F: Field, x) -> ModArray:
+    """An operand as a ModArray: ints and Fractions exactly, integer/bool numpy arrays as constants;
+    floats are refused (a float constant is already rounded)."""
+    if isinstance(x, ModArray):
+        return x
+    if isinstance(x, (bool, np.bool_, numbers.Integral, Fraction)):
+        return exact_const(F, (Fraction(int(x)) if not isinstance(x, Fraction) else x, ()))
+    if isinstance(x, np.ndarray) and x.dtype.kind in "biu":
+        v = np.mod(x.astype(object), F.p).astype(np.int64) if x.dtype.kind == "u" else np.mod(x.astype(np.int64), F.p)
+        big = np.abs(x.astype(np.float64)).max(initial=0)
+        return ModArray(F, v, None, b_const(Fraction(int(big))) if big else None, None)
+    if isinstance(x, (list, tuple)):
+        return stack([lift(F, e) for e in x])
+    if isinstance(x, (float, np.floating, complex)) or (isinstance(x, np.ndarray) and x.dtype.kind in "fc"):
+        refuse(f"a float ({x!r}) reached the spec's arithmetic: write constants as B.c(p, q) or "
+               f"B.c('0.044715') so they stay exact")
+    refuse(f"a {type(x).__name__} ({x!r}) reached the spec's arithmetic; use the backend B for numbers")
+
+
+def _qa_of(x: ModArray):
+    if x.qa is not None:
+        return x.qa
+    if x.exact is not None and not x.exact[1]:
+        return np.array(x.exact[0], dtype=object)
+    return None
+
+
+def _with_qa(out: ModArray, a: ModArray, b: ModArray, fn) -> ModArray:
+    """Keep an exact rational array exact through + and * (RoPE's exponents -2i/d)."""
+    if out.exact is None and (a.qa is not None or b.qa is not None):
+        qa, qb = _qa_of(a), _qa_of(b)
+        if qa is not None and qb is not None:
+            out.qa = fn(qa, qb)
+    return out
+
+
+def qarray(F: Field, qa) -> ModArray:
+    """An exact rational array: its residues, and the Fractions (for exponents)."""
+    qa = np.asarray(qa, dtype=object)
+    v = np.vectorize(lambda q: F.residue(Fraction(q)), otypes=[np.int64])(qa) if qa.size else \
+        np.zeros(qa.shape, np.int64)
+    big = max([abs(Fraction(q).numerator) for q in qa.ravel()] + [1])
+    den = max([Fraction(q).denominator for q in qa.ravel()] + [1])
+    out = ModArray(F, v.astype(np.int64), None, (0, 0, math.log2(big), math.log2(den)), None)
+    out.qa = np.vectorize(Fraction, otypes=[object])(qa) if qa.size else qa
+    return out
+
+
+def _pow_exact_array(base: ModArray, ks) -> ModArray:
+    """base ** k for an exact rational base and an exact array of exponents: each entry exact where k
+    is an integer or a half, else one algebraic-constant atom keyed by (base, k), as the ring's cpow."""
+    F = base.F
+    if base.exact is None or base.exact[1] or base.exact[0] <= 0:
+        refuse("x ** k with an array of exponents needs a positive rational constant base")
+    q = base.exact[0]
+    flat = []
+    for k in np.asarray(ks, dtype=object).ravel():
+        k = Fraction(k)
+        if k.denominator == 1:
+            flat.append(int(exact_const(F, _exact_pow((q, ()), int(k))).v))
+        elif k.denominator == 2 and _exact_sqrt((q, ())) is not None:
+            root = _exact_sqrt((q, ()))
+            flat.append(int(exact_const(F, _exact_pow(root, int(k.numerator))).v))
+        else:
+            flat.append(int(cpow(F, q, k).v))
+    v = np.array(flat, dtype=np.int64).reshape(np.shape(ks))
+    return ModArray(F, v, None, ATOM, None)
+
+
+def exact_const(F: Field, exact) -> ModArray:
+    q, bases = exact
+    v = F.residue(q)
+    for base, e in bases:
+        root = F.sqrt_pi if base == "pi" else F.prime_root(base)
+        v = v * pow(root, e, F.p) % F.p if e >= 0 else v * pow(pow(root, -e, F.p), -1, F.p) % F.p
+    return ModArray(F, np.int64(v), None, _exact_bound(exact), None, exact)
+
+
+def cpow(F: Field, base: Fraction, k: Fraction) -> ModArray:
+    """An algebraic constant base^k (k not an integer or 1/2): one atom, keyed by (base, k)."""
+    import hashlib
+    key = int.from_bytes(hashlib.sha256(f"{base}^{k}".encode()).digest()[:7], "big")   # stable across runs
+    v = F.atom("cpow", np.int64(key), (0, 0, 0.0, 0.0))
+    return ModArray(F, v, None, ATOM, None)
+
+
+def _matmul(a: ModArray, b: ModArray) -> ModArray:
+    F = a.F
+    if a.ndim == 0 or b.ndim == 0:
+        refuse("matmul with a scalar operand")
+    K = a.shape[-1]
+    v = F.matmul(a.v, b.v)
+    pairs = ([(a.t, b.v)] if a.t is not None else []) + ([(a.v, b.t)] if b.t is not None else [])
+    t = None
+    if pairs and a.ndim >= 2 and b.ndim >= 2:
+        ta = np.broadcast_shapes(np.shape(a.v)[:-2], np.shape(b.v)[:-2])
+        pairs = [(np.broadcast_to(x, ta + np.shape(x)[-2:]), np.broadcast_to(y, ta + np.shape(y)[-2:]))
+                 for x, y in pairs]
+        t = F.matmul_sum(pairs)                      # d(ab) = da b + a db in one contraction
+    elif pairs:
+        t = F.matmul(*pairs[0]) if len(pairs) == 1 else F.add(F.matmul(*pairs[0]), F.matmul(*pairs[1]))
+    ck = a.dv[-1] * (b.dv[-2] if b.ndim >= 2 else b.dv[0])     # distinct denominators along k
+    out_nd = np.ndim(v)
+    counts = [None] * out_nd
+    big = 1 << 62
+    if b.ndim >= 2:
+        counts[-1] = b.dv[-1] if ck == 1 or b.dv[-1] == 1 else big
+    if a.ndim >= 2:
+        counts[-2 if b.ndim >= 2 else -1] = a.dv[-2] if ck == 1 or a.dv[-2] == 1 else big
+    for ax in range(out_nd - 2):                  # batch axes: the pair's counts, if k did not vary
+        ca = a.dv[ax - (out_nd - a.ndim)] if ax - (out_nd - a.ndim) >= 0 and a.ndim > 2 else 1
+        cb = b.dv[ax - (out_nd - b.ndim)] if ax - (out_nd - b.ndim) >= 0 and b.ndim > 2 else 1
+        counts[ax] = ca * cb if ck == 1 or ca * cb == 1 else big
+    prod = b_mul(a.b, b.b)
+    tprod = b_add(b_mul(a.tb, b.b), b_mul(a.b, b.tb))
+    return ModArray(F, v, t, b_sum_distinct(prod, K, ck), b_sum_distinct(tprod, K, ck), None,
+                    _counts(np.shape(v), counts))
+
+
+# ------------------------------------------------------------------------------ transcendental
+def _unary(kind: str, a: ModArray) -> ModArray:
+    a = a if isinstance(a, ModArray) else None
+    if a is None:
+        refuse(f"B.{kind} got a value that is not an array of the backend")
+    F = a.F
+    if kind == "sqrt" and a.exact is not None:
+        root = _exact_sqrt(a.exact)
+        if root is not None:
+            return exact_const(F, root)
+    u = F.atom(kind, a.v, a.b)
+    if a.exact is not None and kind in ("exp", "cos") and a.exact[0] == 0:
+        u = np.int64(1)
+    out_b = CIRCLE if kind in ("sin", "cos") else ATOM
+    if a.t is None:
+        return ModArray(F, u, None, out_b, None)
+    # forward-mode rules of symbolic.evaluate.Tangent
+    if kind == "exp":
+        factor, fb = u, ATOM
+    elif kind == "log":
+        factor, fb = F.inv(a.v), b_inv(a.b)
+    elif kind == "sqrt":
+        factor, fb = F.inv(F.mul_scalar(u, 2)), b_inv(b_mul(b_const(Fraction(2)), ATOM))
+    elif kind == "erf":
+        k = F.mul_scalar(np.int64(pow(F.sqrt_pi, -1, F.p)), 2)
+        e = F.atom("exp", F.neg(F.mul(a.v, a.v)), b_mul(a.b, a.b))
+        factor, fb = F.mul(e, k), b_mul(ATOM, ATOM)
+    elif kind == "tanh":
+        factor, fb = F.sub(np.ones_like(u), F.mul(u, u)), b_add((0, 0, 0.0, 0.0), b_mul(ATOM, ATOM))
+    elif kind == "sin":
+        factor, fb = F.atom("cos", a.v, a.b), CIRCLE
+    elif kind == "cos":
+        factor, fb = F.neg(F.atom("sin", a.v, a.b)), CIRCLE
+    else:
+        raise SpecError(None, f"no derivative rule for {kind}")
+    # the tangent's denominators are a's (times 1/a or 1/sqrt(a) for log and sqrt, which vary with a)
+    dv = None if kind in ("log", "sqrt") else a.dv
+    return ModArray(F, u, F.mul(factor, a.t), out_b, b_mul(fb, a.tb), None, dv)
+
+
+def sqrt(a):
+    return _unary("sqrt", a)
+
+
+# ------------------------------------------------------------------------------ numpy functions
+def _F_of(values):
+    for v in values:
+        if isinstance(v, ModArray):
+            return v.F
+    raise SpecError(None, "no backend array among the arguments")
+
+
+def _lift_all(values):
+    F = _F_of(values)
+    return F, [lift(F, v) for v in values]
+
+
+def _join(fn, arrays, **kw):
+    F, arrays = _lift_all(list(arrays))
+    v = fn([a.v for a in arrays], **kw)
+    t = None
+    if any(a.t is not None for a in arrays):
+        t = fn([np.zeros(a.shape, np.int64) if a.t is None else np.asarray(a.t) for a in arrays], **kw)
+    dv = None
+    if fn is np.concatenate and arrays and all(a.ndim == arrays[0].ndim for a in arrays):
+        ax = kw.get("axis", 0) % arrays[0].ndim
+        dv = [sum(a.dv[ax] for a in arrays) if i == ax else max(a.dv[i] for a in arrays)
+              for i in range(arrays[0].ndim)]
+    return ModArray(F, v, t, b_join(*(a.b for a in arrays)), b_join(*(a.tb for a in arrays)), None, dv)
+
+
+@_implements(np.concatenate)
+def concatenate(arrays, axis=0, **kw):
+    return _join(np.concatenate, arrays, axis=axis)
+
+
+@_implements(np.stack)
+def stack(arrays, axis=0, **kw):
+    return _join(np.stack, arrays, axis=axis)
+
+
+@_implements(np.where)
+def where(cond, a, b):
+    if isinstance(cond, ModArray):
+        refuse("np.where on a condition computed from traced values: masks must come from shapes or "
+               "structural params")
+    cond = np.asarray(cond, dtype=bool)
+    F, (a, b) = _lift_all([a, b])
+    v = np.where(cond, a.v, b.v)
+    t = None
+    if a.t is not None or b.t is not None:
+        t = np.where(cond, 0 if a.t is None else a.t, 0 if b.t is None else b.t)
+    return ModArray(F, v, t, b_join(a.b, b.b), b_join(a.tb, b.tb), None, _bcast_dv(v.shape, a, b))
+
+
+@_implements(np.sum)
+def _np_sum(a, axis=None, keepdims=False, **kw):
+    return a.sum(axis, keepdims)
+
+
+@_implements(np.mean)
+def _np_mean(a, axis=None, keepdims=False, **kw):
+    return a.mean(axis, keepdims)
+
+
+@_implements(np.transpose)
+def _np_transpose(a, axes=None):
+    return a.transpose(*(axes or ()))
+
+
+@_implements(np.swapaxes)
+def _np_swapaxes(a, i, j):
+    return a.swapaxes(i, j)
+
+
+@_implements(np.reshape)
+def _np_reshape(a, shape, **kw):
+    return a.reshape(shape)
+
+
+@_implements(np.expand_dims)
+def _np_expand_dims(a, axis):
+    out = a._map(lambda x: np.expand_dims(x, axis))
+    return a.reshape(out.shape) if out.ndim else out
+
+
+@_implements(np.squeeze)
+def _np_squeeze(a, axis=None):
+    return a._map(lambda x: np.squeeze(x, axis))
+
+
+@_implements(np.moveaxis)
+def _np_moveaxis(a, source, destination):
+    return a._map(lambda x: np.moveaxis(x, source, destination))
+
+
+@_implements(np.broadcast_to)
+def _np_broadcast_to(a, shape, **kw):
+    shape = tuple(np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape
+    return a._map(lambda x: np.broadcast_to(x, shape), (1,) * (len(shape) - a.ndim) + a.dv)
+
+
+@_implements(np.repeat)
+def _np_repeat(a, repeats, axis=None):
+    return a._map(lambda x: np.repeat(x, repeats, axis), a.dv if axis is not None else None)
+
+
+@_implements(np.tile)
+def _np_tile(a, reps):
+    return a._map(lambda x: np.tile(x, reps))
+
+
+@_implements(np.split)
+def _np_split(a, indices_or_sections, axis=0):
+    n = len(np.split(np.empty(a.shape[axis]), indices_or_sections))
+    return [a._map(lambda x, i=i: np.split(x, indices_or_sections, axis)[i]) for i in range(n)]
+
+
+@_implements(np.shape)
+def _np_shape(a):
+    return a.shape
+
+
+@_implements(np.ndim)
+def _np_ndim(a):
+    return a.ndim
+
+
+@_implements(np.matmul)
+def _np_matmul(a, b):
+    F, (a, b) = _lift_all([a, b])
+    return _matmul(a, b)
+
+
+@_implements(np.zeros_like)
+def _np_zeros_like(a, *args, **kw):
+    return ModArray(a.F, np.zeros(a.shape, np.int64), None, None, None)
+
+
+# ------------------------------------------------------------------------------ the backend
+class ModularBackend:
+    """The ``B`` of one trial: ``exp, log, sqrt, erf, tanh, sin, cos, pi, c, zeros, array,
+    max_shift`` over GF(p). Nodes of a composite run on the same backend (``node_backend``), so a
+    composite is evaluated end to end with its nodes' own forward and backward code."""
+
+    name = "modp-vectorised"
+
+    def __init__(self, F: Field):
+        self.F = F
+
+    @property
+    def node_backend(self):
+        return self
+
+    @property
+    def pi(self):
+        return exact_const(self.F, (Fraction(1), (("pi", 2),)))
+
+    def c(self, p, q=1):
+        from vjpcert.core.backends import exact
+        return exact_const(self.F, (exact(p, q), ()))
+
+    def zeros(self, shape):
+        return ModArray(self.F, np.zeros(shape, np.int64), None, None, None)
+
+    def array(self, values):
+        flat = np.asarray(values, dtype=object)
+        if all(isinstance(v, (numbers.Integral, Fraction)) and not isinstance(v, bool) for v in flat.ravel()):
+            return qarray(self.F, np.vectorize(Fraction, otypes=[object])(flat) if flat.size else flat)
+        return stack([lift(self.F, v) for v in values]) if len(values) else self.zeros((0,))
+
+    def max_shift(self, x, mask=None):
+        """0 in exact arithmetic, as in every exact backend (the claim max_shift_free covers floats)."""
+        return self.zeros(np.shape(x.v if isinstance(x, ModArray) else x)[:-1] + (1,))
+
+    def exp(self, a):
+        return _unary("exp", lift(self.F, a))
+
+    def log(self, a):
+        return _unary("log", lift(self.F, a))
+
+    def sqrt(self, a):
+        return _unary("sqrt", lift(self.F, a))
+
+    def erf(self, a):
+        return _unary("erf", lift(self.F, a))
+
+    def tanh(self, a):
+        return _unary("tanh", lift(self.F, a))
+
+    def sin(self, a):
+        return _unary("sin", lift(self.F, a))
+
+    def cos(self, a):
+        return _unary("cos", lift(self.F, a))
