@@ -31,6 +31,18 @@ def op_mutants(proof=None):
             for m in op.mutants]
 
 
+def mutants_by_default(pairs):
+    """(op, mutant) pairs as pytest params: every mutant of a leaf op always runs; a composite's first
+    mutant stands for it by default (each of the others evaluates the whole block again), --slow runs
+    them all. The committed kill matrix, which CI checks is current, holds every mutant in every tier."""
+    seen, out = set(), []
+    for name, mutant in pairs:
+        slow = bool(OPS[name].nodes) and name in seen
+        seen.add(name)
+        out.append(pytest.param(name, mutant, marks=pytest.mark.slow if slow else ()))
+    return out
+
+
 @pytest.fixture(scope="session")
 def ops():
     return OPS

@@ -4,7 +4,7 @@ wiring check; and the wiring is sound: a node's VJP called at another point than
 argument, a non-differentiable input or a parameter that differs -- is caught and named."""
 import pytest
 
-from conftest import OPS, by_default, op_claims, op_mutants
+from conftest import OPS, by_default, mutants_by_default, op_claims, op_mutants
 from vjpcert.symbolic.composition import prove_compositional
 from vjpcert.symbolic.wiring import node_signatures, prove_wiring
 
@@ -19,7 +19,7 @@ def test_every_composite_claim_is_proved_compositionally(name, claim):
     assert all(n["verdict"].startswith("proved") and len(n["digest"]) == 64 for n in cert.evidence["nodes"])
 
 
-@pytest.mark.parametrize("name,mutant", op_mutants("compositional"))
+@pytest.mark.parametrize("name,mutant", mutants_by_default(op_mutants("compositional")))
 def test_composite_mutants_fail_in_the_wiring(name, mutant, request):
     """Every claim a mutant kills is failed in the wiring; with --slow, every other claim of the
     composite is checked too (proved, or inconclusive where the real nodes forgive the wiring)."""

@@ -4,7 +4,7 @@ witness (and no false kills), the derivative methods, bad input, and the float64
 import numpy as np
 import pytest
 
-from conftest import OPS, by_default, op_claims, op_mutants
+from conftest import OPS, by_default, mutants_by_default, op_claims, op_mutants
 from vjpcert.numeric.check import check_claim, numeric_dims
 from vjpcert.numeric.derivatives import METHODS
 from vjpcert.numeric.plots import fd_curves
@@ -25,7 +25,7 @@ def test_every_claim_is_checked_to_40_digits(name, claim):
     assert set(cert.evidence["cases"]) == expected
 
 
-@pytest.mark.parametrize("name,mutant", op_mutants())
+@pytest.mark.parametrize("name,mutant", mutants_by_default(op_mutants()))
 def test_every_mutant_fails_its_claims_with_a_witness(name, mutant, request):
     """Each claim a mutant kills is failed with a witness, every other claim checked (for a composite,
     the others only with --slow: each is a 50-digit evaluation of the whole block)."""
