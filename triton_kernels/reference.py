@@ -23,11 +23,8 @@ GELU_K = 0.044715
 
 
 @triton.jit
-def softmax_fwd_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    x_ptr += row * n
-    y_ptr += row * n
-    cols = tl.arange(0, BLOCK)
+def row_max_and_total(x_ptr, n, cols, BLOCK: tl.constexpr):
+    """The row's maximum and sum_j exp(x_j - max), a block at a time (the two passes before the output)."""
     m = tl.full((BLOCK,), -float("inf"), tl.float32)
     for start in range(0, n, BLOCK):
         x = tl.load(x_ptr + start + cols, mask=start + cols < n, other=-float("inf"))
@@ -37,7 +34,16 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     for start in range(0, n, BLOCK):
         x = tl.load(x_ptr + start + cols, mask=start + cols < n, other=-float("inf"))
         s += tl.exp(x - row_max)
-    total = tl.sum(s, 0)
+    return row_max, tl.sum(s, 0)
+
+
+@triton.jit
+def softmax_fwd_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_ptr += row * n
+    y_ptr += row * n
+    cols = tl.arange(0, BLOCK)
+    row_max, total = row_max_and_total(x_ptr, n, cols, BLOCK)
     for start in range(0, n, BLOCK):
         mask = start + cols < n
         x = tl.load(x_ptr + start + cols, mask=mask, other=-float("inf"))
@@ -52,16 +58,7 @@ def softmax_bwd_kernel(x_ptr, dy_ptr, dx_ptr, n, BLOCK: tl.constexpr):
     dy_ptr += row * n
     dx_ptr += row * n
     cols = tl.arange(0, BLOCK)
-    m = tl.full((BLOCK,), -float("inf"), tl.float32)
-    for start in range(0, n, BLOCK):
-        x = tl.load(x_ptr + start + cols, mask=start + cols < n, other=-float("inf"))
-        m = tl.maximum(m, x)
-    row_max = tl.max(m, 0)
-    s = tl.zeros((BLOCK,), tl.float32)
-    for start in range(0, n, BLOCK):
-        x = tl.load(x_ptr + start + cols, mask=start + cols < n, other=-float("inf"))
-        s += tl.exp(x - row_max)
-    total = tl.sum(s, 0)
+    row_max, total = row_max_and_total(x_ptr, n, cols, BLOCK)
     d = tl.zeros((BLOCK,), tl.float32)
     for start in range(0, n, BLOCK):
         mask = start + cols < n

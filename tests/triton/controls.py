@@ -29,14 +29,7 @@ def softmax_bwd_no_dot_kernel(x_ptr, dy_ptr, dx_ptr, n, BLOCK: tl.constexpr):
     dy_ptr += row * n
     dx_ptr += row * n
     cols = tl.arange(0, BLOCK)
-    m = tl.full((BLOCK,), -float("inf"), tl.float32)
-    for start in range(0, n, BLOCK):
-        m = tl.maximum(m, tl.load(x_ptr + start + cols, mask=start + cols < n, other=-float("inf")))
-    row_max = tl.max(m, 0)
-    s = tl.zeros((BLOCK,), tl.float32)
-    for start in range(0, n, BLOCK):
-        s += tl.exp(tl.load(x_ptr + start + cols, mask=start + cols < n, other=-float("inf")) - row_max)
-    total = tl.sum(s, 0)
+    row_max, total = ref.row_max_and_total(x_ptr, n, cols, BLOCK)
     for start in range(0, n, BLOCK):
         mask = start + cols < n
         x = tl.load(x_ptr + start + cols, mask=mask, other=-float("inf"))
