@@ -55,7 +55,7 @@ from vjpcert.core.validate import spec_location, validate
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic import modular_bound as bnd
 from vjpcert.symbolic.modular_backend import (LEAF, PRIME_LO_BITS, Field, ModArray, ModularBackend,
-                                              NeedAnotherPrime, Pole)
+                                              NeedAnotherPrime, Pole, derive)
 
 CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
 METHOD = "modp-vectorised"
@@ -140,13 +140,16 @@ class _Point:
         for name, v in self.x.items():
             t = self.t[name] if name in seeded else None
             out[name] = ModArray(F, v, t, LEAF, LEAF if t is not None else None)
+            out[name].sid = derive("leaf", name)
         for name, v in self.nondiff.items():
             out[name] = ModArray(F, v, None, LEAF, None)
+            out[name].sid = derive("leaf", name)
         for name, (kind, v) in self.params.items():
             if kind == "exact":
                 out[name] = exact_const(F, (Fraction(v), ()))
             elif kind == "leaf":
                 out[name] = ModArray(F, np.int64(v), None, LEAF, None)
+                out[name].sid = derive("leaf", name)
             else:
                 out[name] = v
         return out
@@ -208,6 +211,7 @@ def vjp_residual(op: Op, dims: dict, point: _Point, seeded) -> tuple[int, int, i
     y = _as_mod(_run(op, op.forward, "forward", values, B), "the forward", op, F, op.shape(op.output, dims))
     plain = point.values(F, ())
     dy = ModArray(F, point.dy, None, LEAF, None)
+    dy.sid = derive("leaf", "dy")
     cots = _run(op, op.vjp, "backward", {**plain, "dy": dy}, B)
     names = list(op.inputs)
     if not isinstance(cots, (tuple, list)) or len(cots) != len(names):
@@ -234,6 +238,7 @@ def law_residual(op: Op, claim: str, dims: dict, point: _Point):
     values = point.values(F, ())
     if law.needs_dy:
         values["dy"] = ModArray(F, point.dy, None, LEAF, None)
+        values["dy"].sid = derive("leaf", "dy")
     out = _run(op, law.fn, f"law {law.name}", values, B)
     if isinstance(out, tuple):
         if len(out) != 2:

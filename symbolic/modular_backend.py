@@ -33,6 +33,7 @@ is refused (``core.registry.refuse``): bad input, never a number.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 from fractions import Fraction
@@ -84,6 +85,7 @@ class Field:
         self.inverted_atoms: set = set()       # atom sources whose inverse was taken as a variable
         self.plain_atoms: set = set()          # atom sources that entered arithmetic themselves
         self.sqrt_atoms: dict = {}             # source -> the values of one B.sqrt call's atoms
+        self.atoms_seen: set = set()           # (kind, id of the argument's computation) counted
         self._roots: dict[int, int] = {}
         self.poles = 0                         # poles raised: a spec that swallows one is refused
 
@@ -101,8 +103,9 @@ class Field:
 
     @property
     def atom_count(self) -> dict[str, int]:
-        """kind -> entries hashed in this evaluation: a bound on its distinct atoms as *polynomials*
-        (distinct values would undercount exactly when two distinct arguments collide)."""
+        """kind -> entries hashed in this evaluation, a computation counted once (``atom``): a bound on
+        its distinct atoms as *polynomials* (distinct values would undercount exactly when two
+        distinct arguments collide)."""
         return {kind: int(sum(v.size for v in vs)) for kind, vs in self.atom_values.items()}
 
     def _circle(self, kind: str, v):
@@ -280,10 +283,15 @@ class Field:
         x = self._mix(x ^ np.uint64(k2))
         return (x % np.uint64(self.p)).astype(np.int64)
 
-    def atom(self, kind: str, v, arg_bound):
-        """The atom kind(v), keyed by the value v, with the ring's folds and parities."""
+    def atom(self, kind: str, v, arg_bound, sid=None):
+        """The atom kind(v), keyed by the value v, with the ring's folds and parities. ``sid`` names
+        how the argument was computed: the same computation again (the backward recomputing the
+        forward) is the same atoms, not new ones to count."""
         v = np.asarray(v, dtype=np.int64)
-        self.atom_values.setdefault(kind, []).append(np.empty(v.size, dtype=np.bool_))  # sizes only
+        if sid is None or (kind, sid) not in self.atoms_seen:
+            self.atom_values.setdefault(kind, []).append(np.empty(v.size, dtype=np.bool_))  # sizes only
+            if sid is not None:
+                self.atoms_seen.add((kind, sid))
         arg = arg_bound.numbers() if arg_bound is not None else (0, 0, 0.0, 0.0)
         old = self.atom_arg.get(kind, arg)
         self.atom_arg[kind] = tuple(max(x, y) for x, y in zip(old, arg))
@@ -387,12 +395,44 @@ def _implements(*fns):
     return register
 
 
+def _desc(x):
+    """A stable description of a structural argument (an index, a shape, a mask) for ``derive``."""
+    if isinstance(x, ModArray):
+        return ("traced", x.sid)
+    if isinstance(x, np.ndarray):
+        return ("array", x.dtype.str, x.shape, hashlib.blake2b(np.ascontiguousarray(x).tobytes(),
+                                                              digest_size=16).hexdigest())
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__, tuple(_desc(e) for e in x))
+    if isinstance(x, dict):
+        return ("dict", tuple(sorted((k, _desc(v)) for k, v in x.items())))
+    if isinstance(x, slice):
+        return ("slice", _desc(x.start), _desc(x.stop), _desc(x.step))
+    if isinstance(x, (np.integer, np.bool_)):
+        return repr(x.item())
+    return repr(x)
+
+
+def derive(op: str, detail, *operands):
+    """The id of a value computed by ``op`` (with ``detail``) from ``operands`` (ModArrays: their ids
+    and shapes), or None when one operand's is unknown."""
+    parts = []
+    for x in operands:
+        if isinstance(x, ModArray):
+            if x.sid is None:
+                return None
+            parts.append((x.sid, x.shape))
+        else:
+            parts.append(_desc(x))
+    return hashlib.blake2b(repr((op, detail, tuple(parts))).encode(), digest_size=16).digest()
+
+
 class ModArray:
     """An array of residues mod p with its tangent (None: exactly 0) and bounds. Spec code sees the
     numpy array interface it uses: shape, indexing, reshape, .T, sum, mean, arithmetic, @, and the
     numpy functions in ``_HANDLED``. It is read-only, and it refuses comparisons and branches."""
 
-    __slots__ = ("F", "v", "t", "b", "tb", "exact", "qa", "atom")
+    __slots__ = ("F", "v", "t", "b", "tb", "exact", "qa", "atom", "sid")
     __array_priority__ = 1000
 
     def __init__(self, F: Field, v, t=None, b=LEAF, tb=None, exact=None):
@@ -401,6 +441,9 @@ class ModArray:
         self.b, self.tb = bnd.align(b, self.v.ndim), bnd.align(tb, self.v.ndim)
         self.qa = None          # an exact rational array (B.array of ints, arithmetic on it): exponents
         self.atom = None        # the source id of an array of atoms, as B.sqrt returned it (``inverse``)
+        # how the value was computed (None: not known), a hash of the operations from named leaves and
+        # constants: equal ids are equal polynomials entry by entry, so a recomputed atom is one atom
+        self.sid = None
         if t is not None:
             self.t = np.broadcast_to(np.asarray(t, dtype=np.int64), self.v.shape)
 
@@ -424,25 +467,26 @@ class ModArray:
     def __len__(self):
         return len(self.v)
 
-    def _map(self, fn) -> "ModArray":
+    def _map(self, fn, desc=None) -> "ModArray":
         """A structural map (reshape, transpose, slice, repeat): the bounds' index arrays move along."""
         out = ModArray(self.F, fn(self.v), None if self.t is None else fn(self.t),
                        bnd.remap(self.b, fn, self.shape), bnd.remap(self.tb, fn, self.shape),
                        self.exact if self.v.ndim == 0 else None)
         out.qa = None if self.qa is None else fn(self.qa)
         out.atom = self.atom                 # a slice or a reshape of atoms is still atoms
+        out.sid = None if desc is None else derive("map", desc, self)
         return out
 
     def __getitem__(self, key):
         if isinstance(key, ModArray) or (isinstance(key, tuple) and any(isinstance(k, ModArray) for k in key)):
             refuse("an array is indexed by traced values: indices must come from shapes or structural params")
-        return self._map(lambda a: a[key])
+        return self._map(lambda a: a[key], ("getitem", _desc(key)))
 
     def __setitem__(self, key, value):
         refuse("a write into an array in place (x[...] = ...): inputs are read-only to spec code")
 
     def reshape(self, *shape, **kw):
-        return self._map(lambda a: a.reshape(*shape, **kw))
+        return self._map(lambda a: a.reshape(*shape, **kw), ("reshape", _desc(shape), _desc(kw)))
 
     def ravel(self):
         return self.reshape(-1)
@@ -450,12 +494,12 @@ class ModArray:
     flatten = ravel
 
     def squeeze(self, axis=None):
-        return self._map(lambda a: a.squeeze(axis))
+        return self._map(lambda a: a.squeeze(axis), ("squeeze", _desc(axis)))
 
     def transpose(self, *axes):
         if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
             axes = tuple(axes[0])
-        return self._map(lambda a: a.transpose(*axes))
+        return self._map(lambda a: a.transpose(*axes), ("transpose", _desc(axes)))
 
     def swapaxes(self, i, j):
         order = list(range(self.ndim))
@@ -464,10 +508,10 @@ class ModArray:
 
     @property
     def T(self):
-        return self._map(lambda a: a.T)
+        return self._map(lambda a: a.T, ("T",))
 
     def copy(self):
-        return self._map(lambda a: a.copy())
+        return self._map(lambda a: a.copy(), ("copy",))
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
@@ -479,8 +523,10 @@ class ModArray:
         axes = tuple(range(self.ndim)) if axis is None else tuple(a % self.ndim for a in np.atleast_1d(axis))
         v = F.sum(self.v, axis, keepdims)
         t = None if self.t is None else F.sum(np.ascontiguousarray(self.t), axis, keepdims)
-        return ModArray(F, v, t, bnd.sum_axes(self.b, self.shape, axes, keepdims),
-                        bnd.sum_axes(self.tb, self.shape, axes, keepdims), None)
+        out = ModArray(F, v, t, bnd.sum_axes(self.b, self.shape, axes, keepdims),
+                       bnd.sum_axes(self.tb, self.shape, axes, keepdims), None)
+        out.sid = derive("sum", (axes, bool(keepdims)), self)
+        return out
 
     def mean(self, axis=None, keepdims=False):
         count = self.v.size if axis is None else int(np.prod([self.v.shape[a] for a in np.atleast_1d(axis)]))
@@ -497,6 +543,7 @@ class ModArray:
         v = F.add(self.v, o.v)
         nd = v.ndim
         out = ModArray(F, v, _tadd(F, self.t, o.t), bnd.add(self.b, o.b, nd), bnd.add(self.tb, o.tb, nd), exact)
+        out.sid = derive("add", None, self, o)
         return _with_qa(out, self, o, lambda x, y: x + y)
 
     __radd__ = __add__
@@ -507,6 +554,7 @@ class ModArray:
         out = ModArray(F, F.neg(self.v), None if self.t is None else F.neg(self.t), self.b, self.tb,
                        None if self.exact is None else _exact_mul(self.exact, (Fraction(-1), ())))
         out.qa = None if self.qa is None else -self.qa
+        out.sid = derive("neg", None, self)
         return out
 
     def __pos__(self):
@@ -528,6 +576,7 @@ class ModArray:
         nd = v.ndim
         out = ModArray(F, v, t, bnd.mul(self.b, o.b, nd),
                        bnd.add(bnd.mul(self.tb, o.b, nd), bnd.mul(self.b, o.tb, nd), nd), exact)
+        out.sid = derive("mul", None, self, o)
         return _with_qa(out, self, o, lambda x, y: x * y)
 
     __rmul__ = __mul__
@@ -550,14 +599,18 @@ class ModArray:
             F.pole_degree += self.v.size
             t = None if self.t is None else F.neg(F.mul(F.mul(u, u), self.t))
             w = bnd.Bound(1, 0)
-            return ModArray(F, u, t, w, bnd.mul(self.tb, bnd.mul(w, w, self.ndim), self.ndim))
+            out = ModArray(F, u, t, w, bnd.mul(self.tb, bnd.mul(w, w, self.ndim), self.ndim))
+            out.sid = derive("inv", None, self)
+            return out
         _used(self)
         u = F.inv(self.v)
         t = None if self.t is None else F.neg(F.mul(F.mul(u, u), self.t))   # d(1/a) = -da / a^2
         ib = bnd.inv(self.b, self.shape)        # one new denominator per entry: a's numerator
         F.pole_degree += self.b.n * self.v.size
         nd = self.ndim
-        return ModArray(F, u, t, ib, bnd.mul(self.tb, bnd.mul(ib, ib, nd), nd))
+        out = ModArray(F, u, t, ib, bnd.mul(self.tb, bnd.mul(ib, ib, nd), nd))
+        out.sid = derive("inv", None, self)
+        return out
 
     def __truediv__(self, o):
         return self * self._lift(o).inverse()
@@ -589,7 +642,9 @@ class ModArray:
             t = None if self.t is None else F.mul(F.mul_scalar(F.pow(self.v, k - 1), k), self.t)
             nd = self.ndim
             tb = bnd.mul(bnd.mul(bnd.const(k), bnd.pow_(self.b, k - 1), nd), self.tb, nd)
-            return ModArray(F, v, t, bnd.pow_(self.b, k), tb)
+            out = ModArray(F, v, t, bnd.pow_(self.b, k), tb)
+            out.sid = derive("pow", k, self)
+            return out
         if k == Fraction(1, 2):
             return sqrt(self)
         if k == Fraction(-1, 2):
@@ -674,7 +729,9 @@ def lift(F: Field, x) -> ModArray:
     if isinstance(x, np.ndarray) and x.dtype.kind in "biu":
         v = np.mod(x.astype(object), F.p).astype(np.int64) if x.dtype.kind == "u" else np.mod(x.astype(np.int64), F.p)
         big = np.abs(x.astype(np.float64)).max(initial=0)
-        return ModArray(F, v, None, bnd.const(int(big)) if big else None, None)
+        out = ModArray(F, v, None, bnd.const(int(big)) if big else None, None)
+        out.sid = derive("ints", _desc(x))
+        return out
     if isinstance(x, (list, tuple)):
         return stack([lift(F, e) for e in x])
     if isinstance(x, (float, np.floating, complex)) or (isinstance(x, np.ndarray) and x.dtype.kind in "fc"):
@@ -711,6 +768,7 @@ def qarray(F: Field, qa) -> ModArray:
     b = bnd.const(Fraction(1, den))
     out = ModArray(F, v.astype(np.int64), None, bnd.Bound(0, math.log2(max(1, big * den)), b.cls), None)
     out.qa = np.vectorize(Fraction, otypes=[object])(qa) if qa.size else qa
+    out.sid = derive("rationals", repr(out.qa.tolist()), None)
     return out
 
 
@@ -741,7 +799,9 @@ def exact_const(F: Field, exact) -> ModArray:
     for base, e in bases:
         root = F.sqrt_pi if base == "pi" else F.prime_root(base)
         v = v * pow(root, e, F.p) % F.p if e >= 0 else v * pow(pow(root, -e, F.p), -1, F.p) % F.p
-    return ModArray(F, np.int64(v), None, _exact_bound(exact), None, exact)
+    out = ModArray(F, np.int64(v), None, _exact_bound(exact), None, exact)
+    out.sid = derive("const", repr(exact))
+    return out
 
 
 def cpow(F: Field, base: Fraction, k: Fraction) -> ModArray:
@@ -777,7 +837,9 @@ def _matmul(a: ModArray, b: ModArray) -> ModArray:
     shapes = (a.ndim, b.ndim, a.shape, b.shape)
     vb = bnd.matmul(a.b, b.b, *shapes)
     tb = bnd.add(bnd.matmul(a.tb, b.b, *shapes), bnd.matmul(a.b, b.tb, *shapes), np.ndim(v))
-    return ModArray(F, v, t, vb, tb, None)
+    out = ModArray(F, v, t, vb, tb, None)
+    out.sid = derive("matmul", None, a, b)
+    return out
 
 
 # ------------------------------------------------------------------------------ transcendental
@@ -791,7 +853,8 @@ def _unary(kind: str, a: ModArray) -> ModArray:
         if root is not None:
             return exact_const(F, root)
     _used(a)                                    # an atom's argument is arithmetic on it
-    u = F.atom(kind, a.v, a.b)
+    sid = derive(kind, None, a)
+    u = F.atom(kind, a.v, a.b, sid)
     if a.exact is not None and kind in ("exp", "cos") and a.exact[0] == 0:
         u = np.int64(1)
     nd = np.ndim(u)
@@ -806,6 +869,7 @@ def _unary(kind: str, a: ModArray) -> ModArray:
 
     def tagged(out):
         out.atom = src
+        out.sid = sid
         return out
 
     if a.t is None:
@@ -826,14 +890,14 @@ def _unary(kind: str, a: ModArray) -> ModArray:
             fb = bnd.inv(bnd.mul(bnd.const(2), ATOM, 0), a.shape)
     elif kind == "erf":
         k = F.mul_scalar(np.int64(pow(F.sqrt_pi, -1, F.p)), 2)
-        e = F.atom("exp", F.neg(F.mul(a.v, a.v)), bnd.mul(a.b, a.b, nd))
+        e = F.atom("exp", F.neg(F.mul(a.v, a.v)), bnd.mul(a.b, a.b, nd), derive("erf'", None, a))
         factor, fb = F.mul(e, k), bnd.mul(ATOM, _exact_bound((Fraction(2), (("pi", -1),))), 0)   # 2 e / sqrt(pi)
     elif kind == "tanh":
         factor, fb = F.sub(np.ones_like(u), F.mul(u, u)), bnd.add(bnd.ONE, bnd.mul(ATOM, ATOM, 0), 0)
     elif kind == "sin":
-        factor, fb = F.atom("cos", a.v, a.b), circle()
+        factor, fb = F.atom("cos", a.v, a.b, derive("cos", None, a)), circle()
     elif kind == "cos":
-        factor, fb = F.neg(F.atom("sin", a.v, a.b)), circle()
+        factor, fb = F.neg(F.atom("sin", a.v, a.b, derive("sin", None, a))), circle()
     else:
         raise SpecError(None, f"no derivative rule for {kind}")
     return tagged(ModArray(F, u, F.mul(factor, a.t), out_b, bnd.mul(fb, a.tb, nd), None))
@@ -865,8 +929,10 @@ def _join(fn, arrays, **kw):
         t = fn([np.zeros(a.shape, np.int64) if a.t is None else np.asarray(a.t) for a in arrays], **kw)
     ax = kw.get("axis", 0) % v.ndim
     placed = [_placed(a, fn, ax, v.ndim) for a in arrays]
-    return ModArray(F, v, t, bnd.join([b for b, _ in placed], v.ndim), bnd.join([tb for _, tb in placed], v.ndim),
-                    None)
+    out = ModArray(F, v, t, bnd.join([b for b, _ in placed], v.ndim),
+                   bnd.join([tb for _, tb in placed], v.ndim), None)
+    out.sid = derive(fn.__name__, _desc(kw), *arrays)
+    return out
 
 
 def _placed(a, fn, ax: int, ndim: int):
@@ -913,7 +979,9 @@ def where(cond, a, b):
     t = None
     if a.t is not None or b.t is not None:
         t = np.where(cond, 0 if a.t is None else a.t, 0 if b.t is None else b.t)
-    return ModArray(F, v, t, bnd.join([a.b, b.b], v.ndim), bnd.join([a.tb, b.tb], v.ndim), None)
+    out = ModArray(F, v, t, bnd.join([a.b, b.b], v.ndim), bnd.join([a.tb, b.tb], v.ndim), None)
+    out.sid = derive("where", _desc(cond), a, b)
+    return out
 
 
 @_implements(np.sum)
@@ -943,40 +1011,41 @@ def _np_reshape(a, shape, **kw):
 
 @_implements(np.expand_dims)
 def _np_expand_dims(a, axis):
-    out = a._map(lambda x: np.expand_dims(x, axis))
+    out = a._map(lambda x: np.expand_dims(x, axis), ("expand_dims", _desc(axis)))
     return a.reshape(out.shape) if out.ndim else out
 
 
 @_implements(np.squeeze)
 def _np_squeeze(a, axis=None):
-    return a._map(lambda x: np.squeeze(x, axis))
+    return a._map(lambda x: np.squeeze(x, axis), ("squeeze", _desc(axis)))
 
 
 @_implements(np.moveaxis)
 def _np_moveaxis(a, source, destination):
-    return a._map(lambda x: np.moveaxis(x, source, destination))
+    return a._map(lambda x: np.moveaxis(x, source, destination), ("moveaxis", _desc(source), _desc(destination)))
 
 
 @_implements(np.broadcast_to)
 def _np_broadcast_to(a, shape, **kw):
     shape = tuple(np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape
-    return a._map(lambda x: np.broadcast_to(x, shape))
+    return a._map(lambda x: np.broadcast_to(x, shape), ("broadcast_to", _desc(shape)))
 
 
 @_implements(np.repeat)
 def _np_repeat(a, repeats, axis=None):
-    return a._map(lambda x: np.repeat(x, repeats, axis))
+    return a._map(lambda x: np.repeat(x, repeats, axis), ("repeat", _desc(repeats), _desc(axis)))
 
 
 @_implements(np.tile)
 def _np_tile(a, reps):
-    return a._map(lambda x: np.tile(x, reps))
+    return a._map(lambda x: np.tile(x, reps), ("tile", _desc(reps)))
 
 
 @_implements(np.split)
 def _np_split(a, indices_or_sections, axis=0):
     n = len(np.split(np.empty(a.shape[axis]), indices_or_sections))
-    return [a._map(lambda x, i=i: np.split(x, indices_or_sections, axis)[i]) for i in range(n)]
+    return [a._map(lambda x, i=i: np.split(x, indices_or_sections, axis)[i],
+                   ("split", _desc(indices_or_sections), _desc(axis), i)) for i in range(n)]
 
 
 @_implements(np.shape)
@@ -997,7 +1066,9 @@ def _np_matmul(a, b):
 
 @_implements(np.zeros_like)
 def _np_zeros_like(a, *args, **kw):
-    return ModArray(a.F, np.zeros(a.shape, np.int64), None, None, None)
+    out = ModArray(a.F, np.zeros(a.shape, np.int64), None, None, None)
+    out.sid = derive("zeros", _desc(a.shape))
+    return out
 
 
 # ------------------------------------------------------------------------------ the backend
@@ -1024,7 +1095,9 @@ class ModularBackend:
         return exact_const(self.F, (exact(p, q), ()))
 
     def zeros(self, shape):
-        return ModArray(self.F, np.zeros(shape, np.int64), None, None, None)
+        out = ModArray(self.F, np.zeros(shape, np.int64), None, None, None)
+        out.sid = derive("zeros", _desc(shape))
+        return out
 
     def array(self, values):
         flat = np.asarray(values, dtype=object)
