@@ -288,13 +288,15 @@ class Field:
         how the argument was computed: the same computation again (the backward recomputing the
         forward) is the same atoms, not new ones to count."""
         v = np.asarray(v, dtype=np.int64)
+        # sin and cos of one argument share one circle atom u: their pairs are counted together
+        counted = "circle" if kind in ("sin", "cos") else kind
         if sid is None or (kind, sid) not in self.atoms_seen:
-            self.atom_values.setdefault(kind, []).append(np.empty(v.size, dtype=np.bool_))  # sizes only
+            self.atom_values.setdefault(counted, []).append(np.empty(v.size, dtype=np.bool_))  # sizes only
             if sid is not None:
                 self.atoms_seen.add((kind, sid))
         arg = arg_bound.numbers() if arg_bound is not None else (0, 0, 0.0, 0.0)
-        old = self.atom_arg.get(kind, arg)
-        self.atom_arg[kind] = tuple(max(x, y) for x, y in zip(old, arg))
+        old = self.atom_arg.get(counted, arg)
+        self.atom_arg[counted] = tuple(max(x, y) for x, y in zip(old, arg))
         p = self.p
         if kind in ("sin", "cos"):
             return self._circle(kind, v)
@@ -937,8 +939,9 @@ def _join(fn, arrays, **kw):
 
 def _placed(a, fn, ax: int, ndim: int):
     """a's bounds with index arrays valid on the joined array: stacked, a new unit axis; concatenated,
-    a class that varies along the axis becomes a fresh one over the whole axis (the other pieces'
-    entries then count one factor too many, which ``bnd.join``'s union accounts for)."""
+    a class that varies along the axis is replaced by the product of its distinct factors along it,
+    constant along the axis (a multiple of each entry's; the other pieces' entries then count factors
+    they lack, which ``bnd.join``'s union accounts for)."""
     def move(b):
         if b is None or not b.cls:
             return b
@@ -950,9 +953,10 @@ def _placed(a, fn, ax: int, ndim: int):
             if idx.shape[ax] == 1:
                 bnd._add_class(cls, key[0], idx, e, deg, bits)
             else:
+                count = bnd._distinct_along(idx, [ax])
                 shape = tuple(1 if i == ax else s for i, s in enumerate(idx.shape))
                 fresh = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-                bnd._add_class(cls, bnd.fresh_source(), fresh, e, deg, bits)
+                bnd._add_class(cls, ("prod", key, (ax,)), fresh, e, count * deg, count * bits)
         return bnd.Bound(b.n, b.h, cls)
     return move(a.b), move(a.tb)
 

@@ -128,3 +128,25 @@ def test_a_root_used_both_as_itself_and_inverted_widens_the_bound():
 def test_a_root_only_inverted_is_not_widened():
     n, F = _tracked(layernorm_rows, [(2, 3), (2, 3)], field=True)
     assert F.inverted_atoms and F.atoms_used_both_ways == 0
+
+
+def test_an_atom_is_counted_once_per_computation_and_distinct_ones_each():
+    """The backward recomputing the forward's exp(x) adds no atoms; exp of two different slices, or of
+    x and of x + 0 computed another way, are counted as distinct (a computation id, never a value)."""
+    rng = random.Random(5)
+    p = draw_prime(rng)
+    F = Field(p, {k: (rng.getrandbits(64), rng.getrandbits(64)) for k in
+                  ("exp", "log", "sqrt", "erf", "tanh", "circle", "cpow")}, rng.randrange(1, p))
+    from vjpcert.symbolic.modular_backend import derive
+    x = ModArray(F, np.random.default_rng(1).integers(1, p, size=(3, 4), dtype=np.int64), None, LEAF, None)
+    x.sid = derive("leaf", "x")
+    B = ModularBackend(F)
+    B.exp(x), B.exp(x), B.exp(x.reshape(3, 4))
+    assert F.atom_count["exp"] == 12 + 12                  # exp(x) once, exp(x.reshape) once more
+    B.exp(x[:, :2]), B.exp(x[:, 2:])
+    assert F.atom_count["exp"] == 24 + 6 + 6
+    B.exp(x * 1)
+    assert F.atom_count["exp"] == 36 + 12
+    y = ModArray(F, x.v, None, LEAF, None)                  # same values, unknown computation
+    B.exp(y)
+    assert F.atom_count["exp"] == 48 + 12
