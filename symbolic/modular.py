@@ -13,6 +13,25 @@ so R_S = R_left + R_right with the same point) to name each input whose claim fa
 end to end: its nodes' own forward and backward code on the same backend, so a node called at the
 wrong point, or wired wrongly, changes R. Laws that are equalities are checked entry by entry.
 
+Why the stated false-pass probability is an upper bound (``false_pass_bound``). The variables are the
+leaves (inputs, dy, tangents, symbolic params: uniform in [1, p)), sqrt(pi) (uniform), and one per
+distinct atom -- exp, tanh, erf, ... of a distinct argument polynomial, and for a root s = sqrt(a)
+that is only ever inverted (LayerNorm's 1 / sqrt(var + eps)) the variable w = 1 / s instead. Compare
+the real trial with an ideal one in which every distinct atom is an independent variable taking each
+residue with probability at most HASH_BIAS / p. They agree unless two distinct atoms of one kind have
+arguments of equal value at the point (or opposite ones for the odd kinds, or an argument hits a
+fold such as exp(0) = 1): for each pair that is the numerator of the arguments' difference vanishing,
+at most (its degree) / p by Schwartz-Zippel in the ideal variables, plus the chance that p divides
+all its coefficients. In the ideal trial the residual is R = N / D with the degrees and coefficient
+sizes that ``modular_bound`` tracks (denominators by provenance, so a shared 1/Z or 1/sqrt is counted
+once); D(point) != 0 because a point where an inverted value vanishes is redrawn (probability at most
+the pole degree / p, by which the rest is divided); so R(point) = 0 iff N(point) = 0, which for
+N != 0 has probability at most deg N HASH_BIAS / p, or N vanishes mod p as a polynomial (p divides
+its coefficients: at most log2 |N|_1 / 59 of the primes). Where a root appears both as s and as
+1 / s, R is a Laurent polynomial in it and every degree is widened (``Field.atoms_used_both_ways``).
+Trials draw independent primes and points, so the total is the per-trial bound to the power trials.
+``tests/test_modular_bound.py`` compares the tracked degree with SymPy's on small cases.
+
 Verdicts: ``checked-probabilistic`` (method ``modp-vectorised``) when R = 0 in every trial, with the
 stated false-pass probability (``false_pass_bound``); ``failed`` with the trial, the prime and the
 residual when R != 0 (the atom semantics are the exact tier's ring's: see ``modular_backend``);
@@ -22,6 +41,7 @@ follow exactly (a float, a comparison, an unknown numpy function) is bad input (
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import time
 from pathlib import Path
@@ -33,9 +53,9 @@ from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.registry import RESERVED_CLAIMS, Op, SpecError, take_refusals
 from vjpcert.core.validate import spec_location, validate
 from vjpcert.symbolic import settings as tol
+from vjpcert.symbolic import modular_bound as bnd
 from vjpcert.symbolic.modular_backend import (LEAF, PRIME_LO_BITS, Field, ModArray, ModularBackend,
-                                              NeedAnotherPrime, Pole, b_add, b_join, b_mul, b_sum,
-                                              b_sum_axes)
+                                              NeedAnotherPrime, Pole, derive)
 
 CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
 METHOD = "modp-vectorised"
@@ -120,13 +140,16 @@ class _Point:
         for name, v in self.x.items():
             t = self.t[name] if name in seeded else None
             out[name] = ModArray(F, v, t, LEAF, LEAF if t is not None else None)
+            out[name].sid = derive("leaf", name)
         for name, v in self.nondiff.items():
             out[name] = ModArray(F, v, None, LEAF, None)
+            out[name].sid = derive("leaf", name)
         for name, (kind, v) in self.params.items():
             if kind == "exact":
                 out[name] = exact_const(F, (Fraction(v), ()))
             elif kind == "leaf":
                 out[name] = ModArray(F, np.int64(v), None, LEAF, None)
+                out[name].sid = derive("leaf", name)
             else:
                 out[name] = v
         return out
@@ -188,6 +211,7 @@ def vjp_residual(op: Op, dims: dict, point: _Point, seeded) -> tuple[int, int, i
     y = _as_mod(_run(op, op.forward, "forward", values, B), "the forward", op, F, op.shape(op.output, dims))
     plain = point.values(F, ())
     dy = ModArray(F, point.dy, None, LEAF, None)
+    dy.sid = derive("leaf", "dy")
     cots = _run(op, op.vjp, "backward", {**plain, "dy": dy}, B)
     names = list(op.inputs)
     if not isinstance(cots, (tuple, list)) or len(cots) != len(names):
@@ -195,13 +219,15 @@ def vjp_residual(op: Op, dims: dict, point: _Point, seeded) -> tuple[int, int, i
     lhs, lhs_b = 0, None
     for name, cot in zip(names, cots):
         cot = _as_mod(cot, f"the backward's cotangent for {name}", op, F, values[name].shape)
+        cot.used()
         if name in seeded:
             lhs = (lhs + _inner(F, cot.v, point.t[name])) % F.p
-            lhs_b = b_add(lhs_b, b_sum_axes(b_mul(cot.b, LEAF), cot.shape, cot.dv, tuple(range(cot.ndim))))
+            lhs_b = bnd.add(lhs_b, bnd.sum_axes(bnd.mul(cot.b, LEAF, cot.ndim), cot.shape, range(cot.ndim)), 0)
     jt = y.t if y.t is not None else np.zeros(y.shape, np.int64)
     rhs = _inner(F, point.dy, jt)
-    rhs_b = b_sum_axes(b_mul(LEAF, y.tb), y.shape, y.dv, tuple(range(y.ndim)))
-    return (lhs - rhs) % F.p, lhs, rhs, b_add(lhs_b, rhs_b), F
+    rhs_b = bnd.sum_axes(bnd.mul(LEAF, y.tb, y.ndim), y.shape, range(y.ndim))
+    total = bnd.add(lhs_b, rhs_b, 0)
+    return (lhs - rhs) % F.p, lhs, rhs, None if total is None else total.numbers(), F
 
 
 def law_residual(op: Op, claim: str, dims: dict, point: _Point):
@@ -212,6 +238,7 @@ def law_residual(op: Op, claim: str, dims: dict, point: _Point):
     values = point.values(F, ())
     if law.needs_dy:
         values["dy"] = ModArray(F, point.dy, None, LEAF, None)
+        values["dy"].sid = derive("leaf", "dy")
     out = _run(op, law.fn, f"law {law.name}", values, B)
     if isinstance(out, tuple):
         if len(out) != 2:
@@ -226,38 +253,69 @@ def law_residual(op: Op, claim: str, dims: dict, point: _Point):
     diff = np.argwhere(lv != rv)
     first = tuple(int(i) for i in diff[0]) if len(diff) else None
     at = first if first is not None else ()
+    lhs.used(), rhs.used()
+    diff_b = bnd.add(lhs.b, rhs.b, lv.ndim)
     return first, int(lv[at]) if first is not None else 0, int(rv[at]) if first is not None else 0, \
-        b_add(lhs.b, rhs.b), F
+        None if diff_b is None else diff_b.numbers(), F
 
 
 # ------------------------------------------------------------------------------ the bound
+FOLDED = ("erf", "tanh", "circle")       # hashed by |a|: a pair also collides where a = -b
+
+
 def false_pass_bound(bound, F_stats: list[Field], trials: int, sqrt_constants: int) -> dict:
-    """Per trial: Schwartz-Zippel on the residual's numerator (deg N / p, times the hash's bias),
-    the prime dividing its coefficients (log2 |N|_1 / 60 primes out of the set it is drawn from),
-    two atoms of one kind colliding (their arguments' difference vanishing: the same two terms for
-    each pair), all divided by the chance of avoiding the poles (deg D / p). The primes are drawn
-    among those where the spec's constant square roots exist mod p: a set of density 2^-k for k
-    distinct primes under sqrt (quadratic reciprocity); counted here as 2^-(k+1) of the range."""
+    """The false-pass probability: per trial, the sum of (see the module docstring)
+
+    - Schwartz-Zippel on the residual's numerator N: deg N * HASH_BIAS / p (every variable, a leaf or
+      an atom, takes each residue with probability at most HASH_BIAS / p);
+    - p dividing every coefficient of N: a nonzero coefficient of absolute value at most 2^h (in
+      Z[sqrt(c1), ...] for the spec's s constant square roots: its norm, at most 2^(2^s (h + s + 1))) has
+      at most that many bits / 59 prime factors in [2^59, 2^60), out of ``primes`` candidates;
+    - two distinct atoms of one kind colliding (the hash sees equal arguments, or opposite ones for
+      the odd and even kinds), or one atom's argument hitting a fold (exp(0) = 1, ...): for each of the
+      count^2 / 2 pairs (and count folds), the numerator of the arguments' difference vanishing
+      (degree <= deg N_arg + deg D_arg) or p dividing its coefficients;
+
+    all divided by the probability of avoiding the poles (1 - HASH_BIAS * pole degree / p), since a
+    point with a pole is redrawn. The trials use independent primes and points: ``total`` is the
+    per-trial bound to the power ``trials``."""
     p_min = 2.0 ** PRIME_LO_BITS
     primes = PRIMES_IN_RANGE / 2 ** (sqrt_constants + 1 if sqrt_constants else 0)
     if bound is None:
         return {"per_trial": 0.0, "total": 0.0, "degree": 0, "coefficient_bits": 0.0, "atoms": {}}
     n, d, h, _ = bound
-    eps = HASH_BIAS * n / p_min + max(h, 1.0) / PRIME_LO_BITS / primes
+    widen = 2 ** sqrt_constants
+    # 1 / s of a root atom s is the variable w; where some s also entered as s, the residual is a
+    # Laurent polynomial in it: clearing s^b (b <= the degree) multiplies every degree by 1 + their count
+    laurent = 1 + max((getattr(F, "atoms_used_both_ways", 0) for F in F_stats), default=0)
+    n = n * laurent
+
+    roots = set().union(*(F._roots for F in F_stats)) if F_stats else set()
+    # a coefficient sum_S q_S prod_{c in S} sqrt(c) with |q_S| <= 2^bits has each conjugate below
+    # 2^bits prod (1 + sqrt(c)); its norm is the product of 2^s conjugates
+    conj = sum(math.log2(1 + math.sqrt(c)) for c in roots)
+
+    def divides(bits):
+        return (widen * (bits + conj) + 1) / PRIME_LO_BITS / primes
+
+    eps = HASH_BIAS * n / p_min + divides(h)
     atoms: dict[str, int] = {}
     for F in F_stats:
         for kind, count in F.atom_count.items():
             atoms[kind] = max(atoms.get(kind, 0), count)
+    collisions = 0.0
     for kind, count in atoms.items():
-        arg = F_stats[0].atom_arg.get(kind) or (0, 0, 0.0, 0.0)
-        for F in F_stats[1:]:
-            arg = b_join(arg, F.atom_arg.get(kind)) or arg
-        pairs = count * (count - 1) / 2
-        eps += pairs * (HASH_BIAS * (arg[0] + arg[1]) / p_min + (2 * (arg[2] + arg[3]) + 1) / PRIME_LO_BITS / primes)
-    eps = eps / max(1e-300, 1 - min(0.5, d / p_min))
+        args = [F.atom_arg[kind] for F in F_stats if kind in F.atom_arg]
+        an, ad, ah, ak = (max(a[i] for a in args) for i in range(4)) if args else (0, 0, 0.0, 0.0)
+        pairs = count * (count - 1) / 2 * (2 if kind in FOLDED else 1) + count
+        collisions += pairs * (HASH_BIAS * (an + ad) * laurent / p_min + divides(ah + ak + 1))
+    eps += collisions
+    pole_degree = laurent * max((getattr(F, "pole_degree", 0.0) for F in F_stats), default=0.0)
+    eps = eps / max(1e-300, 1 - min(0.5, HASH_BIAS * pole_degree / p_min))
     per = min(1.0, eps)
     return {"per_trial": per, "total": per ** trials, "degree": n, "denominator_degree": d,
-            "coefficient_bits": round(h, 1), "atoms": atoms}
+            "coefficient_bits": round(h, 1), "atoms": atoms, "atom_collision_per_trial": collisions,
+            "pole_degree": pole_degree, "laurent_factor": laurent}
 
 
 # ------------------------------------------------------------------------------ the check
@@ -300,7 +358,7 @@ def check_vjps(op: Op, dims: dict, params: dict | None = None, *, seed: int = 0,
             continue
         seconds.append(time.perf_counter() - start)
         fields.append(F)
-        bound = b_join(bound, b)
+        bound = _join_numbers(bound, b)
         if R:
             for name, (r, l_, r_) in _bisect(op, dims, point, alive, R, lhs, rhs).items():
                 outcome[f"vjp[{name}]"] = {"status": "nonzero", "witness": {
@@ -316,6 +374,13 @@ def check_vjps(op: Op, dims: dict, params: dict | None = None, *, seed: int = 0,
             break
     return {"claims": outcome, "primes": primes, "trials": done, "fields": fields, "bound": bound,
             "seconds_per_trial": seconds, "poles_resampled": poles, "primes_redrawn_for_roots": roots}
+
+
+def _join_numbers(a, b):
+    """The larger of two trials' (deg N, deg D, log2 |N|_1, log2 |D|_1)."""
+    if a is None or b is None:
+        return a if b is None else b
+    return tuple(max(x, y) for x, y in zip(a, b))
 
 
 def _enough(bound, fields, done: int, trials: int) -> bool:
@@ -362,7 +427,7 @@ def check_law(op: Op, claim: str, dims: dict, params: dict | None = None, *, see
             continue
         seconds.append(time.perf_counter() - start)
         fields.append(F)
-        bound = b_join(bound, b)
+        bound = _join_numbers(bound, b)
         primes.append(str(point.p))
         done += 1
         if first is not None:

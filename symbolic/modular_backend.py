@@ -33,6 +33,7 @@ is refused (``core.registry.refuse``): bad input, never a number.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 from fractions import Fraction
@@ -41,6 +42,8 @@ import flint
 import numpy as np
 
 from vjpcert.core.registry import SpecError, refuse
+from vjpcert.symbolic import modular_bound as bnd
+from vjpcert.symbolic.modular_bound import ATOM, LEAF
 
 LIMB_BITS = 20
 LIMBS = 3                                   # 3 x 20 bits = 60 bits: residues mod p < 2^60
@@ -59,53 +62,9 @@ class NeedAnotherPrime(Exception):
 
 
 # ------------------------------------------------------------------------------ bounds
-# (deg N, deg D, log2 |N|_1, log2 |D|_1) of a rational function N/D as built; ``None`` is an exact 0.
-def b_add(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    n1, d1, h1, k1 = a
-    n2, d2, h2, k2 = b
-    return (max(n1 + d2, n2 + d1), d1 + d2, max(h1 + k2, h2 + k1) + 1.0, k1 + k2)
-
-
-def b_mul(a, b):
-    if a is None or b is None:
-        return None
-    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
-
-
-def b_inv(a):
-    if a is None:
-        raise SpecError(None, "division by an exact zero")
-    return (a[1], a[0], a[3], a[2])
-
-
-def b_sum(a, k: int):
-    """Bound of a sum of k terms each bounded by a (common denominator not assumed)."""
-    if a is None or k == 0:
-        return None
-    n, d, h, kk = a
-    return (n + (k - 1) * d, k * d, h + (k - 1) * kk + math.log2(k), k * kk)
-
-
-def b_join(*bs):
-    bs = [b for b in bs if b is not None]
-    if not bs:
-        return None
-    return tuple(max(b[i] for b in bs) for i in range(4))
-
-
-def b_const(q: Fraction):
-    if q == 0:
-        return None
-    return (0, 0, math.log2(abs(q.numerator)), math.log2(q.denominator))
-
-
-LEAF = (1, 0, 0.0, 0.0)
-ATOM = (1, 0, 0.0, 0.0)
-CIRCLE = (2, 2, 1.0, 1.0)     # sin, cos = 2u / (1 + u^2), (1 - u^2) / (1 + u^2) in one atom u
+# ``symbolic.modular_bound``: (deg N, log2 |N|_1) and the denominators by provenance; ``None`` is an
+# exact 0.
+CIRCLE_N, CIRCLE_H = 2, 1.0     # sin, cos = 2u / (1 + u^2), (1 - u^2) / (1 + u^2) in one atom u
 
 
 # ------------------------------------------------------------------------------ the field
@@ -121,14 +80,32 @@ class Field:
         self.sqrt_pi = sqrt_pi
         self.recombine = [pow(2, LIMB_BITS * k, p) for k in range(2 * LIMBS - 1)]
         self.atom_values: dict[str, list] = {}  # kind -> the arguments hashed (their distinct count)
-        self.atom_arg: dict[str, tuple] = {}   # kind -> bound of the largest argument
+        self.atom_arg: dict[str, tuple] = {}   # kind -> (deg N, deg D, log2|N|_1, log2|D|_1) of the arguments
+        self.pole_degree = 0.0                 # sum of the degrees of every inverted entry's numerator
+        self.inverted_atoms: set = set()       # atom sources whose inverse was taken as a variable
+        self.plain_atoms: set = set()          # atom sources that entered arithmetic themselves
+        self.sqrt_atoms: dict = {}             # source -> the values of one B.sqrt call's atoms
+        self.atoms_seen: set = set()           # (kind, id of the argument's computation) counted
         self._roots: dict[int, int] = {}
         self.poles = 0                         # poles raised: a spec that swallows one is refused
 
     @property
+    def atoms_used_both_ways(self) -> int:
+        """How many inverted root atoms s also entered arithmetic as s (from any call: the same atom is
+        recomputed by the backward, so they are matched by value -- two distinct atoms of one value
+        count too, which only overcounts): the residual is a Laurent polynomial in those."""
+        inverted = [self.sqrt_atoms[s].ravel() for s in self.inverted_atoms]
+        plain = [self.sqrt_atoms[s].ravel() for s in self.plain_atoms if s in self.sqrt_atoms]
+        if not inverted or not plain:
+            return 0
+        inverted = np.concatenate(inverted)
+        return int(np.isin(inverted, np.concatenate(plain)).sum())
+
+    @property
     def atom_count(self) -> dict[str, int]:
-        """kind -> entries hashed in this evaluation: a bound on its distinct atoms as *polynomials*
-        (distinct values would undercount exactly when two distinct arguments collide)."""
+        """kind -> entries hashed in this evaluation, a computation counted once (``atom``): a bound on
+        its distinct atoms as *polynomials* (distinct values would undercount exactly when two
+        distinct arguments collide)."""
         return {kind: int(sum(v.size for v in vs)) for kind, vs in self.atom_values.items()}
 
     def _circle(self, kind: str, v):
@@ -306,11 +283,20 @@ class Field:
         x = self._mix(x ^ np.uint64(k2))
         return (x % np.uint64(self.p)).astype(np.int64)
 
-    def atom(self, kind: str, v, arg_bound):
-        """The atom kind(v), keyed by the value v, with the ring's folds and parities."""
+    def atom(self, kind: str, v, arg_bound, sid=None):
+        """The atom kind(v), keyed by the value v, with the ring's folds and parities. ``sid`` names
+        how the argument was computed: the same computation again (the backward recomputing the
+        forward) is the same atoms, not new ones to count."""
         v = np.asarray(v, dtype=np.int64)
-        self.atom_values.setdefault(kind, []).append(np.empty(v.size, dtype=np.bool_))  # sizes only
-        self.atom_arg[kind] = b_join(self.atom_arg.get(kind), arg_bound) or (0, 0, 0.0, 0.0)
+        # sin and cos of one argument share one circle atom u: their pairs are counted together
+        counted = "circle" if kind in ("sin", "cos") else kind
+        if sid is None or (kind, sid) not in self.atoms_seen:
+            self.atom_values.setdefault(counted, []).append(np.empty(v.size, dtype=np.bool_))  # sizes only
+            if sid is not None:
+                self.atoms_seen.add((kind, sid))
+        arg = arg_bound.numbers() if arg_bound is not None else (0, 0, 0.0, 0.0)
+        old = self.atom_arg.get(counted, arg)
+        self.atom_arg[counted] = tuple(max(x, y) for x, y in zip(old, arg))
         p = self.p
         if kind in ("sin", "cos"):
             return self._circle(kind, v)
@@ -387,13 +373,16 @@ def _exact_sqrt(a):
 
 
 def _exact_bound(a):
+    """q * prod base^(e/2): sqrt(prime) and sqrt(pi) count as variables (degree 1 each), a negative
+    power of sqrt(pi) as a constant denominator class."""
     q, bases = a
-    b = b_const(q)
+    b = bnd.const(q)
     if b is None:
         return None
     pos = sum(e for _, e in bases if e > 0)
     neg = -sum(e for _, e in bases if e < 0)
-    return (b[0] + pos, b[1] + neg, b[2], b[3])
+    out = bnd.Bound(b.n + pos, b.h, dict(b.cls))
+    return bnd.mul(out, bnd.constant_class(("pi", neg), neg, 0.0), 0) if neg else out
 
 
 # ------------------------------------------------------------------------------ arrays
@@ -408,23 +397,55 @@ def _implements(*fns):
     return register
 
 
+def _desc(x):
+    """A stable description of a structural argument (an index, a shape, a mask) for ``derive``."""
+    if isinstance(x, ModArray):
+        return ("traced", x.sid)
+    if isinstance(x, np.ndarray):
+        return ("array", x.dtype.str, x.shape, hashlib.blake2b(np.ascontiguousarray(x).tobytes(),
+                                                              digest_size=16).hexdigest())
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__, tuple(_desc(e) for e in x))
+    if isinstance(x, dict):
+        return ("dict", tuple(sorted((k, _desc(v)) for k, v in x.items())))
+    if isinstance(x, slice):
+        return ("slice", _desc(x.start), _desc(x.stop), _desc(x.step))
+    if isinstance(x, (np.integer, np.bool_)):
+        return repr(x.item())
+    return repr(x)
+
+
+def derive(op: str, detail, *operands):
+    """The id of a value computed by ``op`` (with ``detail``) from ``operands`` (ModArrays: their ids
+    and shapes), or None when one operand's is unknown."""
+    parts = []
+    for x in operands:
+        if isinstance(x, ModArray):
+            if x.sid is None:
+                return None
+            parts.append((x.sid, x.shape))
+        else:
+            parts.append(_desc(x))
+    return hashlib.blake2b(repr((op, detail, tuple(parts))).encode(), digest_size=16).digest()
+
+
 class ModArray:
     """An array of residues mod p with its tangent (None: exactly 0) and bounds. Spec code sees the
     numpy array interface it uses: shape, indexing, reshape, .T, sum, mean, arithmetic, @, and the
     numpy functions in ``_HANDLED``. It is read-only, and it refuses comparisons and branches."""
 
-    __slots__ = ("F", "v", "t", "b", "tb", "exact", "dv", "qa")
+    __slots__ = ("F", "v", "t", "b", "tb", "exact", "qa", "atom", "sid")
     __array_priority__ = 1000
 
-    def __init__(self, F: Field, v, t=None, b=LEAF, tb=None, exact=None, dv=None):
-        self.F, self.v, self.t, self.b, self.tb, self.exact = F, np.asarray(v, dtype=np.int64), t, b, tb, exact
-        # per axis, how many distinct denominators (of the bound) there may be along it, at any fixed
-        # position of the other axes (None: as many as entries). A sum over an axis with c of them has
-        # a common denominator of c factors (a softmax row's 1/Z is one), so the bound multiplies the
-        # denominator's degree by c, not by the length of the sum.
+    def __init__(self, F: Field, v, t=None, b=LEAF, tb=None, exact=None):
+        self.F, self.v, self.t, self.exact = F, np.asarray(v, dtype=np.int64), t, exact
+        # bounds of the value and of the tangent (``modular_bound``): index arrays with this array's axes
+        self.b, self.tb = bnd.align(b, self.v.ndim), bnd.align(tb, self.v.ndim)
         self.qa = None          # an exact rational array (B.array of ints, arithmetic on it): exponents
-        has_den = (b is not None and b[1] > 0) or (tb is not None and tb[1] > 0)
-        self.dv = _counts(self.v.shape, dv) if has_den else (1,) * self.v.ndim
+        self.atom = None        # the source id of an array of atoms, as B.sqrt returned it (``inverse``)
+        # how the value was computed (None: not known), a hash of the operations from named leaves and
+        # constants: equal ids are equal polynomials entry by entry, so a recomputed atom is one atom
+        self.sid = None
         if t is not None:
             self.t = np.broadcast_to(np.asarray(t, dtype=np.int64), self.v.shape)
 
@@ -448,27 +469,26 @@ class ModArray:
     def __len__(self):
         return len(self.v)
 
-    def _map(self, fn, dv=None) -> "ModArray":
-        out = ModArray(self.F, fn(self.v), None if self.t is None else fn(self.t), self.b, self.tb,
-                       self.exact if self.v.ndim == 0 else None, dv)
+    def _map(self, fn, desc=None) -> "ModArray":
+        """A structural map (reshape, transpose, slice, repeat): the bounds' index arrays move along."""
+        out = ModArray(self.F, fn(self.v), None if self.t is None else fn(self.t),
+                       bnd.remap(self.b, fn, self.shape), bnd.remap(self.tb, fn, self.shape),
+                       self.exact if self.v.ndim == 0 else None)
         out.qa = None if self.qa is None else fn(self.qa)
+        out.atom = self.atom                 # a slice or a reshape of atoms is still atoms
+        out.sid = None if desc is None else derive("map", desc, self)
         return out
 
     def __getitem__(self, key):
         if isinstance(key, ModArray) or (isinstance(key, tuple) and any(isinstance(k, ModArray) for k in key)):
             refuse("an array is indexed by traced values: indices must come from shapes or structural params")
-        keys = key if isinstance(key, tuple) else (key,)
-        if all(isinstance(k, slice) for k in keys):          # a basic slice keeps every axis
-            return self._map(lambda a: a[key], self.dv)      # counts are capped to the new sizes
-        return self._map(lambda a: a[key])
+        return self._map(lambda a: a[key], ("getitem", _desc(key)))
 
     def __setitem__(self, key, value):
         refuse("a write into an array in place (x[...] = ...): inputs are read-only to spec code")
 
     def reshape(self, *shape, **kw):
-        out = self._map(lambda a: a.reshape(*shape, **kw))
-        out.dv = _reshape_counts(self.shape, out.shape, self.dv) if any(c > 1 for c in out.dv) else out.dv
-        return out
+        return self._map(lambda a: a.reshape(*shape, **kw), ("reshape", _desc(shape), _desc(kw)))
 
     def ravel(self):
         return self.reshape(-1)
@@ -476,13 +496,12 @@ class ModArray:
     flatten = ravel
 
     def squeeze(self, axis=None):
-        return self._map(lambda a: a.squeeze(axis))
+        return self._map(lambda a: a.squeeze(axis), ("squeeze", _desc(axis)))
 
     def transpose(self, *axes):
         if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
             axes = tuple(axes[0])
-        order = tuple(axes) if axes else tuple(reversed(range(self.ndim)))
-        return self._map(lambda a: a.transpose(*axes), tuple(self.dv[i] for i in order))
+        return self._map(lambda a: a.transpose(*axes), ("transpose", _desc(axes)))
 
     def swapaxes(self, i, j):
         order = list(range(self.ndim))
@@ -491,10 +510,10 @@ class ModArray:
 
     @property
     def T(self):
-        return self._map(lambda a: a.T, tuple(reversed(self.dv)))
+        return self._map(lambda a: a.T, ("T",))
 
     def copy(self):
-        return self._map(lambda a: a.copy())
+        return self._map(lambda a: a.copy(), ("copy",))
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
@@ -502,13 +521,14 @@ class ModArray:
     # ---- reductions
     def sum(self, axis=None, keepdims=False):
         F = self.F
+        _used(self)
         axes = tuple(range(self.ndim)) if axis is None else tuple(a % self.ndim for a in np.atleast_1d(axis))
-        count = int(np.prod([self.v.shape[a] for a in axes]))
         v = F.sum(self.v, axis, keepdims)
         t = None if self.t is None else F.sum(np.ascontiguousarray(self.t), axis, keepdims)
-        return ModArray(F, v, t, b_sum_axes(self.b, self.shape, self.dv, axes),
-                        b_sum_axes(self.tb, self.shape, self.dv, axes), None,
-                        _counts_after_sum(self.dv, axes, keepdims))
+        out = ModArray(F, v, t, bnd.sum_axes(self.b, self.shape, axes, keepdims),
+                       bnd.sum_axes(self.tb, self.shape, axes, keepdims), None)
+        out.sid = derive("sum", (axes, bool(keepdims)), self)
+        return out
 
     def mean(self, axis=None, keepdims=False):
         count = self.v.size if axis is None else int(np.prod([self.v.shape[a] for a in np.atleast_1d(axis)]))
@@ -518,21 +538,25 @@ class ModArray:
     def __add__(self, o):
         o = self._lift(o)
         F = self.F
+        _used(self, o)
         exact = None
         if self.exact is not None and o.exact is not None and not self.exact[1] and not o.exact[1]:
             exact = (self.exact[0] + o.exact[0], ())
         v = F.add(self.v, o.v)
-        out = ModArray(F, v, _tadd(F, self.t, o.t), b_add(self.b, o.b),
-                       b_add(self.tb, o.tb), exact, _bcast_dv(v.shape, self, o))
+        nd = v.ndim
+        out = ModArray(F, v, _tadd(F, self.t, o.t), bnd.add(self.b, o.b, nd), bnd.add(self.tb, o.tb, nd), exact)
+        out.sid = derive("add", None, self, o)
         return _with_qa(out, self, o, lambda x, y: x + y)
 
     __radd__ = __add__
 
     def __neg__(self):
         F = self.F
+        _used(self)
         out = ModArray(F, F.neg(self.v), None if self.t is None else F.neg(self.t), self.b, self.tb,
-                       None if self.exact is None else _exact_mul(self.exact, (Fraction(-1), ())), self.dv)
+                       None if self.exact is None else _exact_mul(self.exact, (Fraction(-1), ())))
         out.qa = None if self.qa is None else -self.qa
+        out.sid = derive("neg", None, self)
         return out
 
     def __pos__(self):
@@ -547,11 +571,14 @@ class ModArray:
     def __mul__(self, o):
         o = self._lift(o)
         F = self.F
+        _used(self, o)
         t = _tadd(F, None if self.t is None else F.mul(self.t, o.v), None if o.t is None else F.mul(self.v, o.t))
         exact = _exact_mul(self.exact, o.exact) if self.exact is not None and o.exact is not None else None
         v = F.mul(self.v, o.v)
-        out = ModArray(F, v, t, b_mul(self.b, o.b),
-                       b_add(b_mul(self.tb, o.b), b_mul(self.b, o.tb)), exact, _bcast_dv(v.shape, self, o))
+        nd = v.ndim
+        out = ModArray(F, v, t, bnd.mul(self.b, o.b, nd),
+                       bnd.add(bnd.mul(self.tb, o.b, nd), bnd.mul(self.b, o.tb, nd), nd), exact)
+        out.sid = derive("mul", None, self, o)
         return _with_qa(out, self, o, lambda x, y: x * y)
 
     __rmul__ = __mul__
@@ -564,10 +591,28 @@ class ModArray:
             if any(q == 0 for q in self.qa.ravel()):
                 raise SpecError(None, "division by an exact zero")
             return qarray(F, np.vectorize(lambda q: 1 / q, otypes=[object])(self.qa))
+        if self.b is None:
+            raise SpecError(None, "division by an exact zero")
+        if self.atom is not None:
+            # 1 / s for an atom s: the variable w = 1 / s (uniform where s is; s = 0 is a pole). Sound
+            # while s itself never enters the residual: ``Field.atoms_used_both_ways`` checks that.
+            F.inverted_atoms.add(self.atom)
+            u = F.inv(self.v)
+            F.pole_degree += self.v.size
+            t = None if self.t is None else F.neg(F.mul(F.mul(u, u), self.t))
+            w = bnd.Bound(1, 0)
+            out = ModArray(F, u, t, w, bnd.mul(self.tb, bnd.mul(w, w, self.ndim), self.ndim))
+            out.sid = derive("inv", None, self)
+            return out
+        _used(self)
         u = F.inv(self.v)
         t = None if self.t is None else F.neg(F.mul(F.mul(u, u), self.t))   # d(1/a) = -da / a^2
-        ib = b_inv(self.b)
-        return ModArray(F, u, t, ib, b_mul(self.tb, b_mul(ib, ib)))
+        ib = bnd.inv(self.b, self.shape)        # one new denominator per entry: a's numerator
+        F.pole_degree += self.b.n * self.v.size
+        nd = self.ndim
+        out = ModArray(F, u, t, ib, bnd.mul(self.tb, bnd.mul(ib, ib, nd), nd))
+        out.sid = derive("inv", None, self)
+        return out
 
     def __truediv__(self, o):
         return self * self._lift(o).inverse()
@@ -594,10 +639,14 @@ class ModArray:
             if k == 0:
                 return lift(self.F, 1) + self * 0
             F = self.F
+            _used(self)
             v = F.pow(self.v, k)
             t = None if self.t is None else F.mul(F.mul_scalar(F.pow(self.v, k - 1), k), self.t)
-            tb = b_mul(b_mul(b_const(Fraction(k)), _bpow(self.b, k - 1)), self.tb)
-            return ModArray(F, v, t, _bpow(self.b, k), tb)
+            nd = self.ndim
+            tb = bnd.mul(bnd.mul(bnd.const(k), bnd.pow_(self.b, k - 1), nd), self.tb, nd)
+            out = ModArray(F, v, t, bnd.pow_(self.b, k), tb)
+            out.sid = derive("pow", k, self)
+            return out
         if k == Fraction(1, 2):
             return sqrt(self)
         if k == Fraction(-1, 2):
@@ -609,6 +658,11 @@ class ModArray:
     def __matmul__(self, o):
         o = self._lift(o)
         return _matmul(self, o)
+
+    def used(self):
+        """The value enters arithmetic (not only its inverse): recorded for ``Field.atoms_used_both_ways``."""
+        if self.atom is not None:
+            self.F.plain_atoms.add(self.atom)
 
     def __rmatmul__(self, o):
         return _matmul(self._lift(o), self)
@@ -659,90 +713,6 @@ class ModArray:
         return f"ModArray(shape={self.shape}, p={self.F.p})"
 
 
-def _counts(shape, dv):
-    """Distinct-denominator counts per axis, capped by the axis' size (all distinct when None)."""
-    if dv is None:
-        return tuple(int(n) if n > 1 else 1 for n in shape)
-    return tuple(max(1, min(int(n), int(c))) for n, c in zip(shape, dv))
-
-
-def _bcast_dv(out_shape, *arrays):
-    """Counts of an elementwise result (aligned right, as numpy broadcasts): a pair of denominators
-    takes at most c1 * c2 distinct values along an axis."""
-    out = [1] * len(out_shape)
-    for x in arrays:
-        shift = len(out_shape) - x.ndim
-        for a, c in enumerate(x.dv):
-            out[a + shift] = out[a + shift] * c
-    return _counts(out_shape, out)
-
-
-def _counts_after_sum(dv, axes, keepdims):
-    """After a sum over ``axes``: an axis keeps its count where the denominator did not vary along the
-    summed axes; otherwise the product over them may take as many values as there are entries."""
-    varied = any(dv[a] > 1 for a in axes)
-    out = []
-    for a, c in enumerate(dv):
-        if a in axes:
-            if keepdims:
-                out.append(1)
-            continue
-        out.append(c if not varied or c == 1 else 1 << 62)
-    return tuple(out)
-
-
-def _reshape_counts(in_shape, out_shape, dv):
-    """An output axis overlaps, in C order, the input axes it is made of (merged or split): its count
-    is at most the product of theirs."""
-    def spans(shape):
-        out, hi = [], 1
-        for n in reversed(shape):
-            out.append((hi, hi * n))
-            hi *= n
-        return list(reversed(out))
-    si, so = spans(in_shape), spans(out_shape)
-    counts = []
-    for (lo_j, hi_j), n in zip(so, out_shape):
-        c = 1
-        for (lo_i, hi_i), ci in zip(si, dv):
-            if max(lo_i, lo_j) < min(hi_i, hi_j):
-                c *= ci
-        counts.append(c)
-    return _counts(out_shape, counts)
-
-
-def b_sum_shared(a, k: int):
-    """Bound of a sum of k terms that share one denominator: only the numerator's coefficients grow."""
-    if a is None or k == 0:
-        return None
-    return (a[0], a[1], a[2] + math.log2(k), a[3])
-
-
-def b_sum_distinct(a, k: int, c: int):
-    """Bound of a sum of k terms whose denominators take at most c distinct values: the common
-    denominator is their product (degree c d), each numerator is multiplied by c - 1 of them."""
-    if a is None or k == 0:
-        return None
-    c = max(1, min(int(c), int(k)))
-    n, d, h, kk = a
-    return (n + (c - 1) * d, c * d, h + (c - 1) * kk + math.log2(k), c * kk)
-
-
-def b_sum_axes(b, shape, dv, axes):
-    """Bound of the sum over ``axes`` (at most the product of their counts distinct denominators)."""
-    k = int(np.prod([shape[a] for a in axes]))
-    c = int(np.prod([dv[a] for a in axes], dtype=object))
-    return b_sum_distinct(b, k, c)
-
-
-def _bpow(b, k):
-    if k == 0:
-        return (0, 0, 0.0, 0.0)
-    if b is None:
-        return None
-    return (k * b[0], k * b[1], k * b[2], k * b[3])
-
-
 def _tadd(F, a, b):
     if a is None:
         return b
@@ -761,7 +731,9 @@ def lift(F: Field, x) -> ModArray:
     if isinstance(x, np.ndarray) and x.dtype.kind in "biu":
         v = np.mod(x.astype(object), F.p).astype(np.int64) if x.dtype.kind == "u" else np.mod(x.astype(np.int64), F.p)
         big = np.abs(x.astype(np.float64)).max(initial=0)
-        return ModArray(F, v, None, b_const(Fraction(int(big))) if big else None, None)
+        out = ModArray(F, v, None, bnd.const(int(big)) if big else None, None)
+        out.sid = derive("ints", _desc(x))
+        return out
     if isinstance(x, (list, tuple)):
         return stack([lift(F, e) for e in x])
     if isinstance(x, (float, np.floating, complex)) or (isinstance(x, np.ndarray) and x.dtype.kind in "fc"):
@@ -792,10 +764,13 @@ def qarray(F: Field, qa) -> ModArray:
     qa = np.asarray(qa, dtype=object)
     v = np.vectorize(lambda q: F.residue(Fraction(q)), otypes=[np.int64])(qa) if qa.size else \
         np.zeros(qa.shape, np.int64)
-    big = max([abs(Fraction(q).numerator) for q in qa.ravel()] + [1])
-    den = max([Fraction(q).denominator for q in qa.ravel()] + [1])
-    out = ModArray(F, v.astype(np.int64), None, (0, 0, math.log2(big), math.log2(den)), None)
+    # every entry q = (q L) / L for L the lcm of the denominators: one constant class, |q L| <= big L
+    big = max([abs(Fraction(q)) for q in qa.ravel()] + [Fraction(1)])
+    den = math.lcm(*[Fraction(q).denominator for q in qa.ravel()], 1)
+    b = bnd.const(Fraction(1, den))
+    out = ModArray(F, v.astype(np.int64), None, bnd.Bound(0, math.log2(max(1, big * den)), b.cls), None)
     out.qa = np.vectorize(Fraction, otypes=[object])(qa) if qa.size else qa
+    out.sid = derive("rationals", repr(out.qa.tolist()), None)
     return out
 
 
@@ -826,19 +801,28 @@ def exact_const(F: Field, exact) -> ModArray:
     for base, e in bases:
         root = F.sqrt_pi if base == "pi" else F.prime_root(base)
         v = v * pow(root, e, F.p) % F.p if e >= 0 else v * pow(pow(root, -e, F.p), -1, F.p) % F.p
-    return ModArray(F, np.int64(v), None, _exact_bound(exact), None, exact)
+    out = ModArray(F, np.int64(v), None, _exact_bound(exact), None, exact)
+    out.sid = derive("const", repr(exact))
+    return out
 
 
 def cpow(F: Field, base: Fraction, k: Fraction) -> ModArray:
     """An algebraic constant base^k (k not an integer or 1/2): one atom, keyed by (base, k)."""
     import hashlib
     key = int.from_bytes(hashlib.sha256(f"{base}^{k}".encode()).digest()[:7], "big")   # stable across runs
-    v = F.atom("cpow", np.int64(key), (0, 0, 0.0, 0.0))
+    v = F.atom("cpow", np.int64(key), None)
     return ModArray(F, v, None, ATOM, None)
+
+
+def _used(*arrays):
+    for x in arrays:
+        if isinstance(x, ModArray) and x.atom is not None:
+            x.F.plain_atoms.add(x.atom)
 
 
 def _matmul(a: ModArray, b: ModArray) -> ModArray:
     F = a.F
+    _used(a, b)
     if a.ndim == 0 or b.ndim == 0:
         refuse("matmul with a scalar operand")
     K = a.shape[-1]
@@ -852,22 +836,12 @@ def _matmul(a: ModArray, b: ModArray) -> ModArray:
         t = F.matmul_sum(pairs)                      # d(ab) = da b + a db in one contraction
     elif pairs:
         t = F.matmul(*pairs[0]) if len(pairs) == 1 else F.add(F.matmul(*pairs[0]), F.matmul(*pairs[1]))
-    ck = a.dv[-1] * (b.dv[-2] if b.ndim >= 2 else b.dv[0])     # distinct denominators along k
-    out_nd = np.ndim(v)
-    counts = [None] * out_nd
-    big = 1 << 62
-    if b.ndim >= 2:
-        counts[-1] = b.dv[-1] if ck == 1 or b.dv[-1] == 1 else big
-    if a.ndim >= 2:
-        counts[-2 if b.ndim >= 2 else -1] = a.dv[-2] if ck == 1 or a.dv[-2] == 1 else big
-    for ax in range(out_nd - 2):                  # batch axes: the pair's counts, if k did not vary
-        ca = a.dv[ax - (out_nd - a.ndim)] if ax - (out_nd - a.ndim) >= 0 and a.ndim > 2 else 1
-        cb = b.dv[ax - (out_nd - b.ndim)] if ax - (out_nd - b.ndim) >= 0 and b.ndim > 2 else 1
-        counts[ax] = ca * cb if ck == 1 or ca * cb == 1 else big
-    prod = b_mul(a.b, b.b)
-    tprod = b_add(b_mul(a.tb, b.b), b_mul(a.b, b.tb))
-    return ModArray(F, v, t, b_sum_distinct(prod, K, ck), b_sum_distinct(tprod, K, ck), None,
-                    _counts(np.shape(v), counts))
+    shapes = (a.ndim, b.ndim, a.shape, b.shape)
+    vb = bnd.matmul(a.b, b.b, *shapes)
+    tb = bnd.add(bnd.matmul(a.tb, b.b, *shapes), bnd.matmul(a.b, b.tb, *shapes), np.ndim(v))
+    out = ModArray(F, v, t, vb, tb, None)
+    out.sid = derive("matmul", None, a, b)
+    return out
 
 
 # ------------------------------------------------------------------------------ transcendental
@@ -880,34 +854,55 @@ def _unary(kind: str, a: ModArray) -> ModArray:
         root = _exact_sqrt(a.exact)
         if root is not None:
             return exact_const(F, root)
-    u = F.atom(kind, a.v, a.b)
+    _used(a)                                    # an atom's argument is arithmetic on it
+    sid = derive(kind, None, a)
+    u = F.atom(kind, a.v, a.b, sid)
     if a.exact is not None and kind in ("exp", "cos") and a.exact[0] == 0:
         u = np.int64(1)
-    out_b = CIRCLE if kind in ("sin", "cos") else ATOM
+    nd = np.ndim(u)
+    circle = lambda: (F.__setattr__("pole_degree", F.pole_degree + 2 * np.size(u)),   # noqa: E731
+                      bnd.fresh_per_entry(CIRCLE_N, CIRCLE_H, 2, 1.0, np.shape(u)))[1]
+    out_b = circle() if kind in ("sin", "cos") else ATOM
+    src = None
+    if kind == "sqrt" and np.ndim(u) == a.ndim:
+        # a root's inverse (LayerNorm's, RMSNorm's 1 / sqrt(var + eps)) may be taken as the variable
+        src = bnd.fresh_source()
+        F.sqrt_atoms[src] = np.asarray(u)
+
+    def tagged(out):
+        out.atom = src
+        out.sid = sid
+        return out
+
     if a.t is None:
-        return ModArray(F, u, None, out_b, None)
+        return tagged(ModArray(F, u, None, out_b, None))
     # forward-mode rules of symbolic.evaluate.Tangent
     if kind == "exp":
         factor, fb = u, ATOM
     elif kind == "log":
-        factor, fb = F.inv(a.v), b_inv(a.b)
+        factor, fb = F.inv(a.v), bnd.inv(a.b, a.shape)
+        F.pole_degree += a.b.n * a.v.size
     elif kind == "sqrt":
-        factor, fb = F.inv(F.mul_scalar(u, 2)), b_inv(b_mul(b_const(Fraction(2)), ATOM))
+        # 1 / (2 s) = w / 2 in the variable w = 1 / s (see ModArray.inverse)
+        factor, fb = F.inv(F.mul_scalar(u, 2)), bnd.mul(bnd.const(Fraction(1, 2)), bnd.Bound(1, 0), 0)
+        F.pole_degree += a.v.size
+        if src is not None:
+            F.inverted_atoms.add(src)
+        else:
+            fb = bnd.inv(bnd.mul(bnd.const(2), ATOM, 0), a.shape)
     elif kind == "erf":
         k = F.mul_scalar(np.int64(pow(F.sqrt_pi, -1, F.p)), 2)
-        e = F.atom("exp", F.neg(F.mul(a.v, a.v)), b_mul(a.b, a.b))
-        factor, fb = F.mul(e, k), b_mul(ATOM, ATOM)
+        e = F.atom("exp", F.neg(F.mul(a.v, a.v)), bnd.mul(a.b, a.b, nd), derive("erf'", None, a))
+        factor, fb = F.mul(e, k), bnd.mul(ATOM, _exact_bound((Fraction(2), (("pi", -1),))), 0)   # 2 e / sqrt(pi)
     elif kind == "tanh":
-        factor, fb = F.sub(np.ones_like(u), F.mul(u, u)), b_add((0, 0, 0.0, 0.0), b_mul(ATOM, ATOM))
+        factor, fb = F.sub(np.ones_like(u), F.mul(u, u)), bnd.add(bnd.ONE, bnd.mul(ATOM, ATOM, 0), 0)
     elif kind == "sin":
-        factor, fb = F.atom("cos", a.v, a.b), CIRCLE
+        factor, fb = F.atom("cos", a.v, a.b, derive("cos", None, a)), circle()
     elif kind == "cos":
-        factor, fb = F.neg(F.atom("sin", a.v, a.b)), CIRCLE
+        factor, fb = F.neg(F.atom("sin", a.v, a.b, derive("sin", None, a))), circle()
     else:
         raise SpecError(None, f"no derivative rule for {kind}")
-    # the tangent's denominators are a's (times 1/a or 1/sqrt(a) for log and sqrt, which vary with a)
-    dv = None if kind in ("log", "sqrt") else a.dv
-    return ModArray(F, u, F.mul(factor, a.t), out_b, b_mul(fb, a.tb), None, dv)
+    return tagged(ModArray(F, u, F.mul(factor, a.t), out_b, bnd.mul(fb, a.tb, nd), None))
 
 
 def sqrt(a):
@@ -929,16 +924,41 @@ def _lift_all(values):
 
 def _join(fn, arrays, **kw):
     F, arrays = _lift_all(list(arrays))
+    _used(*arrays)
     v = fn([a.v for a in arrays], **kw)
     t = None
     if any(a.t is not None for a in arrays):
         t = fn([np.zeros(a.shape, np.int64) if a.t is None else np.asarray(a.t) for a in arrays], **kw)
-    dv = None
-    if fn is np.concatenate and arrays and all(a.ndim == arrays[0].ndim for a in arrays):
-        ax = kw.get("axis", 0) % arrays[0].ndim
-        dv = [sum(a.dv[ax] for a in arrays) if i == ax else max(a.dv[i] for a in arrays)
-              for i in range(arrays[0].ndim)]
-    return ModArray(F, v, t, b_join(*(a.b for a in arrays)), b_join(*(a.tb for a in arrays)), None, dv)
+    ax = kw.get("axis", 0) % v.ndim
+    placed = [_placed(a, fn, ax, v.ndim) for a in arrays]
+    out = ModArray(F, v, t, bnd.join([b for b, _ in placed], v.ndim),
+                   bnd.join([tb for _, tb in placed], v.ndim), None)
+    out.sid = derive(fn.__name__, _desc(kw), *arrays)
+    return out
+
+
+def _placed(a, fn, ax: int, ndim: int):
+    """a's bounds with index arrays valid on the joined array: stacked, a new unit axis; concatenated,
+    a class that varies along the axis is replaced by the product of its distinct factors along it,
+    constant along the axis (a multiple of each entry's; the other pieces' entries then count factors
+    they lack, which ``bnd.join``'s union accounts for)."""
+    def move(b):
+        if b is None or not b.cls:
+            return b
+        if fn is np.stack:
+            return bnd.unit_axes(bnd.align(b, a.ndim), lambda x: np.expand_dims(x, ax))
+        b = bnd.align(b, a.ndim)
+        cls = {}
+        for key, (idx, e, deg, bits) in b.cls.items():
+            if idx.shape[ax] == 1:
+                bnd._add_class(cls, key[0], idx, e, deg, bits)
+            else:
+                count = bnd._distinct_along(idx, [ax])
+                shape = tuple(1 if i == ax else s for i, s in enumerate(idx.shape))
+                fresh = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+                bnd._add_class(cls, ("prod", key, (ax,)), fresh, e, count * deg, count * bits)
+        return bnd.Bound(b.n, b.h, cls)
+    return move(a.b), move(a.tb)
 
 
 @_implements(np.concatenate)
@@ -958,11 +978,14 @@ def where(cond, a, b):
                "structural params")
     cond = np.asarray(cond, dtype=bool)
     F, (a, b) = _lift_all([a, b])
+    _used(a, b)
     v = np.where(cond, a.v, b.v)
     t = None
     if a.t is not None or b.t is not None:
         t = np.where(cond, 0 if a.t is None else a.t, 0 if b.t is None else b.t)
-    return ModArray(F, v, t, b_join(a.b, b.b), b_join(a.tb, b.tb), None, _bcast_dv(v.shape, a, b))
+    out = ModArray(F, v, t, bnd.join([a.b, b.b], v.ndim), bnd.join([a.tb, b.tb], v.ndim), None)
+    out.sid = derive("where", _desc(cond), a, b)
+    return out
 
 
 @_implements(np.sum)
@@ -992,40 +1015,41 @@ def _np_reshape(a, shape, **kw):
 
 @_implements(np.expand_dims)
 def _np_expand_dims(a, axis):
-    out = a._map(lambda x: np.expand_dims(x, axis))
+    out = a._map(lambda x: np.expand_dims(x, axis), ("expand_dims", _desc(axis)))
     return a.reshape(out.shape) if out.ndim else out
 
 
 @_implements(np.squeeze)
 def _np_squeeze(a, axis=None):
-    return a._map(lambda x: np.squeeze(x, axis))
+    return a._map(lambda x: np.squeeze(x, axis), ("squeeze", _desc(axis)))
 
 
 @_implements(np.moveaxis)
 def _np_moveaxis(a, source, destination):
-    return a._map(lambda x: np.moveaxis(x, source, destination))
+    return a._map(lambda x: np.moveaxis(x, source, destination), ("moveaxis", _desc(source), _desc(destination)))
 
 
 @_implements(np.broadcast_to)
 def _np_broadcast_to(a, shape, **kw):
     shape = tuple(np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape
-    return a._map(lambda x: np.broadcast_to(x, shape), (1,) * (len(shape) - a.ndim) + a.dv)
+    return a._map(lambda x: np.broadcast_to(x, shape), ("broadcast_to", _desc(shape)))
 
 
 @_implements(np.repeat)
 def _np_repeat(a, repeats, axis=None):
-    return a._map(lambda x: np.repeat(x, repeats, axis), a.dv if axis is not None else None)
+    return a._map(lambda x: np.repeat(x, repeats, axis), ("repeat", _desc(repeats), _desc(axis)))
 
 
 @_implements(np.tile)
 def _np_tile(a, reps):
-    return a._map(lambda x: np.tile(x, reps))
+    return a._map(lambda x: np.tile(x, reps), ("tile", _desc(reps)))
 
 
 @_implements(np.split)
 def _np_split(a, indices_or_sections, axis=0):
     n = len(np.split(np.empty(a.shape[axis]), indices_or_sections))
-    return [a._map(lambda x, i=i: np.split(x, indices_or_sections, axis)[i]) for i in range(n)]
+    return [a._map(lambda x, i=i: np.split(x, indices_or_sections, axis)[i],
+                   ("split", _desc(indices_or_sections), _desc(axis), i)) for i in range(n)]
 
 
 @_implements(np.shape)
@@ -1046,7 +1070,9 @@ def _np_matmul(a, b):
 
 @_implements(np.zeros_like)
 def _np_zeros_like(a, *args, **kw):
-    return ModArray(a.F, np.zeros(a.shape, np.int64), None, None, None)
+    out = ModArray(a.F, np.zeros(a.shape, np.int64), None, None, None)
+    out.sid = derive("zeros", _desc(a.shape))
+    return out
 
 
 # ------------------------------------------------------------------------------ the backend
@@ -1073,7 +1099,9 @@ class ModularBackend:
         return exact_const(self.F, (exact(p, q), ()))
 
     def zeros(self, shape):
-        return ModArray(self.F, np.zeros(shape, np.int64), None, None, None)
+        out = ModArray(self.F, np.zeros(shape, np.int64), None, None, None)
+        out.sid = derive("zeros", _desc(shape))
+        return out
 
     def array(self, values):
         flat = np.asarray(values, dtype=object)

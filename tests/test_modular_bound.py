@@ -1,0 +1,152 @@
+"""The degree bound of the modular backend (symbolic.modular_bound) is an upper bound, and a useful one:
+small computations run twice, on the modular backend (the tracked bound) and in SymPy with the atoms as
+opaque functions (the true numerator of the result in lowest terms), compared."""
+import random
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import sympy
+
+from vjpcert.symbolic.modular import draw_prime
+from vjpcert.symbolic.modular_backend import LEAF, Field, ModArray, ModularBackend
+
+E, T, W = sympy.Function("E"), sympy.Function("T"), sympy.Function("W")
+
+
+class SymB:
+    """Atoms as opaque functions: exp(a) = E(a), tanh(a) = T(a), sqrt(a) = 1 / W(a) -- the variable
+    of a root is its inverse w, as in the modular bound (a root only ever inverted here)."""
+
+    exp = staticmethod(np.vectorize(lambda a: E(a), otypes=[object]))
+    tanh = staticmethod(np.vectorize(lambda a: T(a), otypes=[object]))
+    sqrt = staticmethod(np.vectorize(lambda a: 1 / W(a), otypes=[object]))
+
+    @staticmethod
+    def c(p, q=1):
+        return sympy.Rational(p, q)
+
+
+def _leaves_sym(name, shape):
+    return np.array(sympy.symbols(f"{name}0:{int(np.prod(shape))}"), dtype=object).reshape(shape)
+
+
+def _true_degree(expr) -> int:
+    num, _ = sympy.fraction(sympy.together(expr))
+    num = sympy.expand(num)
+    if num == 0:
+        return -1
+    gens = sorted(num.atoms(sympy.Symbol), key=str) + sorted(num.atoms(sympy.Function), key=str)
+    return sympy.Poly(num, *gens).total_degree()
+
+
+def _tracked(fn, shapes, field=False):
+    rng = random.Random(7)
+    p = draw_prime(rng)
+    F = Field(p, {k: (rng.getrandbits(64), rng.getrandbits(64)) for k in
+                  ("exp", "log", "sqrt", "erf", "tanh", "circle", "cpow")}, rng.randrange(1, p))
+    gen = np.random.default_rng(3)
+    args = [ModArray(F, gen.integers(1, p, size=s, dtype=np.int64), None, LEAF, None) for s in shapes]
+    out = fn(ModularBackend(F), *args)
+    return (out.b.n, F) if field else out.b.n
+
+
+def _symbolic(fn, shapes):
+    args = [_leaves_sym(chr(ord("a") + i), s) for i, s in enumerate(shapes)]
+    return _true_degree(np.asarray(fn(SymB, *args)).item())
+
+
+def layernorm_rows(B, x, r):
+    xc = x - x.mean(-1, keepdims=True)
+    xh = xc * (1 / B.sqrt((xc * xc).mean(-1, keepdims=True) + B.c(1, 1000)))
+    return (xh * r).sum()
+
+
+def softmax_rows(B, s, r):
+    e = B.exp(s)
+    return ((e / e.sum(-1, keepdims=True)) * r).sum()
+
+
+def attention(B, x, v, r):
+    e = B.exp(x @ x.T)
+    return (((e / e.sum(-1, keepdims=True)) @ v) * r).sum()
+
+
+def ln_then_attention(B, x, r):
+    """The GPT-2 case in small: every row of V carries its own LayerNorm root, summed over by P @ V."""
+    xc = x - x.mean(-1, keepdims=True)
+    h = xc * (1 / B.sqrt((xc * xc).mean(-1, keepdims=True) + B.c(1, 1000)))
+    e = B.exp(h @ h.T)
+    return (((e / e.sum(-1, keepdims=True)) @ h) * r).sum()
+
+
+def shared_denominator_sums(B, x, y, r):
+    """x_ij / y_i summed over j many times: y_i is one factor, however often it is reached."""
+    q = x / y
+    return (q.sum(-1, keepdims=True) * q * r).sum() + (q * q).sum()
+
+
+def gelu_tanh_of_rational(B, x, y, r):
+    u = x / (y.sum(-1, keepdims=True))
+    return ((u * (1 + B.tanh(u + B.c(1, 3) * u * u * u))) * r).sum()
+
+
+CASES = [
+    (layernorm_rows, [(2, 3), (2, 3)]),
+    (softmax_rows, [(2, 3), (2, 3)]),
+    (attention, [(3, 2), (3, 2), (3, 2)]),
+    (ln_then_attention, [(3, 2), (3, 2)]),
+    (shared_denominator_sums, [(2, 3), (2, 1), (2, 3)]),
+    (gelu_tanh_of_rational, [(2, 2), (2, 2), (2, 2)]),
+]
+
+
+@pytest.mark.parametrize("fn, shapes", CASES, ids=[c[0].__name__ for c in CASES])
+def test_the_tracked_degree_bounds_the_true_degree_and_is_not_far_above(fn, shapes):
+    tracked = _tracked(fn, shapes)
+    true = _symbolic(fn, shapes)
+    assert true <= tracked, (fn.__name__, true, tracked)
+    assert tracked <= 2 * true + 4, (fn.__name__, true, tracked)
+
+
+def root_both_ways(B, x, r):
+    """s and 1 / s of one root: a Laurent polynomial in w = 1 / s, which the bound must notice."""
+    s = B.sqrt(x)
+    return ((s + 1 / B.sqrt(x)) * r).sum()
+
+
+def test_a_root_used_both_as_itself_and_inverted_widens_the_bound():
+    from vjpcert.symbolic.modular import false_pass_bound
+    shapes = [(2, 2), (2, 2)]
+    n, F = _tracked(root_both_ways, shapes, field=True)
+    true = _symbolic(root_both_ways, shapes)
+    assert F.atoms_used_both_ways == 4                      # every entry's root, matched by value
+    stated = false_pass_bound((n, 0, 1.0, 0.0), [F], 1, 0)["degree"]
+    assert true <= stated and n < true                      # the Bound alone would undercount
+
+
+def test_a_root_only_inverted_is_not_widened():
+    n, F = _tracked(layernorm_rows, [(2, 3), (2, 3)], field=True)
+    assert F.inverted_atoms and F.atoms_used_both_ways == 0
+
+
+def test_an_atom_is_counted_once_per_computation_and_distinct_ones_each():
+    """The backward recomputing the forward's exp(x) adds no atoms; exp of two different slices, or of
+    x and of x + 0 computed another way, are counted as distinct (a computation id, never a value)."""
+    rng = random.Random(5)
+    p = draw_prime(rng)
+    F = Field(p, {k: (rng.getrandbits(64), rng.getrandbits(64)) for k in
+                  ("exp", "log", "sqrt", "erf", "tanh", "circle", "cpow")}, rng.randrange(1, p))
+    from vjpcert.symbolic.modular_backend import derive
+    x = ModArray(F, np.random.default_rng(1).integers(1, p, size=(3, 4), dtype=np.int64), None, LEAF, None)
+    x.sid = derive("leaf", "x")
+    B = ModularBackend(F)
+    B.exp(x), B.exp(x), B.exp(x.reshape(3, 4))
+    assert F.atom_count["exp"] == 12 + 12                  # exp(x) once, exp(x.reshape) once more
+    B.exp(x[:, :2]), B.exp(x[:, 2:])
+    assert F.atom_count["exp"] == 24 + 6 + 6
+    B.exp(x * 1)
+    assert F.atom_count["exp"] == 36 + 12
+    y = ModArray(F, x.v, None, LEAF, None)                  # same values, unknown computation
+    B.exp(y)
+    assert F.atom_count["exp"] == 48 + 12
