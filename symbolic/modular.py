@@ -54,8 +54,8 @@ from vjpcert.core.registry import RESERVED_CLAIMS, Op, SpecError, take_refusals
 from vjpcert.core.validate import spec_location, validate
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic import modular_bound as bnd
-from vjpcert.symbolic.modular_backend import (LEAF, PRIME_LO_BITS, Field, ModArray, ModularBackend,
-                                              NeedAnotherPrime, Pole, derive)
+from vjpcert.symbolic.modular_arith import PRIME_LO_BITS, Pole
+from vjpcert.symbolic.modular_backend import LEAF, Field, ModArray, ModularBackend, NeedAnotherPrime, derive
 
 CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
 METHOD = "modp-vectorised"

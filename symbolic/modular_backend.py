@@ -21,10 +21,7 @@ so the randomised exact test of ``symbolic.modular`` needs no traced DAG. The se
   d log a = da / a, d sin a = cos(a) da, d cos a = -sin(a) da -- the rules of
   ``symbolic.evaluate.Tangent``, so J t is derived from the forward, never from the backward.
 
-Arithmetic: p < 2^60. Elementwise products use an 80-bit long-double quotient estimate (off by at most
-1) and wrapping int64 arithmetic; matmuls split each operand into three 20-bit limbs so every float64
-dgemm is exact (a contraction of at most 2048 terms of products below 2^40 stays below 2^51, a sum of
-three such below 2^53; longer contractions are chunked), then recombine mod p.
+Arithmetic mod p (p in [2^59, 2^60)) is exact and vectorised: ``symbolic.modular_arith``.
 
 Each array carries upper bounds (deg N, deg D, log2 |N|_1, log2 |D|_1) of its value and of its tangent
 as rational functions in the leaves and atoms, as ``BoundField`` does, for the false-pass bound.
@@ -43,18 +40,8 @@ import numpy as np
 
 from vjpcert.core.registry import SpecError, refuse
 from vjpcert.symbolic import modular_bound as bnd
+from vjpcert.symbolic.modular_arith import ModP, Pole
 from vjpcert.symbolic.modular_bound import ATOM, LEAF
-
-LIMB_BITS = 20
-LIMBS = 3                                   # 3 x 20 bits = 60 bits: residues mod p < 2^60
-MAX_CONTRACTION = 2048                      # a limb product summed over 2048 terms is < 2^51, and a
-                                            # diagonal of three of them < 2^53: exact in float64
-PRIME_LO_BITS = 59                          # primes in [2^59, 2^60)
-_MASK = (1 << LIMB_BITS) - 1
-
-
-class Pole(ZeroDivisionError):
-    """A division by a value that is 0 mod p at the sampled point: resample."""
 
 
 class NeedAnotherPrime(Exception):
@@ -68,17 +55,13 @@ CIRCLE_N, CIRCLE_H = 2, 1.0     # sin, cos = 2u / (1 + u^2), (1 - u^2) / (1 + u^
 
 
 # ------------------------------------------------------------------------------ the field
-class Field:
-    """Vectorised arithmetic mod p (p < 2^60) and the keyed atom hashes of one trial."""
+class Field(ModP):
+    """The arithmetic mod p of one trial (``modular_arith.ModP``) and its keyed atom hashes."""
 
     def __init__(self, p: int, keys: dict, sqrt_pi: int):
-        if not (2 ** PRIME_LO_BITS <= p < 2 ** (PRIME_LO_BITS + 1)):
-            raise ValueError("the modular backend needs a prime in [2^59, 2^60)")
-        self.p = p
-        self.inv_p = np.longdouble(1) / np.longdouble(p)
+        super().__init__(p)
         self.keys = keys                       # kind -> (k1, k2) uint64 keys of the atom hash
         self.sqrt_pi = sqrt_pi
-        self.recombine = [pow(2, LIMB_BITS * k, p) for k in range(2 * LIMBS - 1)]
         self.atom_values: dict[str, list] = {}  # kind -> the arguments hashed (their distinct count)
         self.atom_arg: dict[str, tuple] = {}   # kind -> (deg N, deg D, log2|N|_1, log2|D|_1) of the arguments
         self.pole_degree = 0.0                 # sum of the degrees of every inverted entry's numerator
@@ -87,7 +70,6 @@ class Field:
         self.sqrt_atoms: dict = {}             # source -> the values of one B.sqrt call's atoms
         self.atoms_seen: set = set()           # (kind, id of the argument's computation) counted
         self._roots: dict[int, int] = {}
-        self.poles = 0                         # poles raised: a spec that swallows one is refused
 
     @property
     def atoms_used_both_ways(self) -> int:
@@ -141,131 +123,6 @@ class Field:
                 raise NeedAnotherPrime(f"sqrt({c}) has no value mod p")
             r = self._roots[c] = int(flint.fmpz(c).sqrtmod(self.p))
         return r
-
-    # ---- arrays (int64, entries in [0, p))
-    def add(self, a, b):
-        s = a + b
-        return s - self.p * (s >= self.p)
-
-    def sub(self, a, b):
-        s = a - b
-        return s + self.p * (s < 0)
-
-    def neg(self, a):
-        return (self.p - a) % self.p
-
-    def mul(self, a, b):
-        """a * b mod p: q = a b / p from an 80-bit estimate, truncated (a b / p >= 0, and the estimate
-        is within 1 of the true quotient), then a b - q p in wrapping int64 arithmetic: its true value
-        lies in (-p, 2p), so it is exact, and one correction each way reduces it."""
-        a = np.asarray(a, dtype=np.int64)
-        b = np.asarray(b, dtype=np.int64)
-        q = (a.astype(np.longdouble) * b.astype(np.longdouble) * self.inv_p).astype(np.int64)
-        with np.errstate(over="ignore"):
-            r = np.multiply(a, b) - np.multiply(q, np.int64(self.p))
-        r = r + self.p * (r < 0)
-        return r - self.p * (r >= self.p)
-
-    def mul_scalar(self, a, s: int):
-        """a * s mod p for a constant s < p and any int64 a in [0, 2^62): one long-double product with
-        the precomputed s / p (the quotient estimate is within 1: a s / p < 2^63), then exact wrapping
-        int64 arithmetic as in ``mul``; a need not be reduced first."""
-        s = int(s) % self.p
-        a = np.asarray(a, dtype=np.int64)
-        q = (a.astype(np.longdouble) * (np.longdouble(s) * self.inv_p)).astype(np.int64)
-        with np.errstate(over="ignore"):
-            r = np.multiply(a, np.int64(s)) - np.multiply(q, np.int64(self.p))
-        r = r + self.p * (r < 0)
-        return r - self.p * (r >= self.p)
-
-    def pow(self, a, k: int):
-        if k < 0:
-            return self.pow(self.inv(a), -k)
-        out = np.ones_like(np.asarray(a, dtype=np.int64))
-        base = np.asarray(a, dtype=np.int64)
-        while k:
-            if k & 1:
-                out = self.mul(out, base)
-            k >>= 1
-            if k:
-                base = self.mul(base, base)
-        return out
-
-    def inv(self, a):
-        a = np.asarray(a, dtype=np.int64)
-        if np.any(a == 0):
-            self.poles += 1
-            raise Pole("division by a value that is 0 mod p at the sampled point")
-        if a.size <= 4096:             # Python's pow: faster than an exponentiation by squaring here
-            flat = [pow(int(v), -1, self.p) for v in a.ravel()]
-            return np.array(flat, dtype=np.int64).reshape(a.shape)
-        return self.pow(a, self.p - 2)
-
-    def sum(self, a, axis, keepdims=False):
-        """Sum mod p without overflow: 31-bit halves summed separately (2^32 terms fit int64)."""
-        lo = np.sum(a & 0x7FFFFFFF, axis=axis, keepdims=keepdims)
-        hi = np.sum(a >> 31, axis=axis, keepdims=keepdims)
-        return self.add(self.mul_scalar(np.mod(hi, self.p), 1 << 31), np.mod(lo, self.p))
-
-    def matmul(self, a, b):
-        """a @ b mod p, exactly, with float64 BLAS: 21-bit limbs, contractions chunked to 2048."""
-        a = np.asarray(a, dtype=np.int64)
-        b = np.asarray(b, dtype=np.int64)
-        K = a.shape[-1]
-        if a.ndim == 1 or b.ndim == 1:
-            vec_a, vec_b = a.ndim == 1, b.ndim == 1
-            out = self.matmul(a[None, :] if vec_a else a, b[:, None] if vec_b else b)
-            if vec_a:
-                out = out[..., 0, :]
-            if vec_b:
-                out = out[..., 0]
-            return out
-        total = None
-        for start in range(0, K, MAX_CONTRACTION):
-            sl = slice(start, min(K, start + MAX_CONTRACTION))
-            part = self._matmul_chunk(a[..., sl], b[..., sl, :])
-            total = part if total is None else self.add(total, part)
-        return total
-
-    def _matmul_chunk(self, a, b):
-        """One exact chunk (K <= 2048): the limbs of b side by side, so one dgemm per limb of a gives
-        three limb products; the diagonals i + j = k are summed in float64 (each < 3 * 2^51 < 2^53,
-        exact), converted once, and recombined mod p."""
-        n = b.shape[-1]
-        Bm = np.concatenate([((b >> (LIMB_BITS * j)) & _MASK) for j in range(LIMBS)], axis=-1).astype(np.float64)
-        diag = [None] * (2 * LIMBS - 1)
-        for i in range(LIMBS):
-            Ai = np.ascontiguousarray(((a >> (LIMB_BITS * i)) & _MASK), dtype=np.float64)
-            P = np.matmul(Ai, Bm)
-            for j in range(LIMBS):
-                block = P[..., j * n:(j + 1) * n]
-                diag[i + j] = block.copy() if diag[i + j] is None else np.add(diag[i + j], block, out=diag[i + j])
-            del P
-        return self.lincomb([d.astype(np.int64) for d in diag], self.recombine)   # each exact: < 2^53
-
-    def lincomb(self, cs, rs):
-        """sum_k c_k r_k mod p for int64 arrays 0 <= c_k < 2^53 and constants r_k < p (at most 8 terms):
-        the quotient by p estimated once in long double (the sum is < 2^116, its relative error below
-        2^-60, so the estimate is within 1 of the true quotient < 2^57), the remainder in wrapping
-        int64 arithmetic (its true value lies in (-p, 2p)), then one correction each way."""
-        est = None
-        r = None
-        with np.errstate(over="ignore"):
-            for c, k in zip(cs, rs):
-                k = int(k) % self.p
-                e = c.astype(np.longdouble) * (np.longdouble(k) * self.inv_p)
-                est = e if est is None else est + e
-                t = np.multiply(c, np.int64(k))
-                r = t if r is None else r + t
-            r = r - np.multiply(est.astype(np.int64), np.int64(self.p))
-        r = r + self.p * (r < 0)
-        return r - self.p * (r >= self.p)
-
-    def matmul_sum(self, pairs):
-        """sum_i a_i @ b_i mod p as one contraction (the a_i side by side, the b_i stacked)."""
-        a = np.concatenate([np.asarray(x, dtype=np.int64) for x, _ in pairs], axis=-1)
-        b = np.concatenate([np.asarray(y, dtype=np.int64) for _, y in pairs], axis=-2)
-        return self.matmul(a, b)
 
     # ---- atoms
     @staticmethod

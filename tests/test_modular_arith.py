@@ -1,0 +1,92 @@
+"""The arithmetic mod p beneath the modular tier (symbolic.modular_arith) is exact: every operation is
+compared with Python's integers, at the extremes (entries p - 1, the longest exact contraction and one
+past it, broadcast batches, vectors) and on random residues; a contraction too long for float64 is shown
+to go wrong, so these comparisons can fail."""
+import random
+
+import numpy as np
+import pytest
+import sympy
+
+from vjpcert.symbolic import modular_arith as ma
+from vjpcert.symbolic.modular import draw_prime
+
+
+def _primes():
+    rng = random.Random(18)
+    return [draw_prime(rng) for _ in range(3)] + [int(sympy.prevprime(2 ** 60))]
+
+
+PRIMES = _primes()          # three random primes in [2^59, 2^60) and the largest one below 2^60
+
+
+def _residues(p, shape, rng, extreme):
+    if extreme == "top":
+        return np.full(shape, p - 1, dtype=np.int64)
+    if extreme == "limbs":     # every 20-bit limb as large as a residue allows
+        return np.full(shape, min(p - 1, (1 << 60) - 1 - (1 << 40)), dtype=np.int64)
+    return rng.integers(0, p, size=shape, dtype=np.int64)
+
+
+def _exact_matmul(a, b, p):
+    return np.matmul(a.astype(object), b.astype(object)) % p
+
+
+@pytest.mark.parametrize("p", PRIMES)
+@pytest.mark.parametrize("extreme", ["random", "top", "limbs"])
+@pytest.mark.parametrize("sa, sb", [
+    ((3, 5), (5, 4)),                                   # b pre-shifted (the smaller)
+    ((2, 7), (7, 9)),                                   # a pre-shifted
+    ((4, ma.MAX_CONTRACTION), (ma.MAX_CONTRACTION, 3)),  # the longest single dgemm
+    ((3, ma.MAX_CONTRACTION + 1), (ma.MAX_CONTRACTION + 1, 2)),   # two chunks
+    ((2, 3 * ma.MAX_CONTRACTION + 7), (3 * ma.MAX_CONTRACTION + 7, 2)),
+    ((2, 1, 3, 4), (3, 4, 5)),                          # broadcast batches
+    ((5,), (5, 3)), ((3, 5), (5,)), ((6,), (6,)),       # vectors
+    ((2, 0), (0, 3)),                                   # an empty contraction
+])
+def test_matmul_is_exact(p, extreme, sa, sb):
+    rng = np.random.default_rng(abs(hash((p, extreme, sa, sb))) % 2 ** 32)
+    a, b = _residues(p, sa, rng, extreme), _residues(p, sb, rng, extreme)
+    got = ma.ModP(p).matmul(a, b)
+    want = _exact_matmul(a, b, p)
+    assert got.dtype == np.int64 and got.shape == np.shape(want)
+    assert (np.asarray(got, dtype=object) == want).all()
+
+
+@pytest.mark.parametrize("p", PRIMES)
+def test_elementwise_and_sums_are_exact(p):
+    rng = np.random.default_rng(p % 2 ** 32)
+    F = ma.ModP(p)
+    a = np.concatenate([_residues(p, (500,), rng, "random"), [0, 1, p - 1, p - 2]]).astype(np.int64)
+    b = np.concatenate([_residues(p, (500,), rng, "random"), [p - 1, p - 1, p - 1, 2]]).astype(np.int64)
+    A, Bo = a.astype(object), b.astype(object)
+    assert (F.mul(a, b).astype(object) == A * Bo % p).all()
+    assert (F.add(a, b).astype(object) == (A + Bo) % p).all()
+    assert (F.sub(a, b).astype(object) == (A - Bo) % p).all()
+    assert (F.neg(a).astype(object) == (-A) % p).all()
+    s = p - 1
+    assert (F.mul_scalar(a, s).astype(object) == A * s % p).all()
+    big = np.full((3, 5000), p - 1, dtype=np.int64)
+    assert (F.sum(big, 1).astype(object) == 5000 * (p - 1) % p).all()
+    nz = a[a != 0]
+    assert (F.mul(F.inv(nz), nz) == 1).all()
+    assert (F.mul(F.pow(nz, -3), F.pow(nz, 3)) == 1).all()
+    with pytest.raises(ma.Pole):
+        F.inv(a)                                        # a holds a 0
+
+
+def test_a_contraction_too_long_for_float64_goes_wrong(monkeypatch):
+    """The negative control: with chunks longer than MAX_CONTRACTION, the limb sums pass 2^53 and the
+    comparison with Python's integers catches the rounding."""
+    p = PRIMES[-1]
+    K = 64 * ma.MAX_CONTRACTION
+    a = np.full((1, K), p - 1, dtype=np.int64)
+    b = np.full((K, 1), p - 1, dtype=np.int64)
+    monkeypatch.setattr(ma, "MAX_CONTRACTION", 10 ** 9)
+    got = ma.ModP(p).matmul(a, b)
+    assert int(got[0, 0]) != int(_exact_matmul(a, b, p)[0, 0])
+
+
+def test_a_prime_outside_the_range_is_refused():
+    with pytest.raises(ValueError):
+        ma.ModP(2 ** 61 - 1)
