@@ -154,11 +154,12 @@ class ModP:
         """One exact chunk (K <= MAX_CONTRACTION) as ONE dgemm with the smaller operand pre-shifted."""
         m, n = a.shape[-2], b.shape[-1]
         if b.size <= a.size:
-            # [a_0 a_1 a_2] (m x 3K) @ rows i, columns j: b^(i)_j (3K x 3n); output column block j = D_j
-            B = np.concatenate([np.concatenate(_limbs(s), axis=-1) for s in self._shifted(b)], axis=-2)
-            P = np.matmul(np.concatenate(_limbs(a), axis=-1), B)
+            # [a_0 a_1 a_2] (m x 3K) @ [b^(0)_j; b^(1)_j; b^(2)_j] (3K x n) = D_j, the j stacked in front
+            limbs = [_limbs(s) for s in self._shifted(b)]            # limbs[i][j] = b^(i)_j
+            B = np.stack([np.concatenate([limbs[i][j] for i in range(LIMBS)], axis=-2) for j in range(LIMBS)])
+            del limbs
+            D = np.matmul(np.concatenate(_limbs(a), axis=-1), B)     # D[j]: contiguous
             del B
-            D = [P[..., j * n:(j + 1) * n] for j in range(LIMBS)]
         else:
             # the mirror image: rows i, columns j: a^(j)_i (3m x 3K) @ [b_0; b_1; b_2]; row block i = D_i
             limbs = [_limbs(s) for s in self._shifted(a)]            # limbs[j][i] = a^(j)_i
