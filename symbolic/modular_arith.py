@@ -68,8 +68,14 @@ class ModP:
 
     def _reduce_wrapped(self, r):
         """r in (-p, 2p) -> [0, p)."""
-        r = r + self.p * (r < 0)
-        return r - self.p * (r >= self.p)
+        p = np.int64(self.p)
+        r = np.asarray(r)
+        if r.ndim == 0:
+            r = r + p if r < 0 else r
+            return r - p if r >= p else r
+        np.add(r, p, out=r, where=r < 0)                  # r is a fresh temporary of the caller's
+        np.subtract(r, p, out=r, where=r >= p)
+        return r
 
     def mul(self, a, b):
         """a * b mod p: q = a b / p from an 80-bit estimate, truncated (a b / p >= 0, and the estimate
