@@ -3,10 +3,11 @@
 The floor beneath ``symbolic.modular_backend``: residues are int64 entries in [0, p); every operation
 returns exact residues, never a rounded number. Three tools make that exact and fast:
 
-- elementwise products estimate the quotient a b / p in 80-bit long double (its 64-bit mantissa puts
-  the estimate within 1 of the true quotient < 2^61), then take a b - q p in wrapping int64 arithmetic:
-  its true value lies in (-p, 2p), so the wrapped value is the true one, and one correction each way
-  reduces it;
+- elementwise products split one factor into 30-bit halves, y = 2^30 y_h + y_l: each of x y_l, x y_h
+  and (x y_h mod p) 2^30 is below 2^92, so a float64 estimate of its quotient by p (below 2^33,
+  relative error a few 2^-53) is within 1 of the true one, and the remainder, taken in wrapping int64
+  arithmetic, has its true value in (-p, 2p): one correction each way reduces it. The loop is one
+  fused Numba ufunc (`_mulmod`), so a product is one pass over memory, not a dozen numpy temporaries;
 - matmuls run on float64 BLAS, exact because every partial sum is an integer below 2^53. One operand is
   *pre-shifted*: with a = sum_i 2^(20 i) a_i in 20-bit limbs a_i,
 
@@ -17,8 +18,9 @@ returns exact residues, never a rounded number. Three tools make that exact and 
   [a_0 a_1 a_2] @ [[b^(i)_j]]. Only three output limbs are recombined (not the five diagonals of a
   plain limb product), and in float64: D_0 + 2^20 D_1 + 2^40 D_2 < 2^94, so its quotient by p is
   below 2^35 and a float64 estimate of it (relative error a few 2^-53) is within 1 of the true one;
-  the remainder is again taken in wrapping integer arithmetic. The cheaper operand (by size) is the
-  one pre-shifted.
+  the remainder is again taken in wrapping integer arithmetic (`_recombine3`, fused like `_mulmod`).
+  The cheaper operand (by size) is the one pre-shifted; limbs are written straight into the dgemm's
+  operand buffers (`_limb`), never concatenated.
 - sums split entries into 31-bit halves, so 2^32 terms fit int64.
 
 A division by a value that is 0 mod p raises ``Pole``: the caller resamples, never a silently wrong
@@ -26,6 +28,7 @@ value. The rest of the modular tier (atoms, bounds, the array type spec code see
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 LIMB_BITS = 20
@@ -33,15 +36,51 @@ LIMBS = 3                                   # 3 x 20 bits = 60 bits: residues mo
 _MASK = (1 << LIMB_BITS) - 1
 MAX_CONTRACTION = (1 << 53) // (LIMBS << (2 * LIMB_BITS))   # 2730: 3 K limb products < 2^40 sum < 2^53
 PRIME_LO_BITS = 59                          # primes in [2^59, 2^60)
+_HALF = 30                                  # the split of one factor in an elementwise product
 
 
 class Pole(ZeroDivisionError):
     """A division by a value that is 0 mod p at the sampled point: resample."""
 
 
-def _limbs(x) -> list:
-    """The LIMBS 20-bit limbs of residues x as float64 arrays (exact: each < 2^20)."""
-    return [((x >> (LIMB_BITS * i)) & _MASK).astype(np.float64) for i in range(LIMBS)]
+# ---- the fused loops (Numba ufuncs: numpy broadcasting, one pass, compiled once and cached on disk).
+# int64 multiplication and shifts wrap in them (LLVM's mul/shl without overflow flags), which is what
+# the exactness arguments in the module docstring rely on.
+
+@numba.njit(cache=True, inline="always")
+def _reduce(r, p):
+    """r in (-p, 2p) -> [0, p), without branches (a random residue would mispredict half of them)."""
+    r += (r >> 63) & p
+    r -= p
+    return r + ((r >> 63) & p)
+
+
+@numba.njit(cache=True, inline="always")
+def _mulmod_small(x, y, p, inv_p):
+    """x y mod p for 0 <= x < 2^62, 0 <= y < 2^30 (x y < 2^92): float64 quotient estimate within 1."""
+    q = np.int64(np.float64(x) * np.float64(y) * inv_p)
+    return _reduce(x * y - q * p, p)
+
+
+@numba.vectorize(["int64(int64, int64, int64, float64)"], cache=True)
+def _mulmod(x, y, p, inv_p):
+    """x y mod p for 0 <= x < 2^62 and 0 <= y < 2^60."""
+    lo = _mulmod_small(x, y & ((1 << _HALF) - 1), p, inv_p)
+    hi = _mulmod_small(_mulmod_small(x, y >> _HALF, p, inv_p), 1 << _HALF, p, inv_p)
+    return _reduce(lo + hi, p)
+
+
+@numba.vectorize(["int64(float64, float64, float64, int64, float64)"], cache=True)
+def _recombine3(d0, d1, d2, p, inv_p):
+    """d0 + 2^20 d1 + 2^40 d2 mod p for integers d_j in [0, 2^53) held in float64."""
+    q = np.int64((d0 + d1 * float(1 << LIMB_BITS) + d2 * float(1 << (2 * LIMB_BITS))) * inv_p)
+    return _reduce((np.int64(d0) + (np.int64(d1) << LIMB_BITS) + (np.int64(d2) << (2 * LIMB_BITS))) - q * p, p)
+
+
+@numba.vectorize(["float64(int64, int64)"], cache=True)
+def _limb(x, shift):
+    """The 20-bit limb of x at bit `shift`, as float64 (exact)."""
+    return np.float64((x >> shift) & _MASK)
 
 
 class ModP:
@@ -51,7 +90,8 @@ class ModP:
         if not (2 ** PRIME_LO_BITS <= p < 2 ** (PRIME_LO_BITS + 1)):
             raise ValueError("the modular backend needs a prime in [2^59, 2^60)")
         self.p = p
-        self.inv_p = np.longdouble(1) / np.longdouble(p)
+        self._p = np.int64(p)
+        self.inv_p = 1.0 / p
         self.poles = 0                         # poles raised: a spec that swallows one is refused
 
     # ---- elementwise
@@ -66,37 +106,13 @@ class ModP:
     def neg(self, a):
         return (self.p - a) % self.p
 
-    def _reduce_wrapped(self, r):
-        """r in (-p, 2p) -> [0, p)."""
-        p = np.int64(self.p)
-        r = np.asarray(r)
-        if r.ndim == 0:
-            r = r + p if r < 0 else r
-            return r - p if r >= p else r
-        np.add(r, p, out=r, where=r < 0)                  # r is a fresh temporary of the caller's
-        np.subtract(r, p, out=r, where=r >= p)
-        return r
-
     def mul(self, a, b):
-        """a * b mod p: q = a b / p from an 80-bit estimate, truncated (a b / p >= 0, and the estimate
-        is within 1 of the true quotient), then a b - q p in wrapping int64 arithmetic."""
-        a = np.asarray(a, dtype=np.int64)
-        b = np.asarray(b, dtype=np.int64)
-        q = (a.astype(np.longdouble) * b.astype(np.longdouble) * self.inv_p).astype(np.int64)
-        with np.errstate(over="ignore"):
-            r = np.multiply(a, b) - np.multiply(q, np.int64(self.p))
-        return self._reduce_wrapped(r)
+        """a * b mod p for residues a, b (module docstring)."""
+        return _mulmod(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64), self._p, self.inv_p)
 
     def mul_scalar(self, a, s: int):
-        """a * s mod p for a constant s < p and any int64 a in [0, 2^62): one long-double product with
-        the precomputed s / p (the quotient estimate is within 1: a s / p < 2^63), then exact wrapping
-        int64 arithmetic as in ``mul``; a need not be reduced first."""
-        s = int(s) % self.p
-        a = np.asarray(a, dtype=np.int64)
-        q = (a.astype(np.longdouble) * (np.longdouble(s) * self.inv_p)).astype(np.int64)
-        with np.errstate(over="ignore"):
-            r = np.multiply(a, np.int64(s)) - np.multiply(q, np.int64(self.p))
-        return self._reduce_wrapped(r)
+        """a * s mod p for a constant s and any int64 a in [0, 2^62): a need not be reduced first."""
+        return _mulmod(np.asarray(a, dtype=np.int64), np.int64(int(s) % self.p), self._p, self.inv_p)
 
     def pow(self, a, k: int):
         if k < 0:
@@ -158,39 +174,31 @@ class ModP:
 
     def _matmul_chunk(self, a, b):
         """One exact chunk (K <= MAX_CONTRACTION) as ONE dgemm with the smaller operand pre-shifted."""
-        m, n = a.shape[-2], b.shape[-1]
+        m, K, n = a.shape[-2], a.shape[-1], b.shape[-1]
         if b.size <= a.size:
             # [a_0 a_1 a_2] (m x 3K) @ [b^(0)_j; b^(1)_j; b^(2)_j] (3K x n) = D_j, the j stacked in front
-            limbs = [_limbs(s) for s in self._shifted(b)]            # limbs[i][j] = b^(i)_j
-            B = np.stack([np.concatenate([limbs[i][j] for i in range(LIMBS)], axis=-2) for j in range(LIMBS)])
-            del limbs
-            D = np.matmul(np.concatenate(_limbs(a), axis=-1), B)     # D[j]: contiguous
-            del B
+            b = b.reshape((1,) * (a.ndim - b.ndim) + b.shape)      # so the stacked j cannot meet a's batch
+            A = np.empty(a.shape[:-1] + (LIMBS * K,))
+            for i in range(LIMBS):
+                _limb(a, LIMB_BITS * i, out=A[..., i * K:(i + 1) * K])
+            B = np.empty((LIMBS,) + b.shape[:-2] + (LIMBS * K, n))
+            for i, shifted in enumerate(self._shifted(b)):
+                for j in range(LIMBS):
+                    _limb(shifted, LIMB_BITS * j, out=B[j, ..., i * K:(i + 1) * K, :])
+            D = np.matmul(A, B)                                      # D[j]: contiguous
         else:
             # the mirror image: rows i, columns j: a^(j)_i (3m x 3K) @ [b_0; b_1; b_2]; row block i = D_i
-            limbs = [_limbs(s) for s in self._shifted(a)]            # limbs[j][i] = a^(j)_i
-            A = np.concatenate([np.concatenate([limbs[j][i] for j in range(LIMBS)], axis=-1)
-                                for i in range(LIMBS)], axis=-2)
-            del limbs
-            P = np.matmul(A, np.concatenate(_limbs(b), axis=-2))
-            del A
+            A = np.empty(a.shape[:-2] + (LIMBS * m, LIMBS * K))
+            for j, shifted in enumerate(self._shifted(a)):
+                for i in range(LIMBS):
+                    _limb(shifted, LIMB_BITS * i, out=A[..., i * m:(i + 1) * m, j * K:(j + 1) * K])
+            B = np.empty(b.shape[:-2] + (LIMBS * K, n))
+            for i in range(LIMBS):
+                _limb(b, LIMB_BITS * i, out=B[..., i * K:(i + 1) * K, :])
+            P = np.matmul(A, B)
             D = [P[..., i * m:(i + 1) * m, :] for i in range(LIMBS)]
-        return self._recombine(D)
-
-    def _recombine(self, D):
-        """D_0 + 2^20 D_1 + 2^40 D_2 mod p for float64 arrays of integers in [0, 2^53): a float64
-        quotient estimate (within 1: the quotient is < 2^35), the remainder in wrapping uint64
-        arithmetic (its true value lies in (-p, 2p))."""
-        est = D[0] + D[1] * float(1 << LIMB_BITS)
-        est += D[2] * float(1 << (2 * LIMB_BITS))
-        est *= 1.0 / self.p
-        q = est.astype(np.uint64)
-        with np.errstate(over="ignore"):
-            s = D[0].astype(np.uint64)
-            for j in range(1, LIMBS):
-                s += D[j].astype(np.uint64) << np.uint64(LIMB_BITS * j)
-            s -= q * np.uint64(self.p)
-        return self._reduce_wrapped(s.view(np.int64))
+        del A, B
+        return _recombine3(D[0], D[1], D[2], self._p, self.inv_p)
 
     def matmul_sum(self, pairs):
         """sum_i a_i @ b_i mod p as one contraction (the a_i side by side, the b_i stacked)."""

@@ -41,6 +41,8 @@ def _exact_matmul(a, b, p):
     ((3, ma.MAX_CONTRACTION + 1), (ma.MAX_CONTRACTION + 1, 2)),   # two chunks
     ((2, 3 * ma.MAX_CONTRACTION + 7), (3 * ma.MAX_CONTRACTION + 7, 2)),
     ((2, 1, 3, 4), (3, 4, 5)),                          # broadcast batches
+    ((2, 3, 4, 5), (5, 2)),                             # b pre-shifted, a with more batch axes
+    ((3, 2), (4, 2, 2, 6)),                             # a pre-shifted, b with more batch axes
     ((5,), (5, 3)), ((3, 5), (5,)), ((6,), (6,)),       # vectors
     ((2, 0), (0, 3)),                                   # an empty contraction
 ])
@@ -66,6 +68,10 @@ def test_elementwise_and_sums_are_exact(p):
     assert (F.neg(a).astype(object) == (-A) % p).all()
     s = p - 1
     assert (F.mul_scalar(a, s).astype(object) == A * s % p).all()
+    unreduced = np.concatenate([rng.integers(0, 2 ** 62, size=500, dtype=np.int64), [2 ** 62 - 1, p, 2 * p]])
+    for s in (p - 1, 2, (1 << 30) - 1, 1 << 30, p + 5):    # mul_scalar takes any int64 in [0, 2^62)
+        assert (F.mul_scalar(unreduced, s).astype(object) == unreduced.astype(object) * s % p).all()
+    assert (F.mul(a[:, None], b[None, :7]).astype(object) == A[:, None] * Bo[None, :7] % p).all()   # broadcast
     big = np.full((3, 5000), p - 1, dtype=np.int64)
     assert (F.sum(big, 1).astype(object) == 5000 * (p - 1) % p).all()
     nz = a[a != 0]
