@@ -108,8 +108,10 @@ def _without_constraints(op: Op) -> Op:
 class _Point:
     """The random point of one trial, drawn once, so a bisection re-runs exactly the same point."""
 
-    def __init__(self, op: Op, dims: dict, params: dict, rng: random.Random, p: int, overrides: dict):
+    def __init__(self, op: Op, dims: dict, params: dict, rng: random.Random, p: int, overrides: dict,
+                 roots: frozenset = frozenset()):
         self.p = p
+        self.roots = roots
         self.keys = {kind: (rng.getrandbits(64), rng.getrandbits(64)) for kind in KINDS}
         self.sqrt_pi = rng.randrange(1, p)
         gen = np.random.default_rng(rng.getrandbits(128))
@@ -131,7 +133,14 @@ class _Point:
         self.probe_seed = rng.getrandbits(64)
 
     def field(self) -> Field:
-        return Field(self.p, self.keys, self.sqrt_pi)
+        """This trial's field, with the constant roots earlier trials needed taken first: a prime
+        without one is refused here (NeedAnotherPrime), before a block's worth of work, not midway.
+        The primes accepted are the same as when the refusal comes midway -- and the bound counts
+        every root in ``F._roots`` as conditioning the prime (``false_pass_bound``)."""
+        F = Field(self.p, self.keys, self.sqrt_pi)
+        for c in sorted(self.roots):
+            F.prime_root(c)
+        return F
 
     def values(self, F: Field, seeded=()) -> dict:
         from fractions import Fraction
@@ -326,13 +335,21 @@ def _salt(op: Op, dims: dict, params: dict, claim_set: str) -> str:
     return f"{op.name}|{claim_set}|{sorted(dims.items())}|{sorted(params.items())}|{op.spec_sha256}|{CHECKER_SHA256}"
 
 
-def _points(op, dims, params, salt, seed, trials, overrides=None):
-    """Yield (trial index, point) with fresh primes; a pole or a missing constant root redraws."""
+def _points(op, dims, params, salt, seed, trials, overrides=None, roots: set | None = None):
+    """Yield points with fresh primes; a pole or a missing constant root redraws. ``roots``: the
+    constants whose square roots the trials so far needed (the caller adds to it as it learns)."""
     digest = hashlib.sha256(f"{salt}|{seed}".encode()).digest()
     rng = random.Random(int.from_bytes(digest, "big"))
     for _ in range(10 * max(trials, tol.MODULAR_MAX_TRIALS)):
         p = draw_prime(rng)
-        yield _Point(op, dims, params, rng, p, overrides or {})
+        yield _Point(op, dims, params, rng, p, overrides or {}, frozenset(roots or ()))
+
+
+def _learn_roots(roots: set, exc: NeedAnotherPrime | None = None, F: Field | None = None):
+    if exc is not None and exc.root is not None:
+        roots.add(exc.root)
+    if F is not None:
+        roots.update(F._roots)
 
 
 def check_vjps(op: Op, dims: dict, params: dict | None = None, *, seed: int = 0,
@@ -345,17 +362,19 @@ def check_vjps(op: Op, dims: dict, params: dict | None = None, *, seed: int = 0,
     salt = _salt(op, dims, params, "vjp")
     outcome = {f"vjp[{x}]": {"status": "zero"} for x in names}
     alive = list(names)
-    primes, fields, bound, done, seconds, poles, roots = [], [], None, 0, [], 0, 0
-    for point in _points(op, dims, params, salt, seed, trials):
+    primes, fields, bound, done, seconds, poles, roots, needed = [], [], None, 0, [], 0, 0, set()
+    for point in _points(op, dims, params, salt, seed, trials, roots=needed):
         start = time.perf_counter()
         try:
             R, lhs, rhs, b, F = vjp_residual(op, dims, point, alive)
         except Pole:
             poles += 1
             continue
-        except NeedAnotherPrime:
+        except NeedAnotherPrime as exc:
             roots += 1
+            _learn_roots(needed, exc)
             continue
+        _learn_roots(needed, F=F)
         seconds.append(time.perf_counter() - start)
         fields.append(F)
         bound = _join_numbers(bound, b)
@@ -418,13 +437,17 @@ def check_law(op: Op, claim: str, dims: dict, params: dict | None = None, *, see
     params = dict(params or {})
     law = op.get_law(claim)
     salt = _salt(op, dims, params, claim)
-    primes, fields, bound, done, seconds = [], [], None, 0, []
-    for point in _points(op, dims, params, salt, seed, trials, law.params):
+    primes, fields, bound, done, seconds, needed = [], [], None, 0, [], set()
+    for point in _points(op, dims, params, salt, seed, trials, law.params, roots=needed):
         start = time.perf_counter()
         try:
             first, lv, rv, b, F = law_residual(op, claim, dims, point)
-        except (Pole, NeedAnotherPrime):
+        except Pole:
             continue
+        except NeedAnotherPrime as exc:
+            _learn_roots(needed, exc)
+            continue
+        _learn_roots(needed, F=F)
         seconds.append(time.perf_counter() - start)
         fields.append(F)
         bound = _join_numbers(bound, b)

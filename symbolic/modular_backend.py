@@ -45,7 +45,12 @@ from vjpcert.symbolic.modular_bound import ATOM, LEAF
 
 
 class NeedAnotherPrime(Exception):
-    """A constant square root sqrt(c) has no value mod this prime: draw another prime."""
+    """A constant square root sqrt(c) has no value mod this prime: draw another prime. ``root`` names
+    the c, so the next trials can test their prime for it before any work (``modular._Point``)."""
+
+    def __init__(self, message: str, root: int | None = None):
+        super().__init__(message)
+        self.root = root
 
 
 # ------------------------------------------------------------------------------ bounds
@@ -118,9 +123,9 @@ class Field(ModP):
         r = self._roots.get(c)
         if r is None:
             if c % self.p == 0:
-                raise NeedAnotherPrime(f"sqrt({c}) with p | {c}")
+                raise NeedAnotherPrime(f"sqrt({c}) with p | {c}", root=c)
             if flint.fmpz(c).jacobi(self.p) != 1:
-                raise NeedAnotherPrime(f"sqrt({c}) has no value mod p")
+                raise NeedAnotherPrime(f"sqrt({c}) has no value mod p", root=c)
             r = self._roots[c] = int(flint.fmpz(c).sqrtmod(self.p))
         return r
 

@@ -327,3 +327,27 @@ def test_the_llama_style_block_is_checked_at_production_dims():
     c = check_modular(llama, "vjp[X]", llama.modular_dims[0])
     assert c.verdict == "checked-probabilistic", c.evidence.get("reason")
     assert float(c.evidence["false_pass_probability"]) < 1e-6
+
+
+def test_a_root_an_earlier_trial_needed_refuses_the_next_prime_before_any_work():
+    """Primes are redrawn for a missing constant root (sqrt(2) in GELU-tanh); once a trial has needed
+    one, the next trial's field takes it first, so a prime without it costs nothing -- and a prime
+    with it records it, so the bound counts the conditioning (false_pass_bound's sqrt_constants)."""
+    import random
+    from vjpcert.symbolic import modular as M
+    from vjpcert.symbolic.modular_backend import NeedAnotherPrime
+    o = OPS["gelu_tanh"]
+    dims = o.resolve_dims(o.dims[0])
+    rng = random.Random(3)
+    by_class = {}
+    while len(by_class) < 2:
+        p = M.draw_prime(rng)
+        by_class.setdefault(p % 8 in (1, 7), p)        # 2 is a square mod p iff p = +-1 mod 8
+    point = M._Point(o, dims, {}, random.Random(0), by_class[False], {}, frozenset({2}))
+    with pytest.raises(NeedAnotherPrime) as err:
+        point.field()
+    assert err.value.root == 2
+    F = M._Point(o, dims, {}, random.Random(0), by_class[True], {}, frozenset({2})).field()
+    assert pow(F._roots[2], 2, by_class[True]) == 2
+    run = check_vjps(o, dims, {}, trials=4)             # the learning loop end to end
+    assert run["trials"] == 4 and all(2 in F._roots for F in run["fields"])
