@@ -31,6 +31,7 @@ is refused (``core.registry.refuse``): bad input, never a number.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import numbers
 from fractions import Fraction
@@ -75,6 +76,20 @@ class Field(ModP):
         self.sqrt_atoms: dict = {}             # source -> the values of one B.sqrt call's atoms
         self.atoms_seen: set = set()           # (kind, id of the argument's computation) counted
         self._roots: dict[int, int] = {}
+        self._values: dict = {}                # computation id -> its residues (``value``)
+
+    def value(self, sid, compute):
+        """The residues of the computation ``sid``, computed once per trial: the backward recomputes
+        forward values (an attention's scores and probabilities, an MLP's hidden layer), and those are
+        most of a block's matmuls after the tangents'. A sid names the operation, its structural
+        details and every operand's sid and shape (``derive``), so one sid is one value -- the same
+        identity ``atom`` already counts atoms by. None (a value of unknown provenance): computed."""
+        if sid is None:
+            return compute()
+        v = self._values.get(sid)
+        if v is None:
+            v = self._values[sid] = compute()
+        return v
 
     @property
     def atoms_used_both_ways(self) -> int:
@@ -159,6 +174,9 @@ class Field(ModP):
         arg = arg_bound.numbers() if arg_bound is not None else (0, 0, 0.0, 0.0)
         old = self.atom_arg.get(counted, arg)
         self.atom_arg[counted] = tuple(max(x, y) for x, y in zip(old, arg))
+        return self.value(None if sid is None else ("atom", sid), lambda: self._atom_value(kind, v))
+
+    def _atom_value(self, kind: str, v):
         p = self.p
         if kind in ("sin", "cos"):
             return self._circle(kind, v)
@@ -259,6 +277,9 @@ def _implements(*fns):
     return register
 
 
+_OPAQUE = itertools.count()
+
+
 def _desc(x):
     """A stable description of a structural argument (an index, a shape, a mask) for ``derive``."""
     if isinstance(x, ModArray):
@@ -274,7 +295,11 @@ def _desc(x):
         return ("slice", _desc(x.start), _desc(x.stop), _desc(x.step))
     if isinstance(x, (np.integer, np.bool_)):
         return repr(x.item())
-    return repr(x)
+    if x is None or x is Ellipsis or isinstance(x, (bool, int, float, complex, str, Fraction, np.dtype, type)):
+        return repr(x)                           # its repr is its value
+    # anything else (an object with __index__, a callable, ...) may hide what it does behind its repr:
+    # a fresh token, so the computation is never taken for another one (``Field.value``, atom counts)
+    return ("opaque", next(_OPAQUE))
 
 
 def derive(op: str, detail, *operands):
@@ -436,11 +461,12 @@ class ModArray:
         _used(self, o)
         t = _tadd(F, None if self.t is None else F.mul(self.t, o.v), None if o.t is None else F.mul(self.v, o.t))
         exact = _exact_mul(self.exact, o.exact) if self.exact is not None and o.exact is not None else None
-        v = F.mul(self.v, o.v)
+        sid = derive("mul", None, self, o)
+        v = F.value(sid, lambda: F.mul(self.v, o.v))
         nd = v.ndim
         out = ModArray(F, v, t, bnd.mul(self.b, o.b, nd),
                        bnd.add(bnd.mul(self.tb, o.b, nd), bnd.mul(self.b, o.tb, nd), nd), exact)
-        out.sid = derive("mul", None, self, o)
+        out.sid = sid
         return _with_qa(out, self, o, lambda x, y: x * y)
 
     __rmul__ = __mul__
@@ -459,7 +485,7 @@ class ModArray:
             # 1 / s for an atom s: the variable w = 1 / s (uniform where s is; s = 0 is a pole). Sound
             # while s itself never enters the residual: ``Field.atoms_used_both_ways`` checks that.
             F.inverted_atoms.add(self.atom)
-            u = F.inv(self.v)
+            u = F.value(derive("inv", None, self), lambda: F.inv(self.v))
             F.pole_degree += self.v.size
             t = None if self.t is None else F.neg(F.mul(F.mul(u, u), self.t))
             w = bnd.Bound(1, 0)
@@ -467,7 +493,7 @@ class ModArray:
             out.sid = derive("inv", None, self)
             return out
         _used(self)
-        u = F.inv(self.v)
+        u = F.value(derive("inv", None, self), lambda: F.inv(self.v))
         t = None if self.t is None else F.neg(F.mul(F.mul(u, u), self.t))   # d(1/a) = -da / a^2
         ib = bnd.inv(self.b, self.shape)        # one new denominator per entry: a's numerator
         F.pole_degree += self.b.n * self.v.size
@@ -688,7 +714,8 @@ def _matmul(a: ModArray, b: ModArray) -> ModArray:
     if a.ndim == 0 or b.ndim == 0:
         refuse("matmul with a scalar operand")
     K = a.shape[-1]
-    v = F.matmul(a.v, b.v)
+    sid = derive("matmul", None, a, b)
+    v = F.value(sid, lambda: F.matmul(a.v, b.v))
     pairs = ([(a.t, b.v)] if a.t is not None else []) + ([(a.v, b.t)] if b.t is not None else [])
     t = None
     if pairs and a.ndim >= 2 and b.ndim >= 2:
@@ -702,7 +729,7 @@ def _matmul(a: ModArray, b: ModArray) -> ModArray:
     vb = bnd.matmul(a.b, b.b, *shapes)
     tb = bnd.add(bnd.matmul(a.tb, b.b, *shapes), bnd.matmul(a.b, b.tb, *shapes), np.ndim(v))
     out = ModArray(F, v, t, vb, tb, None)
-    out.sid = derive("matmul", None, a, b)
+    out.sid = sid
     return out
 
 

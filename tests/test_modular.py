@@ -351,3 +351,58 @@ def test_a_root_an_earlier_trial_needed_refuses_the_next_prime_before_any_work()
     assert pow(F._roots[2], 2, by_class[True]) == 2
     run = check_vjps(o, dims, {}, trials=4)             # the learning loop end to end
     assert run["trials"] == 4 and all(2 in F._roots for F in run["fields"])
+
+
+# ------------------------------------------------------------------------------ a computation's identity
+class _Index:
+    """An index whose repr hides its value: a computation keyed by repr would take x[_Index(1)] for
+    x[_Index(0)]."""
+
+    def __init__(self, i):
+        self.i = i
+
+    def __index__(self):
+        return self.i
+
+    def __repr__(self):
+        return "_Index"
+
+
+def _reused_exp_op(k_backward, name):
+    @op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}], name=name)
+    def f(B, x):
+        return x * B.exp(x[_Index(0)])
+
+    @f.defvjp
+    def f_vjp(B, x, dy):
+        e = B.exp(x[_Index(k_backward)])                 # k_backward = 1: the wrong entry
+        first = (dy * x).sum() * e
+        return (dy * e + first * np.array([1, 0]),)
+    return f
+
+
+def test_a_backward_recomputing_a_different_value_is_never_served_the_forward_s():
+    """The backward's recomputed forward values come from the trial's cache by computation id
+    (``Field.value``): an id that missed a structural argument (here an index whose repr hides it)
+    would serve exp(x[0]) for exp(x[1]) and pass a wrong backward. Ids describe only what they can
+    describe exactly; anything else is opaque and never shared."""
+    right = check_vjps(_reused_exp_op(0, "reuse_exp_right"), {"n": 2}, {}, trials=2)
+    assert right["claims"]["vjp[x]"]["status"] == "zero"                   # the control
+    wrong = check_vjps(_reused_exp_op(1, "reuse_exp_wrong"), {"n": 2}, {}, trials=2)
+    assert wrong["claims"]["vjp[x]"]["status"] == "nonzero"
+
+
+def test_the_backward_reuses_the_forward_s_values():
+    """The cache is used: one trial of a softmax computes each exp once, though its backward recomputes
+    the probabilities."""
+    import random
+    from vjpcert.symbolic import modular as M
+    o = OPS["softmax"]
+    point = M._Point(o, {"rows": 2, "n": 3}, {}, random.Random(0), M.draw_prime(random.Random(1)), {})
+    calls = []
+    F = point.field()
+    orig = F._atom_value
+    F._atom_value = lambda kind, v: calls.append(kind) or orig(kind, v)
+    point.field = lambda: F
+    M.vjp_residual(o, {"rows": 2, "n": 3}, point, ["x"])
+    assert calls.count("exp") == 1
