@@ -70,6 +70,20 @@ def _mulmod(x, y, p, inv_p):
     return _reduce(lo + hi, p)
 
 
+@numba.vectorize(["int64(int64, int64, int64)"], cache=True)
+def _addmod(x, y, p):
+    """x + y mod p for residues x, y."""
+    r = x + y - p
+    return r + ((r >> 63) & p)
+
+
+@numba.vectorize(["int64(int64, int64, int64)"], cache=True)
+def _submod(x, y, p):
+    """x - y mod p for residues x, y."""
+    r = x - y
+    return r + ((r >> 63) & p)
+
+
 @numba.vectorize(["int64(float64, float64, float64, int64, float64)"], cache=True)
 def _recombine3(d0, d1, d2, p, inv_p):
     """d0 + 2^20 d1 + 2^40 d2 mod p for integers d_j in [0, 2^53) held in float64."""
@@ -96,15 +110,13 @@ class ModP:
 
     # ---- elementwise
     def add(self, a, b):
-        s = a + b
-        return s - self.p * (s >= self.p)
+        return _addmod(a, b, self._p)
 
     def sub(self, a, b):
-        s = a - b
-        return s + self.p * (s < 0)
+        return _submod(a, b, self._p)
 
     def neg(self, a):
-        return (self.p - a) % self.p
+        return _submod(np.int64(0), a, self._p)
 
     def mul(self, a, b):
         """a * b mod p for residues a, b (module docstring)."""
