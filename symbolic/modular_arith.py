@@ -6,8 +6,7 @@ returns exact residues, never a rounded number. Three tools make that exact and 
 - elementwise products split one factor into 30-bit halves, y = 2^30 y_h + y_l: each of x y_l, x y_h
   and (x y_h mod p) 2^30 is below 2^92, so a float64 estimate of its quotient by p (below 2^33,
   relative error a few 2^-53) is within 1 of the true one, and the remainder, taken in wrapping int64
-  arithmetic, has its true value in (-p, 2p): one correction each way reduces it. The loop is one
-  fused Numba ufunc (`_mulmod`), so a product is one pass over memory, not a dozen numpy temporaries;
+  arithmetic, has its true value in (-p, 2p): one correction each way reduces it;
 - matmuls run on float64 BLAS, exact because every partial sum is an integer below 2^53. One operand is
   *pre-shifted*: with a = sum_i 2^(20 i) a_i in 20-bit limbs a_i,
 
@@ -18,83 +17,42 @@ returns exact residues, never a rounded number. Three tools make that exact and 
   [a_0 a_1 a_2] @ [[b^(i)_j]]. Only three output limbs are recombined (not the five diagonals of a
   plain limb product), and in float64: D_0 + 2^20 D_1 + 2^40 D_2 < 2^94, so its quotient by p is
   below 2^35 and a float64 estimate of it (relative error a few 2^-53) is within 1 of the true one;
-  the remainder is again taken in wrapping integer arithmetic (`_recombine3`, fused like `_mulmod`).
-  The cheaper operand (by size) is the one pre-shifted; limbs are written straight into the dgemm's
-  operand buffers (`_limb`), never concatenated.
+  the remainder is again taken in wrapping integer arithmetic. The cheaper operand (by size) is the
+  one pre-shifted; limbs are written straight into the dgemm's operand buffers, never concatenated.
+- long contractions (K >= KARATSUBA_MIN_CONTRACTION, where the dgemm outweighs the output's
+  recombination) multiply the limbs of both sides as polynomials in 2^20 by Karatsuba instead: six
+  dgemms P0 = a_0 b_0, P1, P2, P01 = (a_0 + a_1)(b_0 + b_1), P12, P02 instead of nine. Sums of two
+  limbs are below 2^21, so each product sum is below 2^53 for K <= 2048; the five diagonals
+  c_0..c_4 are differences of them (exact), and sum_k c_k 2^(20 k) is reduced with 2^60 mod p.
 - sums split entries into 31-bit halves, so 2^32 terms fit int64.
 
 A division by a value that is 0 mod p raises ``Pole``: the caller resamples, never a silently wrong
-value. The rest of the modular tier (atoms, bounds, the array type spec code sees) lives above this.
+value. The loops themselves are fused Numba kernels (``symbolic.modular_kernels``): one pass over
+memory per operation, not a dozen numpy temporaries, on every core for large arrays. The rest of the
+modular tier (atoms, bounds, the array type spec code sees) lives above this.
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-LIMB_BITS = 20
+from vjpcert.symbolic import modular_kernels as mk
+
+LIMB_BITS = mk.LIMB_BITS
 LIMBS = 3                                   # 3 x 20 bits = 60 bits: residues mod p < 2^60
-_MASK = (1 << LIMB_BITS) - 1
 MAX_CONTRACTION = (1 << 53) // (LIMBS << (2 * LIMB_BITS))   # 2730: 3 K limb products < 2^40 sum < 2^53
+# Karatsuba: sums of two limbs are < 2^21, their products < 2^42, K of them < 2^53 for K <= 2048
+KARATSUBA_MAX_CONTRACTION = (1 << 53) >> (2 * (LIMB_BITS + 1))
+KARATSUBA_MIN_CONTRACTION = 256             # below it the output's extra recombination costs more
 PRIME_LO_BITS = 59                          # primes in [2^59, 2^60)
-_HALF = 30                                  # the split of one factor in an elementwise product
 
 
 class Pole(ZeroDivisionError):
     """A division by a value that is 0 mod p at the sampled point: resample."""
 
 
-# ---- the fused loops (Numba ufuncs: numpy broadcasting, one pass, compiled once and cached on disk).
-# int64 multiplication and shifts wrap in them (LLVM's mul/shl without overflow flags), which is what
-# the exactness arguments in the module docstring rely on.
-
-@numba.njit(cache=True, inline="always")
-def _reduce(r, p):
-    """r in (-p, 2p) -> [0, p), without branches (a random residue would mispredict half of them)."""
-    r += (r >> 63) & p
-    r -= p
-    return r + ((r >> 63) & p)
-
-
-@numba.njit(cache=True, inline="always")
-def _mulmod_small(x, y, p, inv_p):
-    """x y mod p for 0 <= x < 2^62, 0 <= y < 2^30 (x y < 2^92): float64 quotient estimate within 1."""
-    q = np.int64(np.float64(x) * np.float64(y) * inv_p)
-    return _reduce(x * y - q * p, p)
-
-
-@numba.vectorize(["int64(int64, int64, int64, float64)"], cache=True)
-def _mulmod(x, y, p, inv_p):
-    """x y mod p for 0 <= x < 2^62 and 0 <= y < 2^60."""
-    lo = _mulmod_small(x, y & ((1 << _HALF) - 1), p, inv_p)
-    hi = _mulmod_small(_mulmod_small(x, y >> _HALF, p, inv_p), 1 << _HALF, p, inv_p)
-    return _reduce(lo + hi, p)
-
-
-@numba.vectorize(["int64(int64, int64, int64)"], cache=True)
-def _addmod(x, y, p):
-    """x + y mod p for residues x, y."""
-    r = x + y - p
-    return r + ((r >> 63) & p)
-
-
-@numba.vectorize(["int64(int64, int64, int64)"], cache=True)
-def _submod(x, y, p):
-    """x - y mod p for residues x, y."""
-    r = x - y
-    return r + ((r >> 63) & p)
-
-
-@numba.vectorize(["int64(float64, float64, float64, int64, float64)"], cache=True)
-def _recombine3(d0, d1, d2, p, inv_p):
-    """d0 + 2^20 d1 + 2^40 d2 mod p for integers d_j in [0, 2^53) held in float64."""
-    q = np.int64((d0 + d1 * float(1 << LIMB_BITS) + d2 * float(1 << (2 * LIMB_BITS))) * inv_p)
-    return _reduce((np.int64(d0) + (np.int64(d1) << LIMB_BITS) + (np.int64(d2) << (2 * LIMB_BITS))) - q * p, p)
-
-
-@numba.vectorize(["float64(int64, int64)"], cache=True)
-def _limb(x, shift):
-    """The 20-bit limb of x at bit `shift`, as float64 (exact)."""
-    return np.float64((x >> shift) & _MASK)
+def _flat(x):
+    """x as a flat view when it is C-contiguous and large enough for the parallel loops, else None."""
+    return x.reshape(-1) if x.size >= mk.PARALLEL_MIN and x.flags.c_contiguous else None
 
 
 class ModP:
@@ -106,25 +64,46 @@ class ModP:
         self.p = p
         self._p = np.int64(p)
         self.inv_p = 1.0 / p
+        self._r60 = np.int64(pow(2, 3 * LIMB_BITS, p))
+        self._buffers: dict[str, np.ndarray] = {}
         self.poles = 0                         # poles raised: a spec that swallows one is refused
 
     # ---- elementwise
     def add(self, a, b):
-        return _addmod(a, b, self._p)
+        return mk.addmod(a, b, self._p)
 
     def sub(self, a, b):
-        return _submod(a, b, self._p)
+        return mk.submod(a, b, self._p)
 
     def neg(self, a):
-        return _submod(np.int64(0), a, self._p)
+        return mk.submod(np.int64(0), a, self._p)
 
     def mul(self, a, b):
-        """a * b mod p for residues a, b (module docstring)."""
-        return _mulmod(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64), self._p, self.inv_p)
+        """a * b mod p for residues a, b (module docstring); mul_scalar's range for a."""
+        a = np.asarray(a, dtype=np.int64)
+        b = np.asarray(b, dtype=np.int64)
+        if b.ndim == 0 and a.ndim:
+            return self._mul_by(a, b)
+        if a.ndim == 0 and b.ndim:
+            return self._mul_by(b, a)
+        fa, fb = _flat(a), _flat(b)
+        if fa is not None and fb is not None and a.shape == b.shape:
+            out = np.empty(a.shape, dtype=np.int64)
+            mk.run(mk.mulmod_flat, a.size, fa, fb, out.reshape(-1), self._p, self.inv_p)
+            return out
+        return mk.mulmod(a, b, self._p, self.inv_p)
 
     def mul_scalar(self, a, s: int):
         """a * s mod p for a constant s and any int64 a in [0, 2^62): a need not be reduced first."""
-        return _mulmod(np.asarray(a, dtype=np.int64), np.int64(int(s) % self.p), self._p, self.inv_p)
+        return self._mul_by(np.asarray(a, dtype=np.int64), np.int64(int(s) % self.p))
+
+    def _mul_by(self, a, s):
+        fa = _flat(a)
+        if fa is None:
+            return mk.mulmod(a, s, self._p, self.inv_p)
+        out = np.empty(a.shape, dtype=np.int64)
+        mk.run(mk.mulmod_scalar_flat, a.size, fa, s, out.reshape(-1), self._p, self.inv_p)
+        return out
 
     def pow(self, a, k: int):
         if k < 0:
@@ -170,15 +149,28 @@ class ModP:
                 out = out[..., 0]
             return out
         K = a.shape[-1]
-        if K == 0:                                         # an empty sum
-            return np.zeros(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
-                            dtype=np.int64)
-        step = -(-K // -(-K // MAX_CONTRACTION))           # equal chunks of at most MAX_CONTRACTION
+        shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+        if K == 0 or 0 in shape:                           # an empty sum, or nothing to sum
+            return np.zeros(shape, dtype=np.int64)
+        karatsuba = K >= KARATSUBA_MIN_CONTRACTION
+        limit = KARATSUBA_MAX_CONTRACTION if karatsuba else MAX_CONTRACTION
+        step = -(-K // -(-K // limit))                     # equal chunks of at most the limit
+        chunk = self._karatsuba_chunk if karatsuba else self._matmul_chunk
         total = None
         for start in range(0, K, step):
-            part = self._matmul_chunk(a[..., start:start + step], b[..., start:start + step, :])
+            part = chunk(a[..., start:start + step], b[..., start:start + step, :])
             total = part if total is None else self.add(total, part)
         return total
+
+    def _scratch(self, role: str, shape: tuple) -> np.ndarray:
+        """A float64 work array of ``shape`` for one role in a matmul chunk (an operand's limbs, the
+        dgemm's product), reused by the next chunk: a fresh array of a GB pays its page faults on
+        first touch, every time -- up to seconds on a busy machine. Never returned to a caller."""
+        n = int(np.prod(shape))
+        buf = self._buffers.get(role)
+        if buf is None or buf.size < n:
+            buf = self._buffers[role] = np.empty(n)
+        return buf[:n].reshape(shape)
 
     def _shifted(self, x) -> list:
         """x, 2^20 x, 2^40 x mod p."""
@@ -190,27 +182,53 @@ class ModP:
         if b.size <= a.size:
             # [a_0 a_1 a_2] (m x 3K) @ [b^(0)_j; b^(1)_j; b^(2)_j] (3K x n) = D_j, the j stacked in front
             b = b.reshape((1,) * (a.ndim - b.ndim) + b.shape)      # so the stacked j cannot meet a's batch
-            A = np.empty(a.shape[:-1] + (LIMBS * K,))
+            A = self._scratch("a", a.shape[:-1] + (LIMBS * K,))
             for i in range(LIMBS):
-                _limb(a, LIMB_BITS * i, out=A[..., i * K:(i + 1) * K])
-            B = np.empty((LIMBS,) + b.shape[:-2] + (LIMBS * K, n))
+                mk.limb(a, LIMB_BITS * i, out=A[..., i * K:(i + 1) * K])
+            B = self._scratch("b", (LIMBS,) + b.shape[:-2] + (LIMBS * K, n))
             for i, shifted in enumerate(self._shifted(b)):
                 for j in range(LIMBS):
-                    _limb(shifted, LIMB_BITS * j, out=B[j, ..., i * K:(i + 1) * K, :])
-            D = np.matmul(A, B)                                      # D[j]: contiguous
+                    mk.limb(shifted, LIMB_BITS * j, out=B[j, ..., i * K:(i + 1) * K, :])
+            batch = np.broadcast_shapes(A.shape[:-2], B.shape[1:-2])
+            D = np.matmul(A, B, out=self._scratch("product", (LIMBS,) + batch + (m, n)))
+            out_shape = D.shape[1:]
+            D = D.reshape(1, LIMBS, -1)
         else:
             # the mirror image: rows i, columns j: a^(j)_i (3m x 3K) @ [b_0; b_1; b_2]; row block i = D_i
-            A = np.empty(a.shape[:-2] + (LIMBS * m, LIMBS * K))
+            A = self._scratch("a", a.shape[:-2] + (LIMBS * m, LIMBS * K))
             for j, shifted in enumerate(self._shifted(a)):
                 for i in range(LIMBS):
-                    _limb(shifted, LIMB_BITS * i, out=A[..., i * m:(i + 1) * m, j * K:(j + 1) * K])
-            B = np.empty(b.shape[:-2] + (LIMBS * K, n))
+                    mk.limb(shifted, LIMB_BITS * i, out=A[..., i * m:(i + 1) * m, j * K:(j + 1) * K])
+            B = self._scratch("b", b.shape[:-2] + (LIMBS * K, n))
             for i in range(LIMBS):
-                _limb(b, LIMB_BITS * i, out=B[..., i * K:(i + 1) * K, :])
-            P = np.matmul(A, B)
-            D = [P[..., i * m:(i + 1) * m, :] for i in range(LIMBS)]
+                mk.limb(b, LIMB_BITS * i, out=B[..., i * K:(i + 1) * K, :])
+            batch = np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+            D = np.matmul(A, B, out=self._scratch("product", batch + (LIMBS * m, n)))
+            out_shape = D.shape[:-2] + (m, n)
+            D = D.reshape(-1, LIMBS, m * n)
         del A, B
-        return _recombine3(D[0], D[1], D[2], self._p, self.inv_p)
+        out = np.empty(out_shape, dtype=np.int64)
+        mk.run(mk.recombine3_flat, out.size, D, out.reshape(D.shape[0], -1), self._p, self.inv_p)
+        return out
+
+    def _karatsuba_chunk(self, a, b):
+        """One exact chunk (K <= KARATSUBA_MAX_CONTRACTION) of a long contraction: the 20-bit limbs of
+        both sides, multiplied as polynomials in 2^20 by Karatsuba -- six dgemms (one batched call), not
+        the nine of the pre-shifted product -- and the five diagonals recombined."""
+        nd = max(a.ndim, b.ndim)                       # so the stacked six cannot meet a batch axis
+        operands = []
+        for role, x in (("a", a), ("b", b)):
+            x = np.ascontiguousarray(x.reshape((1,) * (nd - x.ndim) + x.shape))
+            X = self._scratch(role, (6,) + x.shape)
+            mk.run(mk.karatsuba_operand, x.size, x.reshape(-1), X.reshape(6, -1))
+            operands.append(X)
+        A, B = operands
+        batch = np.broadcast_shapes(A.shape[1:-2], B.shape[1:-2])
+        P = np.matmul(A, B, out=self._scratch("product", (6,) + batch + (A.shape[-2], B.shape[-1])))
+        del operands, A, B
+        out = np.empty(P.shape[1:], dtype=np.int64)
+        mk.run(mk.karatsuba5_flat, out.size, P.reshape(6, -1), out.reshape(-1), self._p, self.inv_p, self._r60)
+        return out
 
     def matmul_sum(self, pairs):
         """sum_i a_i @ b_i mod p as one contraction (the a_i side by side, the b_i stacked)."""

@@ -32,6 +32,11 @@ def _exact_matmul(a, b, p):
     return np.matmul(a.astype(object), b.astype(object)) % p
 
 
+# the product each contraction length takes (KARATSUBA_MIN_CONTRACTION), and each forced for every length
+METHODS = {"auto": None, "preshift": 10 ** 9, "karatsuba": 1}
+
+
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("p", PRIMES)
 @pytest.mark.parametrize("extreme", ["random", "top", "limbs"])
 @pytest.mark.parametrize("sa, sb", [
@@ -40,13 +45,18 @@ def _exact_matmul(a, b, p):
     ((4, ma.MAX_CONTRACTION), (ma.MAX_CONTRACTION, 3)),  # the longest single dgemm
     ((3, ma.MAX_CONTRACTION + 1), (ma.MAX_CONTRACTION + 1, 2)),   # two chunks
     ((2, 3 * ma.MAX_CONTRACTION + 7), (3 * ma.MAX_CONTRACTION + 7, 2)),
+    ((3, ma.KARATSUBA_MAX_CONTRACTION), (ma.KARATSUBA_MAX_CONTRACTION, 2)),   # Karatsuba's longest chunk
+    ((2, ma.KARATSUBA_MAX_CONTRACTION + 1), (ma.KARATSUBA_MAX_CONTRACTION + 1, 3)),
     ((2, 1, 3, 4), (3, 4, 5)),                          # broadcast batches
     ((2, 3, 4, 5), (5, 2)),                             # b pre-shifted, a with more batch axes
     ((3, 2), (4, 2, 2, 6)),                             # a pre-shifted, b with more batch axes
     ((5,), (5, 3)), ((3, 5), (5,)), ((6,), (6,)),       # vectors
     ((2, 0), (0, 3)),                                   # an empty contraction
+    ((0, 3), (3, 2)), ((2, 3), (3, 0)), ((0, 2, 3), (3, 4)),   # empty outputs
 ])
-def test_matmul_is_exact(p, extreme, sa, sb):
+def test_matmul_is_exact(method, p, extreme, sa, sb, monkeypatch):
+    if METHODS[method] is not None:
+        monkeypatch.setattr(ma, "KARATSUBA_MIN_CONTRACTION", METHODS[method])
     rng = np.random.default_rng(abs(hash((p, extreme, sa, sb))) % 2 ** 32)
     a, b = _residues(p, sa, rng, extreme), _residues(p, sb, rng, extreme)
     got = ma.ModP(p).matmul(a, b)
@@ -81,14 +91,17 @@ def test_elementwise_and_sums_are_exact(p):
         F.inv(a)                                        # a holds a 0
 
 
-def test_a_contraction_too_long_for_float64_goes_wrong(monkeypatch):
-    """The negative control: with chunks longer than MAX_CONTRACTION, the limb sums pass 2^53 and the
-    comparison with Python's integers catches the rounding."""
+@pytest.mark.parametrize("method, limit", [("preshift", "MAX_CONTRACTION"),
+                                           ("karatsuba", "KARATSUBA_MAX_CONTRACTION")])
+def test_a_contraction_too_long_for_float64_goes_wrong(method, limit, monkeypatch):
+    """The negative control, for each product: with chunks longer than its limit, the limb sums pass
+    2^53 and the comparison with Python's integers catches the rounding."""
     p = PRIMES[-1]
     K = 64 * ma.MAX_CONTRACTION
     a = np.full((1, K), p - 1, dtype=np.int64)
     b = np.full((K, 1), p - 1, dtype=np.int64)
-    monkeypatch.setattr(ma, "MAX_CONTRACTION", 10 ** 9)
+    monkeypatch.setattr(ma, "KARATSUBA_MIN_CONTRACTION", METHODS[method])
+    monkeypatch.setattr(ma, limit, 10 ** 9)
     got = ma.ModP(p).matmul(a, b)
     assert int(got[0, 0]) != int(_exact_matmul(a, b, p)[0, 0])
 
