@@ -34,7 +34,9 @@ Trials draw independent primes and points, so the total is the per-trial bound t
 
 Verdicts: ``checked-probabilistic`` (method ``modp-vectorised``) when R = 0 in every trial, with the
 stated false-pass probability (``false_pass_bound``); ``failed`` with the trial, the prime and the
-residual when R != 0 (the atom semantics are the exact tier's ring's: see ``modular_backend``);
+residual when R != 0 -- where atoms enter, only once a float64 point agrees (``modular_confirm``: with
+atoms independent, a backward resting on exp(a + b) = exp(a) exp(b) is nonzero too; unconfirmed, the
+verdict is ``inconclusive``);
 ``inconclusive`` when the bound is vacuous or every point hit a pole. A construct the backend cannot
 follow exactly (a float, a comparison, an unknown numpy function) is bad input (SpecError).
 """
@@ -513,8 +515,23 @@ def check_modular(op: Op, claim: str, dims: dict, *, seed: int = 0, trials: int 
         evidence["reason"] = (f"the law's sides differ with the atoms {relational} independent; it may rest "
                               f"on a relation between them (the exact tier's relations step decides)")
         evidence["nonzero_at"] = out["witness"]
+    elif out["status"] == "nonzero" and bound["atoms"]:
+        # With atoms a nonzero is no disproof by itself (symbolic/modular_confirm.py): float64 decides
+        from vjpcert.symbolic.modular_confirm import float64_residual
+        real = float64_residual(op, dims_only, params, claim[len("vjp["):-1], seed)
+        if real["confirmed"]:
+            verdict, method = "failed", METHOD
+            evidence["witness"] = {**out["witness"], "float64": real}
+        else:
+            verdict, method = "inconclusive", "none"
+            evidence["reason"] = (f"the residual is nonzero with the atoms {sorted(bound['atoms'])} independent, "
+                                  f"but not at a float64 point (relative residual {real['relative_residual']}): "
+                                  f"the backward may rest on an identity between atoms (exp(a + b) = exp(a) "
+                                  f"exp(b), ...), which the exact tier's relations step decides")
+            evidence["nonzero_at"] = out["witness"]
+            evidence["float64"] = real
     elif out["status"] == "nonzero":
-        verdict, method = "failed", METHOD
+        verdict, method = "failed", METHOD          # no atoms: a nonzero rational residual is a disproof
         evidence["witness"] = out["witness"]
     elif run["trials"] == 0:
         verdict, method = "inconclusive", "none"

@@ -70,3 +70,11 @@ MODULAR_TRIALS = 3
 MODULAR_MAX_TRIALS = 32
 MODULAR_MAX_FALSE_PASS = 1e-6
 MODULAR_VACUOUS = 0.99
+# A nonzero VJP residual of an op with atoms (exp, erf, sqrt, ...) is no disproof by itself: independent
+# atoms break identities such as exp(a + b) = exp(a) exp(b). It is `failed` only when a float64 point
+# confirms it: <backward_X, t> against <dy, J t> by central differences at the two steps, the residual
+# above FLOAT64_CONFIRM_REL of the larger side and changing by under FLOAT64_CONFIRM_STABLE of itself
+# between the steps (a truncation error shrinks 4x; a wrong backward's residual does not move).
+FLOAT64_CONFIRM_STEPS = (1e-4, 5e-5)
+FLOAT64_CONFIRM_REL = 1e-6
+FLOAT64_CONFIRM_STABLE = 0.1

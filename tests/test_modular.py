@@ -197,16 +197,59 @@ def test_prove_modular_writes_checked_probabilistic_certificates_that_verify_and
 
 
 def test_prove_modular_fails_a_wrong_backward_with_exit_1(tmp_path):
+    """A wrong backward of an op with atoms (tanh): nonzero mod p and confirmed at a float64 point."""
     from vjpcert.cli import main
     spec = tmp_path / "gated.py"
-    spec.write_text(USER_OP.format(wrong=" + x * B.c(1, 10**90)"))
+    spec.write_text(USER_OP.format(wrong=" + x * B.c(1, 10)"))
     reports = tmp_path / "reports"
     assert main(["prove", "--quiet", "--no-general", "--modular", "--reports", str(reports), str(spec)]) == 1
     import json
     rec = json.loads((reports / "certificates" / "gated" / "symbolic-modular__vjp-x__k3-n96-rows64.json").read_text())
     assert rec["verdict"] == "failed" and rec["evidence"]["witness"]["prime"]
+    assert rec["evidence"]["witness"]["float64"]["confirmed"]
+    assert float(rec["evidence"]["witness"]["float64"]["relative_residual"]) > 1e-3
     ok = json.loads((reports / "certificates" / "gated" / "symbolic-modular__vjp-w__k3-n96-rows64.json").read_text())
     assert ok["verdict"] == "checked-probabilistic"
+
+
+def test_a_nonzero_float64_cannot_confirm_is_inconclusive_not_failed():
+    """Off by 1e-90: nonzero mod p, but with tanh among the atoms a nonzero could also be an identity
+    between atoms, and float64 cannot see 1e-90: inconclusive, never a `failed` without a real witness.
+    (The exact tier kills it at small dims.)"""
+    @op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}], name="tiny_wrong_tanh")
+    def f(B, x):
+        return x * B.tanh(x)
+
+    @f.defvjp
+    def f_vjp(B, x, dy):
+        t = B.tanh(x)
+        return (dy * (t + x * (1 - t * t)) + x * B.c(1, 10 ** 90),)
+
+    c = check_modular(f, "vjp[x]", {"n": 64}, trials=1)
+    assert c.verdict == "inconclusive" and "identity between atoms" in c.evidence["reason"]
+    assert c.evidence["nonzero_at"]["residual_mod_p"] != "0" and not c.evidence["float64"]["confirmed"]
+
+
+def _exp_split_op(name, right=True):
+    @op(inputs={"x": ("n",), "w": ("n",)}, output=("n",), dims=[{"n": 2}], name=name)
+    def f(B, x, w):
+        return B.exp(x + w)
+
+    @f.defvjp
+    def f_vjp(B, x, w, dy):
+        e = B.exp(x) * B.exp(w) if right else B.exp(x) * B.exp(w) * 2     # exp(x + w), written another way
+        return dy * e, dy * e
+    return f
+
+
+def test_a_correct_backward_resting_on_an_atom_identity_is_not_failed():
+    """exp(x + w) = exp(x) exp(w): with atoms independent mod p the residual is nonzero, but the
+    backward is right -- float64 agrees with it, so the verdict is inconclusive; the same form with a
+    real error (twice the derivative) is failed, its float64 witness attached."""
+    right = check_modular(_exp_split_op("exp_split_right"), "vjp[x]", {"n": 64}, trials=1)
+    assert right.verdict == "inconclusive" and "identity between atoms" in right.evidence["reason"]
+    wrong = check_modular(_exp_split_op("exp_split_wrong", right=False), "vjp[x]", {"n": 64}, trials=1)
+    assert wrong.verdict == "failed" and wrong.evidence["witness"]["float64"]["confirmed"]
 
 
 # ------------------------------------------------------------------------------ issue 18's mutants
