@@ -238,6 +238,7 @@ def vjp_residual(op: Op, dims: dict, point: _Point, seeded) -> tuple[int, int, i
     rhs = _inner(F, point.dy, jt)
     rhs_b = bnd.sum_axes(bnd.mul(LEAF, y.tb, y.ndim), y.shape, range(y.ndim))
     total = bnd.add(lhs_b, rhs_b, 0)
+    F.end_trial()
     return (lhs - rhs) % F.p, lhs, rhs, None if total is None else total.numbers(), F
 
 
@@ -266,6 +267,7 @@ def law_residual(op: Op, claim: str, dims: dict, point: _Point):
     at = first if first is not None else ()
     lhs.used(), rhs.used()
     diff_b = bnd.add(lhs.b, rhs.b, lv.ndim)
+    F.end_trial()
     return first, int(lv[at]) if first is not None else 0, int(rv[at]) if first is not None else 0, \
         None if diff_b is None else diff_b.numbers(), F
 

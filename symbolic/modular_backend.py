@@ -78,6 +78,12 @@ class Field(ModP):
         self._roots: dict[int, int] = {}
         self._values: dict = {}                # computation id -> its residues (``value``)
 
+    def end_trial(self):
+        """Drop what only the trial itself needs -- its cached values and the matmuls' work arrays,
+        GBs at production dims -- keeping the counts the bound reads (the trials' fields are kept)."""
+        self._values.clear()
+        self._buffers.clear()
+
     def value(self, sid, compute):
         """The residues of the computation ``sid``, computed once per trial: the backward recomputes
         forward values (an attention's scores and probabilities, an MLP's hidden layer), and those are
