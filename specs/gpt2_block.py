@@ -61,6 +61,8 @@ GPT2 = dict(inputs=INPUTS, output=("m", "D"),
             proofs=("compositional",),
             dims=[{"m": 2, "D": 4, "F": 3}], large_dims=[{"m": 3, "D": 8, "F": 6}],
             compositional_dims=[{"m": 16, "D": 64, "F": 256}],
+            # GPT-2 small: the randomised exact test at production size (vjpcert prove --modular)
+            modular_dims=[{"m": 1024, "D": 768, "F": 3072, "heads": 12}],
             check_dims={"m": 3, "D": 8, "F": 8}, constraints=_heads_ok)
 
 
