@@ -4,7 +4,7 @@ by Numba (once, cached on disk).
 Each operation is written once, for one entry (``_mulmod1``, ``_recombine3_1``, ``_karatsuba5_1``),
 and run two ways: as a Numba ufunc (numpy's broadcasting, one thread) and, for the large contiguous
 arrays a block at production size makes, as a ``prange`` loop over the flat array on every core
-(``parallel_threads``). Why each one is exact is in ``modular_arith``'s docstring.
+(``run``). Why each one is exact is in ``modular_arith``'s docstring.
 
 int64 multiplication and shifts wrap here (LLVM's mul and shl without overflow flags): the exactness
 arguments take remainders in wrapping arithmetic whose true value lies in (-p, 2p).
@@ -137,18 +137,9 @@ def karatsuba5_flat(P, out, p, inv_p, r60):
         out[i] = _karatsuba5_1(P[0, i], P[1, i], P[2, i], P[3, i], P[4, i], P[5, i], p, inv_p, r60)
 
 
-_THREADS = [numba.config.NUMBA_NUM_THREADS]
-
-
-def parallel_threads(n: int | None = None) -> int:
-    """Set (n) or read the threads the flat loops use on large arrays (default: every core)."""
-    if n is not None:
-        _THREADS[0] = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
-    return _THREADS[0]
-
-
 def run(loop, size: int, *args):
-    """``loop(*args)`` on every core for ``size`` >= PARALLEL_MIN entries, else on one thread (waking
-    the others costs more than a small loop, and several test processes would fight over them)."""
-    numba.set_num_threads(parallel_threads() if size >= PARALLEL_MIN else 1)
+    """``loop(*args)`` on Numba's threads (NUMBA_NUM_THREADS; default every core) for ``size`` >=
+    PARALLEL_MIN entries, else on one (waking the others costs more than a small loop, and several test
+    processes would fight over them)."""
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS if size >= PARALLEL_MIN else 1)
     loop(*args)
