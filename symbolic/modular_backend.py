@@ -286,25 +286,35 @@ def _implements(*fns):
 _OPAQUE = itertools.count()
 
 
+# Types whose repr is their value, matched exactly: a subclass (an int whose __index__ is not its
+# value) may hide what it does behind an inherited repr
+_VALUE_TYPES = frozenset({bool, int, float, complex, str, Fraction, type(None), type(Ellipsis)})
+_NUMPY_SCALARS = frozenset(np.sctypeDict.values())
+
+
 def _desc(x):
     """A stable description of a structural argument (an index, a shape, a mask) for ``derive``."""
+    t = type(x)
     if isinstance(x, ModArray):
         return ("traced", x.sid)
-    if isinstance(x, np.ndarray):
+    if t is np.ndarray and x.dtype.kind in "biufc":
         return ("array", x.dtype.str, x.shape, hashlib.blake2b(np.ascontiguousarray(x).tobytes(),
                                                               digest_size=16).hexdigest())
-    if isinstance(x, (tuple, list)):
-        return (type(x).__name__, tuple(_desc(e) for e in x))
-    if isinstance(x, dict):
+    if t in (tuple, list):
+        return (t.__name__, tuple(_desc(e) for e in x))
+    if t is dict:
         return ("dict", tuple(sorted((k, _desc(v)) for k, v in x.items())))
-    if isinstance(x, slice):
+    if t is slice:
         return ("slice", _desc(x.start), _desc(x.stop), _desc(x.step))
-    if isinstance(x, (np.integer, np.bool_)):
+    if t in _NUMPY_SCALARS:
         return repr(x.item())
-    if x is None or x is Ellipsis or isinstance(x, (bool, int, float, complex, str, Fraction, np.dtype, type)):
+    if t in _VALUE_TYPES or isinstance(x, np.dtype):
         return repr(x)                           # its repr is its value
-    # anything else (an object with __index__, a callable, ...) may hide what it does behind its repr:
-    # a fresh token, so the computation is never taken for another one (``Field.value``, atom counts)
+    if t is type:
+        return ("type", x.__module__, x.__qualname__, id(x))
+    # anything else (an object with __index__, a subclass, a callable, ...) may hide what it does
+    # behind its repr: a fresh token, so the computation is never taken for another one
+    # (``Field.value``, atom counts)
     return ("opaque", next(_OPAQUE))
 
 

@@ -413,27 +413,35 @@ class _Index:
         return "_Index"
 
 
-def _reused_exp_op(k_backward, name):
+class _IntIndex(int):
+    """An int (numpy indexes by its value) whose repr says 0 whatever the value."""
+
+    def __repr__(self):
+        return "0"
+
+
+def _reused_exp_op(k_backward, name, index):
     @op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}], name=name)
     def f(B, x):
-        return x * B.exp(x[_Index(0)])
+        return x * B.exp(x[index(0)])
 
     @f.defvjp
     def f_vjp(B, x, dy):
-        e = B.exp(x[_Index(k_backward)])                 # k_backward = 1: the wrong entry
+        e = B.exp(x[index(k_backward)])                  # k_backward = 1: the wrong entry
         first = (dy * x).sum() * e
         return (dy * e + first * np.array([1, 0]),)
     return f
 
 
-def test_a_backward_recomputing_a_different_value_is_never_served_the_forward_s():
+@pytest.mark.parametrize("index", [_Index, _IntIndex], ids=["object", "int_subclass"])
+def test_a_backward_recomputing_a_different_value_is_never_served_the_forward_s(index):
     """The backward's recomputed forward values come from the trial's cache by computation id
     (``Field.value``): an id that missed a structural argument (here an index whose repr hides it)
     would serve exp(x[0]) for exp(x[1]) and pass a wrong backward. Ids describe only what they can
     describe exactly; anything else is opaque and never shared."""
-    right = check_vjps(_reused_exp_op(0, "reuse_exp_right"), {"n": 2}, {}, trials=2)
+    right = check_vjps(_reused_exp_op(0, f"reuse_exp_right_{index.__name__}", index), {"n": 2}, {}, trials=2)
     assert right["claims"]["vjp[x]"]["status"] == "zero"                   # the control
-    wrong = check_vjps(_reused_exp_op(1, "reuse_exp_wrong"), {"n": 2}, {}, trials=2)
+    wrong = check_vjps(_reused_exp_op(1, f"reuse_exp_wrong_{index.__name__}", index), {"n": 2}, {}, trials=2)
     assert wrong["claims"]["vjp[x]"]["status"] == "nonzero"
 
 
