@@ -5,7 +5,10 @@ a forked child, see ``vjpcert.core.budget``): ``{"status": "proved" | "nonzero" 
 from __future__ import annotations
 
 import random
+import re
 from fractions import Fraction
+
+import flint
 
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.claims import TracedClaim
@@ -47,7 +50,8 @@ def _evidence(F, R, lhs, rhs, claim) -> dict:
 
 def ring(claim: TracedClaim, *, seed: int = 0) -> dict:
     """The fast path: the residual as a polynomial in independent atoms (python-flint), then modulo
-    the linear relations of shared intermediates (a row mean kept as an atom)."""
+    the linear relations of shared intermediates (a row mean kept as an atom). A nonzero residual
+    that is certainly nonzero at real atom values (``_certainly_nonzero``) is a disproof: `failed`."""
     F, R, lhs, rhs = _ring_residual(claim, False, seed)
     ev = _evidence(F, R, lhs, rhs, claim)
     if R.is_zero():
@@ -56,7 +60,112 @@ def ring(claim: TracedClaim, *, seed: int = 0) -> dict:
         ev["linear_intermediates"] = len(F.linear_relations())
         if F.reduce_linear(R).is_zero():
             return {"status": "proved", "method": "flint-atoms", **ev}
+    certain = _certainly_nonzero(F, R, claim, seed)
+    if certain is not None:
+        return {"status": "failed", "method": "exact-nonzero-factor", "witness": certain, **ev}
     return {"status": "nonzero", **ev}
+
+
+# Atoms that are nonzero at every real point where they are defined: exp(a) > 0, a reciprocal 1/b,
+# pi, a positive constant's power; sqrt(c) of a rational c > 0 (the field's constant roots) too.
+_NEVER_ZERO = ("exp", "inv", "pi", "cpow")
+
+
+def _certainly_nonzero(F: RingField, R, claim: TracedClaim, seed: int) -> dict | None:
+    """A witness that R is nonzero at the *real* atom values, or None.
+
+    Atoms are independent variables of the ring, so R != 0 alone shows nothing where they are related
+    (exp(a + b) = exp(a) exp(b)). Two forms are disproofs whatever relations hold:
+
+    - R = m * Q with m a monomial in leaves and never-zero atoms (``_NEVER_ZERO``), so R = 0 exactly
+      where Q = 0;
+    - Q = sum_k c_k * prod exp(g_j)^(e_kj), with every g_j a polynomial in the leaves: at a rational
+      point Q = sum_k c_k exp(h_k) with h_k = sum_j e_kj g_j rational. Grouping the terms by the value
+      of h_k, Q != 0 as soon as one group's coefficient sum is nonzero (Lindemann-Weierstrass: the
+      exponentials of distinct algebraic numbers are linearly independent over the algebraic numbers).
+
+    That is how a backward off by dy exp(-10^6) or by dy exp(x^2 - 10^4) looks: an error no number
+    of digits sees, and a rational point at which it is exactly nonzero."""
+    n = len(F.leaves)
+    content = R.term_content()
+    Q, rem = divmod(R, content)
+    if not rem.is_zero():
+        return None
+    kinds = {var: (kind, arg) for var, kind, arg in F.defs}
+    content_vars = [v for v, d in enumerate(content.degrees()) if d]
+    factor_atoms = [v for v in content_vars if v >= n]
+    for v in factor_atoms:
+        kind, arg = kinds[v]
+        if not (kind in _NEVER_ZERO or F.const_sqrt.get(v, 0) > 0) or (kind == "cpow" and arg[0] <= 0):
+            return None
+    exp_atoms = [v for v, d in enumerate(Q.degrees()) if d and v >= n]
+    for v in exp_atoms:                      # exponentials of polynomials in the leaves alone
+        kind, arg = kinds[v]
+        if kind != "exp" or any(arg.degrees()[n:]):
+            return None
+    rng = random.Random(seed)
+    for _ in range(tol.EXACT_WITNESS_POINTS_WIDE):
+        point = random_point(F.leaves, rng)
+        values = [flint.fmpq(point[leaf].numerator, point[leaf].denominator) for leaf in F.leaves]
+        values += [flint.fmpq(0)] * (len(F.gens) - n)
+        exponent = {v: kinds[v][1](*values) for v in exp_atoms}
+        groups: dict = {}
+        for exps, c in Q.terms():
+            h = sum((e * exponent[v] for v, e in enumerate(exps) if e and v >= n), flint.fmpq(0))
+            term = flint.fmpq(c)
+            for v, e in enumerate(exps[:n]):
+                if e:
+                    term *= values[v] ** e
+            groups[h] = groups.get(h, flint.fmpq(0)) + term
+        nonzero = {h: c for h, c in groups.items() if c != 0}
+        if nonzero and _defined_at(claim, point):
+            break
+    else:
+        return None
+    names = {i: leaf.name for i, leaf in enumerate(F.leaves)}
+    shown = sorted(nonzero.items(), key=lambda hc: -abs(hc[1]))[:4]
+    return {"component": "<backward - J^T dy, t> summed over every entry" if claim.kind == "vjp"
+            else "<lhs - rhs, probe>",
+            "residual": f"({_named(content, names)}) * Q" + (
+                ", Q a polynomial in the inputs alone" if not exp_atoms else
+                ", Q a sum of polynomials in the inputs times exponentials of polynomials in the inputs"),
+            "never_zero_factor": [_atom_text(F, v, names) for v in factor_atoms]
+                                 + [names[v] for v in content_vars if v < n],
+            "exponentials": [_atom_text(F, v, names) for v in exp_atoms][:8],
+            "Q_at_point": " + ".join(f"({_exact(Fraction(int(c.p), int(c.q)))}) * exp({_exact(Fraction(int(h.p), int(h.q)))})"
+                                     for h, c in shown) + (" + ..." if len(nonzero) > len(shown) else ""),
+            "exact": True,
+            "reason": "at this rational point the residual is a nonzero factor (exp, reciprocals, leaves) "
+                      "times a sum of rational multiples of exponentials of distinct rationals, one of "
+                      "them nonzero: nonzero by Lindemann-Weierstrass, however small",
+            "point": {leaf.name: str(v) for leaf, v in list(point.items())[:tol.WITNESS_MAX_LEAVES]},
+            "point_truncated": len(point) > tol.WITNESS_MAX_LEAVES, "seed": seed}
+
+
+def _defined_at(claim: TracedClaim, point: dict) -> bool:
+    """Both sides evaluate to finite reals at the point (it lies where the spec is defined: no pole,
+    no root or log of a negative), so the disproof is not about a point outside the claim's domain."""
+    try:
+        _, _, pairs = _rel_residuals(claim, point, tol.LOW_DPS)
+    except (ZeroDivisionError, ValueError):
+        return False
+    # a complex value has imag != 0; an infinite or NaN real gives a nonzero (NaN) v - v
+    return all(v.imag == 0 and not (v.real - v.real) for pair in pairs for v in pair)
+
+
+def _named(poly, names: dict[int, str]) -> str:
+    """A ring polynomial as text, its leaf variables by their names (atoms as a<k>)."""
+    return re.sub(r"\bv(\d+)\b", lambda m: names.get(int(m.group(1)), f"a{m.group(1)}"), str(poly))
+
+
+def _atom_text(F: RingField, var: int, names: dict[int, str]) -> str:
+    _, kind, arg = F.defs[var - len(F.leaves)]
+    if kind == "cpow":
+        return f"a{var} = {arg[0]}^({arg[1]})"
+    if kind == "pi":
+        return f"a{var} = pi"
+    inner = _named(arg, names) if arg is not None else ""
+    return f"a{var} = {'1/' if kind == 'inv' else kind}({inner})"
 
 
 def relations(claim: TracedClaim, *, seed: int = 0) -> dict:

@@ -327,3 +327,78 @@ def test_replay_of_a_sample_is_reproducible_and_names_its_seed(tmp_path, capsys)
     first = capsys.readouterr().out
     assert main(argv) == 0
     assert capsys.readouterr().out == first and "--replay-seed 7" in first
+
+
+# ------------------------------------------------------------------------- exact evidence outranks digits
+SQ1 = '''
+@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}])
+def sq(B, x):
+    return x * x
+
+@sq.defvjp
+def _(B, x, dy):
+    return (%s,)
+'''
+
+
+@pytest.mark.parametrize("backward", [
+    "2 * x * dy + dy * B.exp(B.c(-10**6))",          # off by dy e^(-10^6): no digits see it
+    "2 * x * dy + dy * B.exp(x * x - B.c(10**4))",   # off by dy e^(x^2 - 10^4), a different atom per entry
+])
+def test_an_error_below_every_digit_is_failed_with_an_exact_witness_in_both_tiers(tmp_path, capsys, backward):
+    """The ring finds the residual nonzero, the relations too, and mpmath at 100 digits sees nothing:
+    before, both tiers said `checked`. A residual of the form (never-zero atoms) * sum c_k exp(h_k)
+    is nonzero at a rational point by Lindemann-Weierstrass: `failed`, with that point."""
+    f = _file(tmp_path, SQ1 % backward)
+    code, out = _run(tmp_path, capsys, "all", str(f))
+    assert code == 1, out
+    recs = {(r["tier"], r["dims"]["n"]): r for r in _records(tmp_path) if r["claim"] == "vjp[x]"}
+    for tier in ("symbolic", "numeric"):
+        rec = recs[(tier, 2)]
+        assert rec["verdict"] == "failed" and rec["method"] == "exact-nonzero-factor", rec
+        w = rec["evidence"]["witness"]
+        assert w["exact"] and w["point"] and "exp(" in w["Q_at_point"]
+
+
+@pytest.mark.parametrize("backward", [
+    "2 * x * dy * B.exp(x) * B.exp(-x)",                 # exp(x) exp(-x) = 1: the relations prove it
+    "2 * x * dy * B.exp(x / 2) ** 2 / B.exp(x)",
+])
+def test_a_correct_backward_through_atoms_is_proved_not_failed(tmp_path, capsys, backward):
+    f = _file(tmp_path, SQ1 % backward)
+    code, out = _run(tmp_path, capsys, "all", str(f))
+    assert code == 0, out
+    verdicts = {r["tier"]: r["verdict"] for r in _records(tmp_path) if r["claim"] == "vjp[x]"
+                and r["dims"]["n"] == 2}
+    assert verdicts == {"symbolic": "proved", "numeric": "checked"}, verdicts
+
+
+TANH = '''
+@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}])
+def th(B, x):
+    return B.tanh(x)
+
+@th.defvjp
+def _(B, x, dy):
+    return (%s,)
+'''
+
+
+@pytest.mark.parametrize("backward, wrong", [
+    ("4 * dy / (B.exp(x) + B.exp(-x)) ** 2", False),                      # right: tanh' as exps
+    ("4 * dy / (B.exp(x) + B.exp(-x)) ** 2 * (1 + B.c(1, 10**45))", True),  # off by 1e-45
+])
+def test_a_nonzero_the_relations_leave_is_never_checked(tmp_path, capsys, backward, wrong):
+    """tanh' written through exp, right or off by 1e-45 (which no digits here see). Off, the ring and
+    the relations leave a nonzero residual that is not of a certain form (tanh is an atom of its own):
+    exact evidence of a nonzero is `inconclusive` in both tiers, never `checked`. Right, it is proved
+    (SymPy knows tanh), never `failed`."""
+    f = _file(tmp_path, TANH % backward)
+    code, out = _run(tmp_path, capsys, "all", str(f))
+    recs = [r for r in _records(tmp_path) if r["claim"] == "vjp[x]" and r["dims"]["n"] == 2]
+    verdicts = {r["tier"]: r["verdict"] for r in recs}
+    if not wrong:
+        assert verdicts == {"symbolic": "proved", "numeric": "checked"}, out
+        return
+    assert verdicts == {"symbolic": "inconclusive", "numeric": "inconclusive"}, out
+    assert all("nonzero" in r["evidence"]["reason"] for r in recs)

@@ -3,7 +3,8 @@ and how it runs one task. Planning, the runner, verify, mutate, the reports and 
 table; nothing else dispatches on a tier's name.
 
     symbolic        exact proofs (``vjpcert.symbolic``)
-    numeric         mpmath checks with digits, and the float references (``vjpcert.numeric``)
+    numeric         mpmath checks with digits, and the float references (``vjpcert.numeric``), each
+                    `checked` held against what exact normalisation knows (``vjpcert.numeric_tier``)
     kernel          CUDA kernels against the specs (``vjpcert.cuda_kernels``)
     triton          Triton kernels against the specs (``vjpcert.triton_kernels``): ours, Liger-Kernel's,
                     a user's; run by ``python -m vjpcert.triton_report`` (reports/liger/), not planned by
@@ -73,11 +74,11 @@ def _run_symbolic(op, task):
 
 
 def _run_numeric(op, task):
-    from vjpcert.numeric.check import check_claim
+    from vjpcert.numeric_tier import check
     opts = dict(task.options)
     if "point" in opts:
         opts["point"] = dict(opts["point"])
-    return check_claim(op, task.claim, task.dims_dict, **opts)
+    return check(op, task.claim, task.dims_dict, **opts)
 
 
 def _run_kernel(op, task):
@@ -192,7 +193,7 @@ def _run_implementation(op, task):
 
 TIERS: dict[str, Tier] = {t.name: t for t in (
     Tier("symbolic", "symbolic", "vjpcert.symbolic.prover", _run_symbolic, _plan_symbolic),
-    Tier("numeric", "numeric", "vjpcert.numeric.check", _run_numeric, _plan_numeric),
+    Tier("numeric", "numeric", "vjpcert.numeric_tier", _run_numeric, _plan_numeric),
     Tier("kernel", "kernel", "vjpcert.cuda_kernels.check", _run_kernel, _plan_kernel,
          requires="pip install -e '.[cuda]'"),
     Tier("triton", "triton", "vjpcert.triton_kernels.check", _run_triton, _plan_triton,
