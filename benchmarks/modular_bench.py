@@ -81,10 +81,14 @@ def one(kind: str, index: int, trials: int, single: bool = False) -> dict:
             "false_pass_per_trial": f"{bound['per_trial']:.3g}", "false_pass_total": f"{bound['total']:.3g}",
             "degree_bound": f"{bound['degree']:.3g}", "atoms": bound["atoms"],
         }
-        if failed and bound["atoms"]:      # with atoms, `failed` needs a float64 point to agree
-            from vjpcert.symbolic.modular_confirm import float64_residual
-            out[tag]["float64"] = {c: {k: v for k, v in float64_residual(op, dims, params, c[4:-1], 0).items()
-                                       if k in ("confirmed", "relative_residual")} for c in failed}
+        if failed and bound["atoms"]:      # with atoms, `failed` needs mpmath at a real point to agree
+            from vjpcert.symbolic.modular_confirm import confirm_residual
+            out[tag]["real_point"] = {}
+            for c in failed:
+                real = confirm_residual(op, dims, params, c[4:-1], 0)
+                out[tag]["real_point"][c] = {
+                    "confirmed": real["confirmed"], "float64_relative": real["float64"]["relative_residual"],
+                    "mpmath": real["mpmath"].get("relative_residual", real["mpmath"].get("status"))}
     out["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     if kind == "block":
         out["target_seconds_per_trial"] = target
@@ -163,15 +167,17 @@ def write(results, args):
 
 
 def _killed(bad) -> str:
-    """The mutant's failing claims: a nonzero residual, confirmed at a float64 point where atoms enter
-    (symbolic/modular_confirm.py) -- unconfirmed, the certificate would say inconclusive."""
+    """The mutant's failing claims: a nonzero residual, confirmed in mpmath at a real point where atoms
+    enter (symbolic/modular_confirm.py) -- unconfirmed, the certificate says inconclusive."""
     if not bad["failed"]:
         return "NOT killed"
-    real = bad.get("float64", {})
-    parts = [c + (f" (float64 confirms: relative residual {real[c]['relative_residual']})"
+    real = bad.get("real_point", {})
+    parts = [c + (f" (mpmath confirms: relative residual {real[c]['mpmath']})"
                   if real.get(c, {}).get("confirmed") else
-                  " (float64 does NOT confirm: inconclusive)" if c in real else "") for c in bad["failed"]]
-    return "killed: " + ", ".join(parts)
+                  f" (not confirmed at a real point: mpmath {real[c]['mpmath']}, float64 "
+                  f"{real[c]['float64_relative']}; the certificate says inconclusive)" if c in real else "")
+             for c in bad["failed"]]
+    return "nonzero mod p: " + ", ".join(parts)
 
 
 def _peer(r, x) -> str:

@@ -71,10 +71,15 @@ MODULAR_MAX_TRIALS = 32
 MODULAR_MAX_FALSE_PASS = 1e-6
 MODULAR_VACUOUS = 0.99
 # A nonzero VJP residual of an op with atoms (exp, erf, sqrt, ...) is no disproof by itself: independent
-# atoms break identities such as exp(a + b) = exp(a) exp(b). It is `failed` only when a float64 point
-# confirms it: <backward_X, t> against <dy, J t> by central differences at the two steps, the residual
-# above FLOAT64_CONFIRM_REL of the larger side and changing by under FLOAT64_CONFIRM_STABLE of itself
-# between the steps (a truncation error shrinks 4x; a wrong backward's residual does not move).
-FLOAT64_CONFIRM_STEPS = (1e-4, 5e-5)
-FLOAT64_CONFIRM_REL = 1e-6
-FLOAT64_CONFIRM_STABLE = 0.1
+# atoms break identities such as exp(a + b) = exp(a) exp(b). It is `failed` only when mpmath confirms it
+# at the same point (symbolic/modular_confirm.py): <backward_X, t> against <dy, J t> by central
+# differences at step 10^(-dps/3), at CONFIRM_LOW_DPS and CONFIRM_HIGH_DPS digits, the relative residual
+# above CONFIRM_FAIL_REL at LOW (rounding and truncation leave ~1e-33 there) and the same to
+# CONFIRM_PERSIST_REL at HIGH (where they leave ~1e-66). Within CONFIRM_BUDGET_S, else inconclusive.
+CONFIRM_LOW_DPS = 50
+CONFIRM_HIGH_DPS = 100
+CONFIRM_FAIL_REL = 1e-20
+CONFIRM_PERSIST_REL = 1e-10
+CONFIRM_BUDGET_S = 60.0
+# float64's own residual at this step is recorded beside the verdict (information only)
+FLOAT64_CONFIRM_STEP = 1e-5

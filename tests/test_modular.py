@@ -197,7 +197,8 @@ def test_prove_modular_writes_checked_probabilistic_certificates_that_verify_and
 
 
 def test_prove_modular_fails_a_wrong_backward_with_exit_1(tmp_path):
-    """A wrong backward of an op with atoms (tanh): nonzero mod p and confirmed at a float64 point."""
+    """A wrong backward of an op with atoms (tanh): nonzero mod p and confirmed at a real point (mpmath
+    at 50 and 100 digits)."""
     from vjpcert.cli import main
     spec = tmp_path / "gated.py"
     spec.write_text(USER_OP.format(wrong=" + x * B.c(1, 10)"))
@@ -206,16 +207,16 @@ def test_prove_modular_fails_a_wrong_backward_with_exit_1(tmp_path):
     import json
     rec = json.loads((reports / "certificates" / "gated" / "symbolic-modular__vjp-x__k3-n96-rows64.json").read_text())
     assert rec["verdict"] == "failed" and rec["evidence"]["witness"]["prime"]
-    assert rec["evidence"]["witness"]["float64"]["confirmed"]
-    assert float(rec["evidence"]["witness"]["float64"]["relative_residual"]) > 1e-3
+    assert rec["evidence"]["witness"]["real_point"]["confirmed"]
+    assert float(rec["evidence"]["witness"]["real_point"]["mpmath"]["relative_residual"]) > 1e-3
     ok = json.loads((reports / "certificates" / "gated" / "symbolic-modular__vjp-w__k3-n96-rows64.json").read_text())
     assert ok["verdict"] == "checked-probabilistic"
 
 
-def test_a_nonzero_float64_cannot_confirm_is_inconclusive_not_failed():
+def test_a_nonzero_no_digits_confirm_is_inconclusive_not_failed():
     """Off by 1e-90: nonzero mod p, but with tanh among the atoms a nonzero could also be an identity
-    between atoms, and float64 cannot see 1e-90: inconclusive, never a `failed` without a real witness.
-    (The exact tier kills it at small dims.)"""
+    between atoms, and 50 digits cannot see 1e-90: inconclusive, never a `failed` without a real
+    witness. (The exact tier kills it at small dims.)"""
     @op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}], name="tiny_wrong_tanh")
     def f(B, x):
         return x * B.tanh(x)
@@ -227,7 +228,7 @@ def test_a_nonzero_float64_cannot_confirm_is_inconclusive_not_failed():
 
     c = check_modular(f, "vjp[x]", {"n": 64}, trials=1)
     assert c.verdict == "inconclusive" and "identity between atoms" in c.evidence["reason"]
-    assert c.evidence["nonzero_at"]["residual_mod_p"] != "0" and not c.evidence["float64"]["confirmed"]
+    assert c.evidence["nonzero_at"]["residual_mod_p"] != "0" and not c.evidence["real_point"]["confirmed"]
 
 
 def _exp_split_op(name, right=True):
@@ -244,12 +245,42 @@ def _exp_split_op(name, right=True):
 
 def test_a_correct_backward_resting_on_an_atom_identity_is_not_failed():
     """exp(x + w) = exp(x) exp(w): with atoms independent mod p the residual is nonzero, but the
-    backward is right -- float64 agrees with it, so the verdict is inconclusive; the same form with a
-    real error (twice the derivative) is failed, its float64 witness attached."""
+    backward is right -- mpmath agrees with it, so the verdict is inconclusive; the same form with a
+    real error (twice the derivative) is failed, its real witness attached."""
     right = check_modular(_exp_split_op("exp_split_right"), "vjp[x]", {"n": 64}, trials=1)
     assert right.verdict == "inconclusive" and "identity between atoms" in right.evidence["reason"]
     wrong = check_modular(_exp_split_op("exp_split_wrong", right=False), "vjp[x]", {"n": 64}, trials=1)
-    assert wrong.verdict == "failed" and wrong.evidence["witness"]["float64"]["confirmed"]
+    assert wrong.verdict == "failed" and wrong.evidence["witness"]["real_point"]["confirmed"]
+
+
+def _cancelling_op(name, right=True):
+    """y = w (exp(a) - 1), linear in w (so a central difference in w has no truncation error); the
+    backward for w writes exp(a) - 1 as (h - 1/h) h with h = exp(a/2): exactly right, but cancelling in
+    float64 where a is tiny, and the sampler draws a ~ 1e-11 (the forward cancels too, differently)."""
+    @op(inputs={"w": ("n",), "a": ("n",)}, output=("n",), dims=[{"n": 2}], name=name,
+        sample={"a": lambda rng, shape: 1e-11 * rng.standard_normal(shape)})
+    def f(B, w, a):
+        return w * (B.exp(a) - 1)
+
+    @f.defvjp
+    def f_vjp(B, w, a, dy):
+        h = B.exp(a / 2)
+        dw = dy * (h - 1 / h) * h * (1 if right else 1 + B.c(1, 1000))
+        return dw, dy * w * B.exp(a)
+    return f
+
+
+def test_float64_cancellation_in_a_correct_backward_is_never_failed():
+    """float64 loses ~5 of its 16 digits in (h - 1/h) h at a ~ 1e-11: its residual is ~1e-5 and the
+    same at any finite-difference step, exactly like a wrong backward's. The real point is decided in
+    mpmath, where the correct form agrees (inconclusive: the atoms exp(x/2) and exp(x) are related)
+    and the same form off by one part in 1000 is failed."""
+    right = check_modular(_cancelling_op("cancel_right"), "vjp[w]", {"n": 64}, trials=1)
+    assert right.verdict == "inconclusive", right.evidence
+    assert float(right.evidence["real_point"]["float64"]["relative_residual"]) > 1e-6   # float64 alone would fail it
+    wrong = check_modular(_cancelling_op("cancel_wrong", right=False), "vjp[w]", {"n": 64}, trials=1)
+    assert wrong.verdict == "failed", wrong.evidence
+    assert float(wrong.evidence["witness"]["real_point"]["mpmath"]["relative_residual"]) > 1e-4
 
 
 # ------------------------------------------------------------------------------ issue 18's mutants
