@@ -8,7 +8,14 @@ A monolithic proof of a ViT block did not finish in 5 minutes; a compositional o
        with, resting on the strongest proof available, node by node:
          proved-general          the node's every-size proof (it covers these dims whatever they are),
          proved-compositional    the node is itself a composite: the same, recursively,
-         proved                  a fixed-dims proof of the node at exactly these dims.
+         proved                  a fixed-dims proof of the node at exactly these dims;
+       and at the parameter values the composite calls it with: a node's proof holds only inside its
+       params' declared domains (a symbolic param for every real value, or every value > 0 with
+       ``positive=True``; a structural one at exactly its value). A call outside them -- s = -3, s = 0,
+       or the composite's own param declared without ``positive=True`` -- rests on a proof of the node
+       at exactly that value, or for every real value, never on the one for s > 0
+       (``symbolic.wiring.node_points`` says which); a traced value reaching a structural param has no
+       certificate at all, and the composite is `inconclusive`, naming the node, param, value and domain.
 Verdict `proved-compositional` when both hold; the certificate lists, node by node, which proof it
 rests on (method, dims, digest). `failed` needs a witness on the *real* composite (found at the small
 dims of the op's own ladder); a wiring fault with no real witness is `inconclusive` (a wrong wiring the
@@ -16,23 +23,30 @@ real nodes happen to forgive: a key bias's cotangent is 0 for any upstream cotan
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate
 from vjpcert.core.registry import Op, Param, SpecError
 from vjpcert.symbolic import settings as tol
-from vjpcert.symbolic.wiring import node_signatures, prove_wiring_claims
+from vjpcert.symbolic.wiring import Cover, node_points, prove_wiring_claims
 
 PROVED = ("proved", "proved-general", "proved-compositional")
 
 
 def _with_static(op: Op, static: tuple) -> Op:
-    """The op with other values for its static params (as a composite called it)."""
-    if all(op.params[k].default == v for k, v in static):
+    """The op with other values for its static params (as a composite called it): a structural param,
+    or a symbolic one called outside its declared domain, at exactly the value used; a symbolic one
+    under ``Cover("real")`` still a symbol, with its domain widened to every real value. A symbolic
+    param is never "at its default": its certificate is for the domain, so any entry makes a twin."""
+    if all(not op.params[k].symbolic and op.params[k].default == v for k, v in static):
         return op
+    if any(isinstance(v, Cover) and v.kind != "real" for _, v in static):
+        raise SpecError(op.name, f"no certificate covers the parameters {dict(static)}")
     twin = op.with_nodes(op.nodes, "params:" + ",".join(f"{k}={v}" for k, v in static))
-    twin.params = {**op.params, **{k: Param(v, symbolic=False) for k, v in static}}
+    twin.params = {**op.params, **{k: dataclasses.replace(op.params[k], positive=False)
+                                   if isinstance(v, Cover) else Param(v, symbolic=False) for k, v in static}}
     twin.base_name = op.base_name
     return twin
 
@@ -81,7 +95,7 @@ def _wiring(op: Op, claim: str, dims: dict, budget: float) -> tuple[dict, list]:
         claims = [c for c in op.claims() if c.startswith("vjp[")]
         out = run_with_budget(lambda: prove_wiring_claims(op, claims, dims),
                               budget * tol.SHARE["wiring"] * len(claims))
-        _CACHE[key] = (op, out, node_signatures(op, dims))
+        _CACHE[key] = (op, out, node_points(op, dims))
     _, out, signatures = _CACHE[key]
     if out.status != "ok":
         return {"status": out.status, "error": (out.error or "")[:300]}, signatures
@@ -98,33 +112,54 @@ def prove_compositional(op: Op, claim: str, dims: dict, *, budget: float = tol.D
         raise SpecError(op.name, f"only VJP claims are proved compositionally, not {claim!r}")
     dims = op.resolve_dims(dims)
     wiring, signatures = _wiring(op, claim, dims, budget)
-    nodes, failed_node = [], None
-    for inst, node_op, ndims, static in signatures:
+    nodes, failed_node, domains = [], None, []
+    for inst, node_op, ndims, static, outside in signatures:
+        notes = [{"param": k, "value": v, "declared": d, "certificate": how} for k, v, d, how in outside]
+        domains += [{"node": inst, "op": node_op.name, **n} for n in notes]
+        uncovered = any(n["certificate"] == "none" for n in notes)
         for c in node_op.claims():
             if not c.startswith("vjp["):
                 continue
+            entry = {"node": inst, "op": node_op.name, "claim": c, "dims": dict(ndims),
+                     "params": {k: str(v) if isinstance(v, Cover) else v for k, v in static}}
+            if notes:
+                entry["outside_domain"] = notes
+            if uncovered:           # no certificate to rest on: none is issued, none is cited
+                nodes.append({**entry, "verdict": "inconclusive", "rests_on": "none"})
+                continue
             cert = cover_node(node_op, c, dict(ndims), static=static, budget=budget, seed=seed)
-            nodes.append({"node": inst, "op": node_op.name, "claim": c, "dims": dict(ndims),
-                          "params": dict(static), "verdict": cert.verdict, "rests_on": cert.method,
+            nodes.append({**entry, "verdict": cert.verdict, "rests_on": cert.method,
                           "certificate_dims": cert.dims, "digest": _digest(cert)})
             if cert.verdict == "failed" and failed_node is None:
                 failed_node = (inst, cert)
     evidence = {"wiring": wiring, "nodes": nodes}
+    if domains:
+        evidence["domains"] = domains
     if wiring.get("status") == "proved" and all(n["verdict"] in PROVED for n in nodes):
         verdict = "proved-compositional"
     elif failed_node is not None or wiring.get("status") in ("failed", "unsupported"):
         verdict = _real_witness(op, claim, dims, budget, seed, evidence, failed_node, wiring)
     else:
         verdict = "inconclusive"
-        evidence["reason"] = "a node or the wiring was not proved within the budget"
+        evidence["reason"] = ("" if any(d["certificate"] == "none" for d in domains) else
+                              "a node or the wiring was not proved within the budget")
+    if verdict == "inconclusive" and domains:     # a failed one says so with its witness and domains
+        evidence["reason"] = "; ".join([*filter(None, [evidence.get("reason")]), *map(_outside, domains)])
     return Certificate.issue(op, claim=claim, tier="symbolic", verdict=verdict, method="compositional",
                        dims=dims, assumptions=assumptions_of(op, {}) + [
                            "the wiring holds for every differentiable function at every node call "
                            "(a node call is its whole point: every argument and parameter)",
                            "each node's claim rests on the certificate listed (an every-size proof covers "
-                           "these dims)"],
+                           "these dims; a proof for a param's declared domain covers only calls inside it, "
+                           "a call outside rests on a proof at exactly that value or for every real value)"],
                        evidence=evidence, seconds=time.perf_counter() - start,
                        checker_sha256=CHECKER_SHA256)
+
+
+def _outside(d: dict) -> str:
+    rests = "no certificate" if d["certificate"] == "none" else f"a proof {d['certificate']}"
+    return (f"node {d['node']} is called with {d['param']} = {d['value']}, outside its declared domain "
+            f"({d['declared']}): its claim there rests on {rests}")
 
 
 def _real_witness(op, claim, dims, budget, seed, evidence, failed_node, wiring) -> str:

@@ -31,6 +31,9 @@ dims).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from fractions import Fraction
+
 import numpy as np
 
 from vjpcert.core.backends import exact
@@ -38,7 +41,7 @@ from vjpcert.core.registry import Op, SpecError
 from vjpcert.symbolic.wiring_algebra import (Call, J, Tag, Tape, Term, Unsupported, canonical, collect,
                                              transpose_word)
 
-__all__ = ["Unsupported", "node_signatures", "prove_wiring", "prove_wiring_claims"]
+__all__ = ["Cover", "Unsupported", "node_points", "node_signatures", "prove_wiring", "prove_wiring_claims"]
 
 
 # ============================================================================ the backend and nodes
@@ -275,10 +278,87 @@ def _show(tape: Tape, key, coef) -> str:
 
 def node_signatures(op: Op, dims: dict) -> list[tuple]:
     """(instance, node op, node dims, static params) of every node call of the composite's forward and
-    backward at these dims (those recorded before a construct outside linear wiring, if any)."""
+    backward at these dims (those recorded before a construct outside linear wiring, if any). The
+    static params are the structural values, and every symbolic one called outside the node's declared
+    domain with what its certificate must cover instead (``node_points``)."""
+    return [s[:4] for s in node_points(op, dims)]
+
+
+@dataclass(frozen=True)
+class Cover:
+    """What a node's certificate must cover for a parameter no exact value can stand for: ``real``, a
+    proof for every real value (a symbol or a computed value reaching a positive param); ``none``, no
+    certificate at all (a traced value reaching a structural param, which takes Python values only)."""
+
+    kind: str
+
+    def __str__(self):
+        return "every real value" if self.kind == "real" else "no certificate covers it"
+
+
+def node_points(op: Op, dims: dict) -> list[tuple]:
+    """``node_signatures`` plus, per signature, the calls' parameters that fall outside the node's
+    declared domains: (instance, node op, node dims, static, outside), where ``outside`` is a tuple of
+    (param, value as the wiring saw it, declared domain, what the certificate covers instead).
+
+    A node's proof holds where its params are declared: a symbolic param for every real value, or for
+    every value > 0 with ``positive=True``; a structural one at exactly its value. So a call inside the
+    domain rests on the node's own certificate; a call outside it needs another one, recorded in
+    ``static``: at exactly the value (a constant, zero, a fraction), or for every real value (a param
+    of the composite not declared positive, a value computed from inputs: anything whose sign is not
+    implied by the composite's own declarations), or none (``Cover("none")``)."""
     tape = _run(op, dims)[0]
-    out = set()
+    merged: dict = {}
     for c in tape.calls:
-        static = tuple(sorted((k, v) for k, v in c.params.items() if not isinstance(v, Tag)))
-        out.add((c.instance, c.op, tuple(sorted(c.dims.items())), static))
-    return sorted(out, key=lambda s: (s[0], s[2], s[3]))
+        static, outside = [], []
+        for k, v in c.params.items():
+            p = c.op.params[k]
+            if not p.symbolic:
+                if isinstance(v, Tag):
+                    static.append((k, Cover("none")))
+                    outside.append((k, repr(v), "structural: exactly a Python value", "none"))
+                else:
+                    static.append((k, v))
+            elif p.positive and _sign(v, op) != ">0":
+                if v.const is not None:
+                    q = int(v.const) if v.const.denominator == 1 else v.const
+                    static.append((k, q))
+                    outside.append((k, repr(v), f"{k} > 0", f"at {k} = {q} exactly"))
+                else:
+                    static.append((k, Cover("real")))
+                    outside.append((k, repr(v), f"{k} > 0", f"for every real {k}"))
+        sig = (c.instance, c.op, tuple(sorted(c.dims.items())), tuple(sorted(static)))
+        merged.setdefault(sig, set()).update(outside)
+    out = [(*sig, tuple(sorted(outside))) for sig, outside in merged.items()]
+    return sorted(out, key=lambda s: (s[0], s[2], tuple((k, _order(v)) for k, v in s[3])))
+
+
+def _order(v):
+    """A sort key for a static value: numbers by value, anything else after them by its repr."""
+    return (0, v, "") if isinstance(v, (int, Fraction)) else (1, 0, repr(v))
+
+
+def _sign(t: Tag, op: Op, depth: int = 0) -> str | None:
+    """">0", ">=0", "<0", "<=0" where the composite's own declarations imply it for every value its
+    params may take, else None: constants by value, a param by its ``positive``, sums and constant
+    multiples by the signs of their parts. Node outputs, inputs and non-differentiable inputs: None,
+    and so is anything nested deeper than a parameter expression plausibly is (None is never wrong:
+    it only asks for a stronger certificate)."""
+    if t.kind == "const":
+        return ">0" if t.const > 0 else "<0" if t.const < 0 else ">=0"
+    if t.kind == "param":
+        p = op.params.get(t.args[0])
+        return ">0" if p is not None and p.symbolic and p.positive else None
+    if depth > 32:
+        return None
+    if t.kind == "scale":                # the tape folds a zero multiple into a constant
+        inner = _sign(t.tape.tags[t.args[1]], op, depth + 1)
+        flip = {">0": "<0", ">=0": "<=0", "<0": ">0", "<=0": ">=0"}
+        return inner if inner is None or t.args[0] > 0 else flip[inner]
+    if t.kind == "add":
+        a = _sign(t.tape.tags[t.args[0]], op, depth + 1)
+        b = None if a is None else _sign(t.tape.tags[t.args[1]], op, depth + 1)
+        for strict, weak in ((">0", ">=0"), ("<0", "<=0")):
+            if {a, b} <= {strict, weak}:
+                return strict if strict in (a, b) else weak
+    return None
