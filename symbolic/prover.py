@@ -116,6 +116,13 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
         m = attempt("modp", lambda: strategies.modp(traced, seed=seed, salt=salt))
         if m["status"] == "proved-probabilistic":
             return certificate("checked-probabilistic", m["method"], decided(m))
+        if m["status"] == "failed":
+            return certificate("failed", m["method"], decided(m))
+        if m["status"] == "nonzero":     # with atoms: an identity between them, or an error -- not `checked`
+            return certificate("inconclusive", "none", {
+                "reason": f"the residual is nonzero mod p (prime {m['prime']}) with {m['atoms']} atoms "
+                          "independent, and the exact ring did not finish to apply their relations: either "
+                          "an identity between atoms or an error; digits alone do not decide it"})
 
     if r["status"] == "nonzero" and rr["status"] == "nonzero":
         # exact evidence of a nonzero residual (the relations leave one) outranks digits: an error

@@ -325,12 +325,24 @@ def modp(claim: TracedClaim, *, seed: int = 0, salt: str = "", trials: int = tol
     primes, done = [], 0
     for _ in range(10 * trials):
         p = random_prime(rng)
+        F = ModPField(rng, p)
         try:
-            R = claim.residual(ModPField(rng, p))[0]
+            R = claim.residual(F)[0]
         except ZeroDivisionError:
             continue
         if R != 0:
-            return {"status": "nonzero", "trials": done + 1, "prime": str(p)}
+            out = {"status": "nonzero", "trials": done + 1, "prime": str(p), "atoms": len(F.atoms)}
+            if not F.atoms:
+                # + - * / only: a rational function nonzero at a point mod p (no pole there) has a
+                # nonzero numerator over Q -- the claim is false, however small the difference is
+                out.update(status="failed", method="modp-rational-witness", witness={
+                    "component": "<backward - J^T dy, t> summed over every entry" if claim.kind == "vjp"
+                    else "<lhs - rhs, probe>", "prime": str(p), "residual_mod_p": str(R), "exact": True,
+                    "point_mod_p": {leaf.name: str(v) for leaf, v in list(F.values.items())[:tol.WITNESS_MAX_LEAVES]},
+                    "point_truncated": len(F.values) > tol.WITNESS_MAX_LEAVES,
+                    "reason": "the residual is a rational function of the inputs (no transcendental), "
+                              "nonzero at this point mod p: it is not identically zero"})
+            return out
         primes.append(str(p))
         done += 1
         if done == trials:

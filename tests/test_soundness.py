@@ -402,3 +402,30 @@ def test_a_nonzero_the_relations_leave_is_never_checked(tmp_path, capsys, backwa
         return
     assert verdicts == {"symbolic": "inconclusive", "numeric": "inconclusive"}, out
     assert all("nonzero" in r["evidence"]["reason"] for r in recs)
+
+
+@pytest.mark.parametrize("backward, verdict", [
+    ("2 * x * dy + dy * x * B.c(1, 10**120)", "failed"),           # rational: nonzero mod p is a disproof
+    ("dy * (1 - B.tanh(x) ** 2) * (1 + B.c(1, 10**120))", "inconclusive"),   # with an atom: not certain
+])
+def test_when_the_ring_runs_out_a_nonzero_mod_p_is_never_checked(monkeypatch, backward, verdict):
+    """The ring did not finish (here: made to hang), so the ladder goes to the randomised exact test,
+    which finds the residual nonzero; 100 digits cannot see 1e-120. Before, that was `checked`."""
+    import time
+    from vjpcert import op
+    from vjpcert.symbolic import strategies
+    from vjpcert.symbolic.prover import prove_claim
+
+    monkeypatch.setattr(strategies, "ring", lambda claim, seed=0: time.sleep(60))
+
+    @op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}], name="ring_runs_out")
+    def f(B, x):
+        return B.tanh(x) if "tanh" in backward else x * x
+
+    ns = {}
+    exec(f"def back(B, x, dy):\n    return ({backward},)", ns)
+    f.defvjp(ns["back"])
+    cert = prove_claim(f, "vjp[x]", {"n": 2}, budget=6)
+    assert cert.verdict == verdict, cert.evidence
+    if verdict == "failed":
+        assert cert.method == "modp-rational-witness" and cert.evidence["witness"]["exact"]
