@@ -18,7 +18,14 @@ the claim:
   5. tolerance: per output, the model-free rule of ``core/tolerance.py`` (FlashAttention's:
      max|kernel - spec_f64| <= k max|spec_f32 - spec_f64| + 4 u max|spec_f64|, k = 2 forward, 3
      backward); external kernels have no rounding-error model of ours (their arithmetic is theirs),
-  6. laws: each runtime law of the kernel on its outputs, against the same law on the float32 spec.
+  6. program order (in the interpreter, the first case): the case again with each launch's programs
+     in every other order of ``interpreter.ORDERS`` (reversed, seeded shuffles; the seed a hash of the
+     kernel, dims and case; evidence["program_orders"] records which ran). A GPU runs a launch's
+     programs in any order, so any bit that differs from grid order is a race between programs of one
+     launch, unless the run made float atomic adds, whose rounding legitimately depends on the order:
+     then every order is held to the rule of check 5 instead (bitwise would call every atomic
+     accumulation a race; a race reading stale data is far outside the rule),
+  7. laws: each runtime law of the kernel on its outputs, against the same law on the float32 spec.
 Verdicts: ``kernel-match``, ``failed`` (evidence["witness"]: which check, which case, where, by how
 much), ``inconclusive`` (Triton or torch missing).
 
@@ -26,6 +33,8 @@ This module imports from ``specs`` and ``core`` only (never from another checker
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from pathlib import Path
 
@@ -36,11 +45,16 @@ from vjpcert.core import kernel_checks as _shared
 from vjpcert.core import tolerance as _rule
 from vjpcert.core.certificate import Certificate, checker_code_sha256, versions
 from vjpcert.core.registry import Op, SpecError
+from vjpcert.triton_kernels.interpreter import ORDERS, program_sequence
 
 CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
 CASES = _cases.CASES
 FIRST_CASE = _shared.FIRST_CASE
 DETERMINISM_RUNS = 2
+# Program orders run in the first case only, at every size: each order is one more run of the case
+# (measured on the Liger ladder and our kernels, 104 checks: 37 s without the orders, 40 s with them),
+# and a race shows with any inputs. A shuffle that repeats an order already run (a launch of two
+# programs has two) is not run again.
 DTYPE = np.float32
 
 
@@ -96,29 +110,41 @@ class KernelRaised(Exception):
     pass
 
 
-def _run(kernel, op: Op, inputs: dict, dy, params: dict, fence: str = "nan"):
+class OrderUnknown(Exception):
+    pass
+
+
+def _run(kernel, op: Op, inputs: dict, dy, params: dict, fence: str = "nan", order: str = "grid",
+         order_seed: int = 0, record: bool = False):
     """One launch: fresh fenced inputs (fences of pattern ``fence``), poisoned outputs, the interpreter
-    made faithful. Returns (outputs, fence violations)."""
+    made faithful, every launch's programs in ``order``. Returns (outputs, fence violations), and the
+    interpreter's ``Record`` of the launches (None on a GPU) after them with ``record``."""
     from vjpcert.triton_kernels import harness
-    from vjpcert.triton_kernels.interpreter import faithful, interpreting
+    from vjpcert.triton_kernels.interpreter import OrderPatchBroken, faithful, interpreting
     args = dict(inputs)
     if kernel.kind == "backward":
         args["dy"] = dy
     # numpy's overflow warnings inside the interpreter (exp of a large logit) are the kernel's business:
     # an overflow that matters shows as a non-finite output or an error over the bound
-    with faithful(kernel.modules or _modules_of(kernel)), harness.run_context(fence) as arena, np.errstate(all="ignore"):
+    with faithful(kernel.modules or _modules_of(kernel), order=order, order_seed=order_seed) as launches, \
+            harness.run_context(fence) as arena, np.errstate(all="ignore"):
         try:
             outs = _shared.as_tuple(kernel.launcher(**args, **params))
         except SpecError:
             raise
         except Exception as exc:
+            broken = exc
+            while broken is not None and not isinstance(broken, OrderPatchBroken):
+                broken = broken.__cause__ or broken.__context__
+            if broken is not None:
+                raise OrderUnknown(str(broken)) from exc
             if "outside of the scope of a kernel" in str(exc) and interpreting():
                 raise SpecError(op.name, "a Triton kernel of this launcher was decorated before TRITON_INTERPRET "
                                          "was set, so it cannot run in the interpreter: import vjpcert.triton_kernels "
                                          "before triton, or run with TRITON_INTERPRET=1") from exc
             raise KernelRaised(f"{type(exc).__name__}: {str(exc)[:500]}") from exc
         outs = tuple(np.asarray(o if isinstance(o, np.ndarray) else harness.to_numpy(o)) for o in outs)
-        return outs, arena.violations()
+        return (outs, arena.violations(), launches) if record else (outs, arena.violations())
 
 
 def _modules_of(kernel) -> tuple:
@@ -174,12 +200,17 @@ def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
                f"tolerance: {rule_in_words(spec.kind)}"]
             + (["run in Triton's interpreter on the CPU (TRITON_INTERPRET=1): float scalars passed as fp32 and "
                 "libdevice functions evaluated in float64 and rounded once (triton_kernels/interpreter.py); "
-                "programs run one after another, so races and a GPU's own libdevice errors are not seen"]
-               if mode == "interpreter" else []),
+                "a GPU's own libdevice errors are not seen",
+                f"program orders: each launch's programs run one after another, in grid order and, for the "
+                f"first case, {', '.join(ORDERS[1:])} (seeded, recorded): an output that depends on the "
+                f"order fails; a race only an interleaving of two programs shows (a lost update whose sums "
+                f"come out the same in every order) is not seen"]
+               if mode == "interpreter" else
+               ["program orders: the GPU's own; the determinism runs are the only look at a race"]),
             evidence=evidence, seconds=time.perf_counter() - start, checker_sha256=CHECKER_SHA256,
             versions={**versions(), **_versions()})
 
-    state = {"inputs": {}, "dy": None, "case": None}
+    state = {"inputs": {}, "dy": None, "case": None, "seed": seed}
 
     def failed(check: str, **witness):
         evidence["witness"] = {"check": check, "case": state["case"], **witness, "seed": seed, "dims": dims}
@@ -191,12 +222,20 @@ def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
     if mode == "none":
         evidence["reason"] = unavailable_reason() or "no CUDA device and TRITON_INTERPRET is off"
         return certificate("inconclusive")
+    try:
+        return _check_cases(op, spec, kernel, dims, cases, params, mode, evidence, state, failed, certificate)
+    except OrderUnknown as exc:
+        evidence["reason"] = (f"Triton's interpreter did not run the programs the way the program-order patch "
+                              f"assumes ({exc}): which order ran cannot be said (triton_kernels/interpreter.py)")
+        return certificate("inconclusive")
 
+
+def _check_cases(op, spec, kernel, dims, cases, params, mode, evidence, state, failed, certificate):
     per_case: dict = {}
     evidence["per_case"] = per_case
     for case in cases:
         state["case"] = case
-        inputs, dy = _sample(op, spec, dims, seed, case)
+        inputs, dy = _sample(op, spec, dims, state["seed"], case)
         state["inputs"], state["dy"] = inputs, dy
         ref64 = _shared.reference(op, spec.kind, inputs, dy, np.float64, spec.params)
         ref32 = _shared.reference(op, spec.kind, inputs, dy, np.float32, spec.params)
@@ -206,9 +245,11 @@ def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
         first = case == cases[0]
         try:
             while len(runs) < (DETERMINISM_RUNS if first else 1):
-                outs, fence = _run(spec, op, inputs, dy, params)
+                outs, fence, launches = _run(spec, op, inputs, dy, params, record=True)
                 if fence:
                     return failed("fence", violations=fence)
+                if not runs:
+                    grid_launches = launches
                 runs.append(outs)
         except KernelRaised as exc:
             return failed("kernel raised", error=str(exc))
@@ -257,10 +298,7 @@ def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
         # 5. tolerance, per output
         outs = {}
         per_case[case] = {"outputs": outs}
-        # as `vjpcert check --impl` does (vjpcert/impl.py): a cotangent far smaller than its siblings
-        # (RMSNorm's dx on a row of one element, eps / x^2 ~ 1e-6 of dgamma) is computed from the same
-        # O(1) quantities and carries their rounding, so the floor's scale is the largest cotangent's
-        siblings = max((float(np.abs(r).max()) for r in ref64 if r.size), default=0.0) if spec.kind == "backward" else 0.0
+        siblings = _floor_scale(spec, ref64)
         for name, out, r64, r32 in zip(spec.outputs, runs[0], ref64, ref32):
             r = _rule.compare(out, r64, r32, backward=spec.kind == "backward", dtype=DTYPE, floor_scale=siblings)
             outs[name] = {k: r[k] for k in ("error", "baseline_error", "bound", "scale")}
@@ -270,7 +308,18 @@ def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
                               spec_f64=float(r64[tuple(idx)]), spec_f32=float(r32[tuple(idx)]),
                               error=r["error"], bound=r["bound"], float32_spec_error=r["baseline_error"])
 
-        # 6. laws
+        # 6. program orders, once grid order is known to be within the rule (the interpreter's grid
+        # order is one of the many a GPU may use)
+        if mode == "interpreter" and first:
+            verdict = _program_orders(spec, op, inputs, dy, params, dims, case, evidence, failed,
+                                      runs[0], grid_launches, ref64, ref32, state["seed"])
+            if verdict is not None:
+                return verdict
+        elif mode == "gpu" and first:
+            evidence["program_orders"] = {"ran": ["the GPU's own"], "note": "on a GPU the hardware chooses the "
+                                          "order (and runs programs at once); it is not chosen here"}
+
+        # 7. laws
         laws = {}
         per_case[case]["laws"] = laws
         law_kernels = {k.name: _LawKernel(k, op) for k in (_registry().values() if kernel is None else ())}
@@ -288,6 +337,101 @@ def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
     evidence["nan_poison"] = ("outputs NaN-filled and every buffer fenced before every launch; every element "
                               "written and finite, no fence touched")
     return certificate("kernel-match")
+
+
+def order_seed(seed: int, spec, dims: dict, case: str) -> int:
+    """The seed of the shuffled orders: a hash of the kernel (name, source, op, kind), the dims, the
+    case and the checker's seed, so a rerun shuffles the same way and two kernels differently."""
+    key = json.dumps([seed, spec.name, spec.source, spec.op, spec.kind, sorted(dims.items()), case])
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
+
+
+def _value(v) -> float | str:
+    v = float(v)
+    return v if np.isfinite(v) else str(v)
+
+
+def _program_orders(spec, op, inputs, dy, params, dims, case, evidence, failed, grid_outs, grid_launches,
+                    ref64, ref32, seed):
+    """Run the case again with each launch's programs in every other order of ``ORDERS``; None if the
+    outputs do not depend on the order (bitwise; within the tolerance rule where float atomic adds
+    ran), else the failed certificate."""
+    s = order_seed(seed, spec, dims, case)
+    launches = [{k: launch[k] for k in ("kernel", "grid")} for launch in grid_launches.launches]
+    record = {"case": case, "seed": s, "ran": ["grid"], "launches": launches,
+              "float_atomics": grid_launches.float_atomics, "compared": "bitwise", "largest_difference": 0.0}
+    evidence["program_orders"] = record
+    if not any(n > 1 for n in grid_launches.grids()):
+        record["note"] = ("every launch has one program: every order is grid order" if launches
+                          else "the launcher made no Triton launch")
+        return None
+    seen = {_sequences("grid", s, grid_launches)}
+    atomics = grid_launches.float_atomics > 0
+    worst: dict = {}
+    for order in ORDERS[1:]:
+        key = _sequences(order, s, grid_launches)
+        if key in seen:
+            continue        # a launch of two programs has two orders: a shuffle repeats one of them
+        seen.add(key)
+        where = {"order": order, "order_seed": s, "launches": launches}
+        try:
+            outs, fence, ran = _run(spec, op, inputs, dy, params, order=order, order_seed=s, record=True)
+        except KernelRaised as exc:
+            return failed("kernel raised", **where, error=str(exc))
+        record["ran"].append(order)
+        if fence:
+            return failed("fence", **where, violations=fence)
+        atomics = atomics or ran.float_atomics > 0
+        record["float_atomics"] = max(record["float_atomics"], ran.float_atomics)
+        for name, a, b, r64, r32 in zip(spec.outputs, grid_outs, outs, ref64, ref32):
+            if a.shape != b.shape or a.dtype != b.dtype:
+                return failed("program order", **where, output=name, grid_shape=list(a.shape),
+                              reordered_shape=list(b.shape), reordered_dtype=str(b.dtype))
+            # bit for bit (a sign of zero counts), but a NaN is a NaN whatever its payload
+            diff = (a.view(np.int32) != b.view(np.int32)) & ~(np.isnan(a) & np.isnan(b))
+            if not diff.any():
+                continue
+            idx = [int(i) for i in np.argwhere(diff)[0]] if diff.ndim else []
+            sides = {"output": name, "index": idx, "kernel": _value(b[tuple(idx)]), "spec_f64": _value(r64[tuple(idx)]),
+                     "grid_order": _value(a[tuple(idx)]), "differing": int(diff.sum()), "of": int(diff.size)}
+            if not atomics:
+                return failed("program order", **where, **sides,
+                              explanation="the outputs depend on the order a launch's programs run in: a program "
+                                          "reads what another program of the same launch writes, with nothing "
+                                          "making it wait (a GPU runs them in any order, and at once)")
+            # float atomic adds: the order changes their rounding, so this order is held to the rule too
+            with np.errstate(all="ignore"):
+                gap = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0
+            if np.isfinite(gap):        # a non-finite output is outside the rule just below
+                record["largest_difference"] = max(record["largest_difference"], gap)
+            r = _rule.compare(b, r64, r32, backward=spec.kind == "backward", dtype=DTYPE,
+                              floor_scale=_floor_scale(spec, ref64))
+            if not r["ok"] or worst.get(name, {}).get("error", -1.0) < r["error"]:
+                worst[name] = {"order": order, "error": r["error"], "bound": r["bound"]}
+            if not r["ok"]:
+                i = [int(j) for j in np.unravel_index(r["worst_index"], r64.shape)] if r64.ndim else []
+                return failed("program order", **where, float_atomics=record["float_atomics"], output=name,
+                              index=i, kernel=_value(b[tuple(i)]), spec_f64=_value(r64[tuple(i)]),
+                              grid_order=_value(a[tuple(i)]), error=r["error"], bound=r["bound"],
+                              explanation="float atomic adds round differently in each order, so every order is "
+                                          "held to the tolerance rule: this one is outside it")
+    if atomics:
+        record["compared"] = "tolerance rule in every order (float atomic adds: their rounding depends on the order)"
+        record["worst"] = worst
+    return None
+
+
+def _sequences(order: str, s: int, launches) -> tuple:
+    return tuple(tuple(program_sequence(order, s, i, n).tolist()) for i, n in enumerate(launches.grids()))
+
+
+def _floor_scale(spec, ref64) -> float:
+    # as `vjpcert check --impl` does (vjpcert/impl.py): a cotangent far smaller than its siblings
+    # (RMSNorm's dx on a row of one element, eps / x^2 ~ 1e-6 of dgamma) is computed from the same
+    # O(1) quantities and carries their rounding, so the floor's scale is the largest cotangent's
+    if spec.kind != "backward":
+        return 0.0
+    return max((float(np.abs(r).max()) for r in ref64 if r.size), default=0.0)
 
 
 def _sample(op: Op, spec, dims: dict, seed: int, case: str):

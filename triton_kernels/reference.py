@@ -1,7 +1,7 @@
 """Our own small Triton kernels: softmax (a row in blocks of BLOCK, so rows longer than one block loop)
 and GELU in its tanh form (elementwise over the flattened array, one program per BLOCK elements).
 
-They are the Triton tier's known-good kernels: the negative controls (tests/triton_controls.py) are
+They are the Triton tier's known-good kernels: the negative controls (tests/triton/controls.py) are
 these with one fault planted each, and a user's Triton kernel is written the same way (a launcher
 taking the spec's argument names as numpy arrays, returning numpy arrays; tensors from
 ``triton_kernels.harness``).
