@@ -81,14 +81,16 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
     r = attempt("ring", lambda: strategies.ring(traced, seed=seed))
     if r["status"] == "proved":
         return certificate("proved", r["method"], decided(r))
-    if r["status"] == "failed":          # nonzero at the real atom values, whatever relates them
-        return certificate("failed", r["method"], decided(r))
     rational = False
     if r["status"] == "nonzero":         # exact arithmetic says nonzero: for a rational claim, show it
         e = attempt("exact-witness", lambda: strategies.exact_witness(traced, seed=seed))
         if e["status"] == "failed":
             return certificate("failed", e["method"], decided(e))
         rational = e["status"] == "zero"
+    if "certain" in r:                   # nonzero at the real atom values, whatever relates them
+        return certificate("failed", r["certain"]["method"],
+                           {**{k: v for k, v in decided(r).items() if k != "certain"},
+                            "witness": r["certain"]["witness"]})
 
     w = attempt("witness", lambda: strategies.witness(traced, seed=seed))
     if w["status"] == "failed":
@@ -156,6 +158,9 @@ def exact_look(op: Op, claim: str, dims: dict, *, budget: float, seed: int = 0) 
     def look():
         traced = trace_claim(op, claim, dims)
         r = strategies.ring(traced, seed=seed)
+        if "certain" in r:
+            certain = r.pop("certain")
+            return {**r, **certain, "status": "failed"}
         if r["status"] != "nonzero":
             return r
         rr = strategies.relations(traced, seed=seed)

@@ -51,7 +51,8 @@ def _evidence(F, R, lhs, rhs, claim) -> dict:
 def ring(claim: TracedClaim, *, seed: int = 0) -> dict:
     """The fast path: the residual as a polynomial in independent atoms (python-flint), then modulo
     the linear relations of shared intermediates (a row mean kept as an atom). A nonzero residual
-    that is certainly nonzero at real atom values (``_certainly_nonzero``) is a disproof: `failed`."""
+    that is certainly nonzero at real atom values (``_certainly_nonzero``) carries its disproof
+    under ``certain``."""
     F, R, lhs, rhs = _ring_residual(claim, False, seed)
     ev = _evidence(F, R, lhs, rhs, claim)
     if R.is_zero():
@@ -61,8 +62,8 @@ def ring(claim: TracedClaim, *, seed: int = 0) -> dict:
         if F.reduce_linear(R).is_zero():
             return {"status": "proved", "method": "flint-atoms", **ev}
     certain = _certainly_nonzero(F, R, claim, seed)
-    if certain is not None:
-        return {"status": "failed", "method": "exact-nonzero-factor", "witness": certain, **ev}
+    if certain is not None:     # the ladder shows a rational claim's entry-wise witness first
+        return {"status": "nonzero", "certain": {"method": "exact-nonzero-factor", "witness": certain}, **ev}
     return {"status": "nonzero", **ev}
 
 

@@ -37,7 +37,8 @@ def INTRO(mode: str) -> str:
 near-constant rows, a large offset, mixed magnitudes), the spec in float64 as the truth, and the
 project's model-free rule (`core/tolerance.py`, FlashAttention's): per output,
 max|kernel - spec_f64| <= k max|spec_f32 - spec_f64| + 4 u max|spec_f64| (k = 2 forward, 3 backward,
-u = 2^-24), plus NaN poison, fences, determinism (two runs bit for bit) and the spec's laws on the
+u = 2^-24), plus NaN poison, fences, determinism (two runs bit for bit), program
+orders (grid, reversed, three seeded shuffles: the same bits) and the spec's laws on the
 kernel's outputs. Regenerate with `python -m vjpcert.triton_report --liger --out reports/liger`.
 The harness (`triton_kernels/liger.py`) calls Liger's own `torch.autograd.Function`s; how each op's
 arguments meet its spec (cross-entropy's integer labels from one-hot or label-smoothed targets and 0/1

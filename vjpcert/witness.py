@@ -18,7 +18,7 @@ WHERE = ("in", "check", "case", "cotangent", "output", "law", "component", "wors
 # the two sides that disagree: (what the code under test gave, what it should have given)
 SIDES = (("backward", "J^T dy"), ("lhs", "rhs"), ("claimed", "derived"), ("from_backward", "from_forward"),
          ("<J^T v, u>", "<v, J u>"), ("implementation", "spec (50 digits)"), ("kernel", "spec_f64"),
-         ("run1", "run2"), ("kernel_shape", "spec_shape"))
+         ("grid_order", "kernel"), ("run1", "run2"), ("kernel_shape", "spec_shape"))
 # how far apart
 SIZE = ("relative", "error", "bound", "model_bound", "residual", "digits", "elements_over", "of")
 # raw data: in the certificate, never on the terminal
