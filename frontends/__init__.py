@@ -11,6 +11,10 @@ about PyTorch or JAX.
     vjpcert.frontends.jaxpr     jaxprs (``jax_op``, ``from_jax``), with the optional ``[jax]`` extra
     vjpcert.frontends.values    the evaluator's values: exact constants, masks, -inf; shared by both
     vjpcert.frontends.op        FrontendOp: declared inputs and dims, traced graphs, identity
+    vjpcert.frontends.precision the traced dtype: exact rounding, graphs compared modulo casts, refusals
+    vjpcert.frontends.torch_paths / jax_paths
+                                the function traced at the other dtypes and with its reads of the
+                                device answered as on CUDA: a path taken only there is refused
 
 This floor sits beside ``specs`` and imports ``vjpcert.core`` only.
 """

@@ -18,10 +18,15 @@ one over the backend ``B`` (``vjpcert.frontends.values``), nested jaxprs (``jit`
 a rule is bad input naming it. ``reduce_max`` (jax.nn.softmax's shift) is a maximum of input values:
 it is evaluated as B.max_shift, and the op carries the claim ``max_shift_free``.
 
+The trace is at float64 unless ``dtype=`` asks for another (then with 64-bit floats off, as JAX runs
+by default); a function whose jaxpr changes with the dtype or the backend is refused unless the dtype
+is named (``vjpcert.frontends.jax_paths``).
+
 JAX is optional (``pip install -e '.[jax]'``); nothing here imports it until a JAX op is made.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 from fractions import Fraction
 from typing import Callable, Mapping
@@ -30,6 +35,7 @@ import numpy as np
 
 from vjpcert.core.registry import Op, SpecError
 from vjpcert.frontends.op import FrontendOp
+from vjpcert.frontends.precision import DTYPES, check_dtype
 from vjpcert.frontends.values import Constants, Context, Val
 
 
@@ -41,12 +47,14 @@ def _jax():
     return jax
 
 
-def _x64(jax):
-    """64-bit floats for the trace only (``jax.enable_x64`` since 0.4.31; before, experimental)."""
+def _x64(jax, on: bool = True):
+    """64-bit floats on (a float64 trace) or off (a lower precision's: JAX's default, which training
+    runs in) for the trace only (``jax.enable_x64`` since 0.4.31; before, experimental)."""
     enable = getattr(jax, "enable_x64", None)
     if enable is None:
-        from jax.experimental import enable_x64 as enable
-    return enable(True)
+        from jax.experimental import enable_x64, disable_x64
+        return enable_x64() if on else disable_x64()
+    return enable(on)
 
 
 def jax_version() -> str:
@@ -65,13 +73,18 @@ def rule(*names):
     return register
 
 
+def _is_float(dt) -> bool:
+    """numpy's floats and JAX's own (bfloat16 is an ml_dtypes type numpy does not call a float)."""
+    return dt.kind == "f" or dt.name in DTYPES
+
+
 def _kind(dtype) -> str:
     dt = np.dtype(dtype)
     if dt == bool:
         return "bool"
     if dt.kind in "iu":
         return "int"
-    if dt.kind == "f":
+    if _is_float(dt):
         return "float"
     raise SpecError(None, f"dtype {dt} is not supported")
 
@@ -328,11 +341,12 @@ def _static_from_numpy(c: Context, value) -> Val:
         return Val(arr.copy(), True)
     if arr.dtype.kind in "iu":
         return Val(arr.astype(np.int64), True)
-    if arr.dtype.kind != "f":
+    if not _is_float(arr.dtype):
         raise SpecError(c.op_name, f"a constant of dtype {arr.dtype} is not supported")
+    own = arr.dtype.name if arr.dtype.name in DTYPES else None      # printed at its own precision
     if arr.shape == ():
-        return c.scalar(float(arr))
-    parts = [c.scalar(float(v)) for v in arr.ravel()]
+        return c.scalar(float(arr), own)
+    parts = [c.scalar(float(v), own) for v in arr.ravel()]
     if any(not p.static for p in parts):          # named constants inside an array: over B
         return Val(c._array_of([c.lift(p).item() if np.ndim(c.lift(p)) == 0 else c.lift(p) for p in parts],
                                arr.shape), False)
@@ -408,9 +422,11 @@ def run_jaxpr(c: Context, jaxpr, consts, args, wanted=None) -> list:
 class JaxGraph:
     """One traced joint jaxpr: outvars[0] is the forward, the rest the cotangents."""
 
-    def __init__(self, closed, output_shape, constants: str, op_name: str):
+    def __init__(self, closed, output_shape, constants: str, op_name: str, dtype: str = "float64"):
         self.closed = closed
         self.op_name = op_name
+        self.dtype = dtype              # what it was traced at (jax_paths adds what it was compared with)
+        self.explicit, self.compared, self.device_reads = False, (), ()
         self.output_shape = tuple(int(s) for s in output_shape)
         self.constants_mode = constants
         self.code = str(closed)
@@ -425,13 +441,13 @@ class JaxGraph:
         """Evaluate once in float64 on zeros: refusals surface when the op is made, and the graph's
         constants, casts and row maxima are counted."""
         from vjpcert.core.backends import F64
-        c = Context(F64, Constants(self.constants_mode), self.op_name)
+        c = Context(F64, Constants(self.constants_mode, self.dtype), self.op_name)
         args = [Val(np.zeros(v.aval.shape), False) for v in self.closed.jaxpr.invars]
         run_jaxpr(c, self.closed.jaxpr, list(self.closed.consts), args)
         return c
 
     def evaluate(self, B, arrays, part: str) -> list[np.ndarray]:
-        c = Context(B, Constants(self.constants_mode), self.op_name)
+        c = Context(B, Constants(self.constants_mode, self.dtype), self.op_name)
         jaxpr = self.closed.jaxpr
         args = [Val(np.asarray(a), False) for a in arrays]
         if part == "forward":
@@ -453,17 +469,20 @@ def _describe_error(exc: Exception) -> str:
 
 
 def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants: str = "decimal",
-          op_name: str = "?") -> JaxGraph:
-    """Trace ``fn(*diff, *nondiff, **params)`` and its VJP at these shapes, in float64."""
+          op_name: str = "?", dtype: str = "float64", probe=None) -> JaxGraph:
+    """Trace ``fn(*diff, *nondiff, **params)`` and its VJP at these shapes and ``dtype`` (64-bit floats
+    on for float64, off, as JAX runs by default, below); ``probe`` (``jax_paths.BackendProbe``)
+    watches the code's reads of the backend. One trace: ``jax_paths.trace_checked`` compares."""
     jax = _jax()
     import jax.numpy as jnp
     params = dict(params)
+    jdt = getattr(jnp, dtype)
 
     def call(*xs):
         return fn(*xs, **params)
 
-    with _x64(jax):
-        structs = [jax.ShapeDtypeStruct(tuple(s), jnp.float64) for s in shapes]
+    with _x64(jax, dtype == "float64"), probe if probe is not None else contextlib.nullcontext():
+        structs = [jax.ShapeDtypeStruct(tuple(s), jdt) for s in shapes]
         try:
             out = jax.eval_shape(call, *structs)
         except SpecError:
@@ -479,21 +498,24 @@ def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants
             y, vjp = jax.vjp(lambda *d: call(*d, *rest), *diff)
             return (y, *vjp(dy))
         try:
-            closed = jax.make_jaxpr(joint)(*structs, jax.ShapeDtypeStruct(tuple(out.shape), jnp.float64))
+            closed = jax.make_jaxpr(joint)(*structs, jax.ShapeDtypeStruct(tuple(out.shape), out.dtype))
         except SpecError:
             raise
         except Exception as exc:
             raise SpecError(op_name, f"tracing with jax.make_jaxpr failed: {_describe_error(exc)}") from None
-        return JaxGraph(closed, out.shape, constants, op_name)
+        return JaxGraph(closed, out.shape, constants, op_name, dtype)
 
 
 # ------------------------------------------------------------------------------------ making ops
 def from_jax(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tuple] | None = None,
              dims: list[dict] | None = None, nondiff: Mapping[str, tuple] | None = None,
              params: Mapping | None = None, output: tuple | None = None, large_dims=None, check_dims=None,
-             spec: Op | None = None, constants: str = "decimal", module=None, doc: str = "") -> FrontendOp:
+             spec: Op | None = None, constants: str = "decimal", module=None, doc: str = "",
+             dtype: str | None = None) -> FrontendOp:
     """An op whose forward is ``fn(*inputs, *nondiff, **params)`` (JAX arrays in, one array out) and
-    whose backward is what ``jax.vjp`` computes for it. Inputs, dims and output default to the spec's."""
+    whose backward is what ``jax.vjp`` computes for it. Inputs, dims and output default to the spec's.
+    ``dtype``: the jaxpr traced at that dtype is the one proved; by default float64, and the
+    function must have the same jaxpr at every lower precision too (``vjpcert.frontends.jax_paths``)."""
     if spec is not None:
         inputs = inputs or spec.inputs
         nondiff = spec.nondiff if nondiff is None else nondiff
@@ -504,11 +526,14 @@ def from_jax(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tupl
     if not inputs:
         raise SpecError(name, "declare the inputs and their dims (inputs={'x': ('rows', 'n')}), or name a spec")
     name = name or getattr(fn, "__name__", "jax_fn")
+    dtype = check_dtype(name, dtype)
     n_diff = len(inputs)
 
     def tracer(shapes, param_values):
-        return trace(fn, shapes, n_diff, param_values, constants=constants, op_name=name)
+        from vjpcert.frontends.jax_paths import trace_checked
+        return trace_checked(fn, shapes, n_diff, param_values, constants=constants, op_name=name, dtype=dtype)
     return FrontendOp(name=name, framework="JAX", framework_version=jax_version(), tracer=tracer, fn=fn,
+                      dtype=dtype,
                       module=module if module is not None else inspect.getmodule(fn), inputs=inputs,
                       dims=list(dims or []), nondiff=nondiff, params=params, output=output,
                       large_dims=large_dims, check_dims=check_dims, spec=spec, constants=constants,

@@ -20,6 +20,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from vjpcert.core.registry import Op, Param, SpecError, check_name, dim_size
+from vjpcert.frontends.precision import CAST_WORDS, DEFAULT, device_words, identity_of, traced_words
 from vjpcert.frontends.values import decimal_of, describe_readings
 
 FRONTEND_DIR = Path(__file__).resolve().parent
@@ -51,7 +52,8 @@ class FrontendOp(Op):
                  fn: Callable | None = None,
                  dims: list[dict], nondiff: Mapping[str, tuple] | None = None, params: Mapping | None = None,
                  output: tuple | None = None, large_dims=None, check_dims=None, spec: Op | None = None,
-                 constants: str = "decimal", doc: str = "", framework_version: str = ""):
+                 constants: str = "decimal", doc: str = "", framework_version: str = "",
+                 dtype: str | None = None):
         if not inputs:
             raise SpecError(name, "a framework op needs at least one differentiable input")
         if not dims:
@@ -63,6 +65,7 @@ class FrontendOp(Op):
         self.framework = framework
         self.framework_version = framework_version
         self.constants = constants
+        self.trace_dtype = dtype        # the dtype asked for; None: float64, compared with lower precisions
         self.spec = spec
         self._sha = None
         params = {k: (v if isinstance(v, Param) else Param(v, symbolic=False)) for k, v in (params or {}).items()}
@@ -178,7 +181,7 @@ class FrontendOp(Op):
         """What a certificate of this op rests on, in words: the general statements, and what the
         graphs at the op's dims (its proof ladder and its check dims) read their constants as and
         which decompositions they hold."""
-        readings, decomposed, casts = {}, set(), set()
+        readings, decomposed, casts, reads, compared = {}, set(), set(), {}, None
         for d in [*self.dims, self.check_dims]:
             try:
                 g = self.graph_at(d)
@@ -187,16 +190,22 @@ class FrontendOp(Op):
             readings.update(g.readings)
             decomposed |= set(g.decomposed)
             casts |= set(g.casts)
+            reads.update(dict.fromkeys(getattr(g, "device_reads", ())))
+            mine = getattr(g, "compared", ())
+            compared = mine if compared is None else tuple(x for x in compared if x in mine)
         specific = describe_readings(self.constants, readings)
         if decomposed:
             specific.append(f"{self.framework}'s own decompositions replace: " + ", ".join(sorted(decomposed)))
         if casts:
             specific.append(f"the graph converts between float dtypes ({', '.join(sorted(casts))}): read as exact "
                             f"(the proof is about the real-number function; rounding is the numeric tiers' business)")
+        at = self.trace_dtype or DEFAULT
         words = [f"the {self.framework} code as traced ({self.framework} {self.framework_version}): forward "
                  f"and backward are the traced graph, one per input shape, evaluated op by op",
-                 "every float constant in the graph is read as the exact number stated (decimals as "
-                 "printed unless read as a named constant); casts between float dtypes are exact"]
+                 traced_words(self.framework, at, self.trace_dtype is not None, compared or ()),
+                 device_words(self.framework, list(reads)),
+                 f"every float constant in the graph is read as the exact number stated (decimals as "
+                 f"printed at {at} unless read as a named constant); {CAST_WORDS}"]
         if self.params:
             words.append("parameters are fixed at the values given: "
                          + ", ".join(f"{k} = {p.default!r}" for k, p in self.params.items()))
@@ -228,7 +237,8 @@ class FrontendOp(Op):
 
     @property
     def spec_sha256(self) -> str:
-        """The op's identity: the frontend's own code, the framework's version, the declaration,
+        """The op's identity: the frontend's own code, the framework's version, the declaration (with
+        the dtype and device it is traced at: a float32 graph is another op than the float64 one),
         the user's source file(s), the spec it is tied to, and the traced graph at the first dims
         (a framework release that changes a derivative formula changes the graph)."""
         if self._sha is None:
@@ -236,7 +246,8 @@ class FrontendOp(Op):
             h = hashlib.sha256()
             h.update(files_sha256(sorted(FRONTEND_DIR.glob("*.py"))).encode())
             h.update(f"{self.framework} {self.framework_version}".encode())
-            decl = {"name": self.name, "inputs": self.inputs, "nondiff": self.nondiff,
+            decl = {"name": self.name, "traced": identity_of(self.trace_dtype),
+                    "inputs": self.inputs, "nondiff": self.nondiff,
                     "params": {k: repr(p.default) for k, p in self.params.items()},
                     "dims": self.dims, "large_dims": self.large_dims, "check_dims": self.check_dims,
                     "constants": self.constants, "output": [str(e) for e in self.output]}

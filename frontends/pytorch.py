@@ -17,6 +17,10 @@ decomposition (``torch._decomp``) and traced again, until every node has a rule,
 that is bad input naming the op, never a silent skip. The graph is then evaluated node by node with
 numpy over the backend ``B`` (``vjpcert.frontends.values``).
 
+The fake tensors are cpu tensors of one dtype: float64 unless ``dtype=`` asks for another. A function
+whose graph changes with the dtype or the device (a fused path for float32, or on CUDA) is refused
+unless the dtype is named (``vjpcert.frontends.torch_paths``).
+
 Rules give each op its mathematical meaning: ``aten.exp`` is exp, ``aten._softmax`` is
 exp(x_i) / sum_j exp(x_j) (its shift by the row maximum is ``B.max_shift``: 0 exactly, the maximum in
 floats). A comparison of input-dependent values (``aten.gt``, ``aten.amax``, ``relu``) is refused, as
@@ -24,6 +28,7 @@ it is in a spec: the proof would otherwise hold only on one side of the kink.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 from fractions import Fraction
 from typing import Callable, Mapping
@@ -32,6 +37,7 @@ import numpy as np
 
 from vjpcert.core.registry import Op, SpecError
 from vjpcert.frontends.op import FrontendOp
+from vjpcert.frontends.precision import check_dtype
 from vjpcert.frontends.values import Constants, Context, Val
 
 MAX_DECOMPOSITION_ROUNDS = 40
@@ -572,9 +578,11 @@ class TorchGraph:
     """One traced joint graph: outputs[0] is the forward, outputs[1:] the cotangents."""
 
     def __init__(self, gm, n_arrays: int, output_shape: tuple, decomposed: list[str], constants: str,
-                 op_name: str):
+                 op_name: str, dtype: str = "float64"):
         self.gm = gm
         self.op_name = op_name
+        self.dtype = dtype              # what it was traced at (torch_paths adds what it was compared with)
+        self.explicit, self.compared, self.device_reads = False, (), ()
         self.output_shape = tuple(int(s) for s in output_shape)
         self.decomposed = sorted(decomposed)
         self.constants_mode = constants
@@ -606,7 +614,7 @@ class TorchGraph:
     def _scan(self):
         """What the graph's certificates rest on: how its float constants are read, which dtype
         conversions it makes (read as exact), which ops PyTorch's decompositions replaced."""
-        consts = Constants(self.constants_mode)
+        consts = Constants(self.constants_mode, self.dtype)
         self.casts = set()
         for n in self.order:
             for v in _flat_args(n):
@@ -622,7 +630,7 @@ class TorchGraph:
         self.readings = dict(consts.readings)
 
     def evaluate(self, B, arrays, part: str) -> list[np.ndarray]:
-        ctx = Context(B, Constants(self.constants_mode), self.op_name)
+        ctx = Context(B, Constants(self.constants_mode, self.dtype), self.op_name)
         env = {}
         for ph, a in zip(self.placeholders, arrays):
             env[ph] = Val(np.asarray(a), False)
@@ -669,14 +677,22 @@ def _describe_error(exc: Exception) -> str:
 
 
 def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants: str = "decimal",
-          op_name: str = "?") -> TorchGraph:
-    """Trace ``fn(*diff, *nondiff, **params)`` and its backward at these shapes (float64)."""
+          op_name: str = "?", dtype: str = "float64", probe=None) -> TorchGraph:
+    """Trace ``fn(*diff, *nondiff, **params)`` and its backward at these shapes, on fake cpu tensors
+    of ``dtype``; ``probe`` (``torch_paths.DeviceProbe``) watches (or answers) the code's reads of the
+    device. One trace: ``torch_paths.trace_checked`` is the one that compares dtypes and devices."""
     torch = _torch()
+    with probe if probe is not None else contextlib.nullcontext():
+        return _trace(torch, fn, shapes, n_diff, params, constants, op_name, dtype)
+
+
+def _trace(torch, fn, shapes, n_diff, params, constants, op_name, dtype) -> TorchGraph:
     from torch._decomp import core_aten_decompositions, decomposition_table
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
     params = dict(params)
+    tdt = getattr(torch, dtype)
 
     def call(*xs):
         try:
@@ -691,7 +707,7 @@ def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants
         return out
 
     with FakeTensorMode():
-        out_shape = tuple(call(*[torch.zeros(s, dtype=torch.float64) for s in shapes]).shape)
+        out_shape = tuple(call(*[torch.zeros(s, dtype=tdt) for s in shapes]).shape)
 
     def joint(*args):
         diff, rest, dy = args[:n_diff], args[n_diff:-1], args[-1]
@@ -704,7 +720,7 @@ def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants
                 grads = torch.autograd.grad(out, xs, dy, allow_unused=True)
         return (out, *[torch.zeros_like(x) if g is None else g for x, g in zip(xs, grads)])
 
-    examples = [torch.zeros(s, dtype=torch.float64) for s in shapes] + [torch.zeros(out_shape, dtype=torch.float64)]
+    examples = [torch.zeros(s, dtype=tdt) for s in shapes] + [torch.zeros(out_shape, dtype=tdt)]
     core = core_aten_decompositions()
     table: dict = {}
     decomposed: set[str] = set()
@@ -745,17 +761,20 @@ def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants
         raise SpecError(op_name, f"{t} has no exact rule and PyTorch has no decomposition for it"
                                  + (f" (it comes from PyTorch's decomposition of {source})" if source else "")
                                  + more + (f"; {hint}" if hint else ""))
-    return TorchGraph(gm, len(shapes), out_shape, sorted(decomposed), constants, op_name)
+    return TorchGraph(gm, len(shapes), out_shape, sorted(decomposed), constants, op_name, dtype)
 
 
 # ------------------------------------------------------------------------------------ making ops
 def from_torch(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tuple] | None = None,
                dims: list[dict] | None = None, nondiff: Mapping[str, tuple] | None = None,
                params: Mapping | None = None, output: tuple | None = None, large_dims=None, check_dims=None,
-               spec: Op | None = None, constants: str = "decimal", module=None, doc: str = "") -> FrontendOp:
+               spec: Op | None = None, constants: str = "decimal", module=None, doc: str = "",
+               dtype: str | None = None) -> FrontendOp:
     """An op whose forward is ``fn(*inputs, *nondiff, **params)`` (torch tensors in, one tensor out)
     and whose backward is what PyTorch computes for it. Inputs, dims and output default to the
-    spec's when ``spec`` is given."""
+    spec's when ``spec`` is given. ``dtype``: the graph traced at that dtype is the one proved; by
+    default float64, and the function must have the same graph at every lower precision too
+    (``vjpcert.frontends.torch_paths``)."""
     if isinstance(fn, type):
         fn = _function_caller(fn, list((params or {}).keys()))
     if spec is not None:
@@ -768,11 +787,14 @@ def from_torch(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tu
     if not inputs:
         raise SpecError(name, "declare the inputs and their dims (inputs={'x': ('rows', 'n')}), or name a spec")
     name = name or getattr(fn, "__name__", "torch_fn")
+    dtype = check_dtype(name, dtype)
     n_diff = len(inputs)
 
     def tracer(shapes, param_values):
-        return trace(fn, shapes, n_diff, param_values, constants=constants, op_name=name)
+        from vjpcert.frontends.torch_paths import trace_checked
+        return trace_checked(fn, shapes, n_diff, param_values, constants=constants, op_name=name, dtype=dtype)
     return FrontendOp(name=name, framework="PyTorch", framework_version=torch_version(), tracer=tracer, fn=fn,
+                      dtype=dtype,
                       module=module if module is not None else inspect.getmodule(fn), inputs=inputs,
                       dims=list(dims or []), nondiff=nondiff, params=params, output=output,
                       large_dims=large_dims, check_dims=check_dims, spec=spec, constants=constants,

@@ -14,7 +14,8 @@ a static ``neginf`` mask: entries that are minus infinity, as an additive attent
 They are excluded from a softmax (as the attention spec excludes masked logits), ``exp`` makes them
 0, comparing them with -inf gives the mask back; every other use of them is refused.
 
-Float constants in a graph are read as the exact decimal they print as (``repr``), or, with
+Float constants in a graph are read as the exact decimal they print as at their dtype (``repr`` in
+float64; ``frontends.precision.decimal_at``), or, with
 ``constants="named"``, as the irrational they are the float64 rounding of (1/sqrt(2), sqrt(2/pi),
 ...) when one of a small family matches bit for bit. Every reading is recorded for the assumptions.
 """
@@ -27,6 +28,7 @@ from typing import Mapping
 import numpy as np
 
 from vjpcert.core.registry import SpecError
+from vjpcert.frontends.precision import decimal_at
 
 CONSTANT_MODES = ("decimal", "named")
 
@@ -136,20 +138,22 @@ def recognise(v: float):
 class Constants:
     """How the float constants of one graph are read, and the record of every reading."""
 
-    def __init__(self, mode: str = "decimal"):
+    def __init__(self, mode: str = "decimal", dtype: str | None = None):
         if mode not in CONSTANT_MODES:
             raise SpecError(None, f"constants must be one of {CONSTANT_MODES}, not {mode!r}")
         self.mode = mode
+        self.dtype = dtype                      # the graph's dtype: a constant prints at its own precision
         self.readings: dict[str, str] = {}      # repr(v) -> how it was read
 
-    def read(self, v: float):
-        """A static Fraction, or (named mode) a builder over B for a recognised irrational."""
+    def read(self, v: float, dtype: str | None = None):
+        """A static Fraction, or (named mode) a builder over B for a recognised irrational. ``dtype``:
+        the constant's own (a JAX literal has one), else the graph's."""
         if self.mode == "named":
             hit = recognise(v)
             if hit is not None:
                 self.readings[repr(float(v))] = hit[0]
                 return hit[2] if hit[2] is not None else hit[1]
-        d = decimal_of(v)
+        d = decimal_at(v, dtype or self.dtype)
         if d.denominator != 1 or abs(d) >= 10 ** 6:
             self.readings.setdefault(repr(float(v)), str(d) if len(str(d)) <= 16 else "its decimal")
         return d
@@ -180,8 +184,9 @@ class Context:
         raise SpecError(self.op_name, f"{self.at}: {problem}" if self.at else problem)
 
     # ---------------------------------------------------------------- making values
-    def scalar(self, v) -> Val:
-        """A Python scalar argument of a node (an int, a bool, a float constant)."""
+    def scalar(self, v, dtype: str | None = None) -> Val:
+        """A Python scalar argument of a node (an int, a bool, a float constant; ``dtype``: a
+        constant's own dtype where it has one)."""
         if isinstance(v, Val):
             return v
         if isinstance(v, (bool, np.bool_)):
@@ -198,7 +203,7 @@ class Context:
                 if v > 0:
                     self.refuse("a +inf constant has no exact value (only -inf, as a mask, is supported)")
                 return Val(np.array(Fraction(0), dtype=object), True, neginf=np.array(True))
-            read = self.constants.read(v)
+            read = self.constants.read(v, dtype)
             if isinstance(read, Fraction):
                 return Val(np.array(read, dtype=object), True)
             return Val(self._array_of([read(self.B)], ()), False)

@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     _targets(p)
     _run_options(p)
     _frontend_options(p)
+    p.add_argument("--dtype", dest="trace_dtype", choices=["float64", "float32", "bfloat16", "float16"],
+                   help="trace a torch:/jax: target at this dtype and prove that graph (default: float64, "
+                        "refused if the graph at float32, bfloat16 or float16 differs)")
     p.add_argument("--no-general", dest="general", action="store_false",
                    help="skip the general (every-size) proofs")
     _modular_option(p)

@@ -76,6 +76,8 @@ def frontend_declaration(args) -> dict:
         decl["spec"] = args.like
     if getattr(args, "constants", "decimal") != "decimal":
         decl["constants"] = args.constants
+    if getattr(args, "trace_dtype", None):
+        decl["dtype"] = args.trace_dtype
     dims = parse_dims(getattr(args, "dims", None) or getattr(args, "dims_alias", None))
     if dims and decl:
         decl["dims"] = dims
@@ -102,7 +104,7 @@ def frontend_op(target: str, decl: dict) -> Op:
                               f"or name the spec it implements (--spec rmsnorm)")
     kwargs = dict(name=where.replace(":", "."), inputs=decl.get("inputs"), nondiff=decl.get("nondiff"),
                   params=decl.get("params"), spec=spec, constants=decl.get("constants", "decimal"),
-                  dims=[dims] if dims and spec is None else None)
+                  dims=[dims] if dims and spec is None else None, dtype=decl.get("dtype"))
     if framework == "torch":
         from vjpcert.frontends.pytorch import from_torch
         return from_torch(obj, **kwargs)
@@ -116,7 +118,7 @@ def select_ops(targets: list[str], frontend: dict | None = None) -> list[tuple[O
     builtins = builtin_ops()
     frontend = dict(frontend or {})
     if frontend and not any(is_frontend_target(t) for t in targets):
-        raise SpecError(None, "--input, --nondiff, --param, --spec and --constants declare a torch:/jax: "
+        raise SpecError(None, "--input, --nondiff, --param, --spec, --constants and --dtype declare a torch:/jax: "
                               "target (--param also goes with --impl); no such target was given")
     if not targets:
         return [(OpRef(n), o) for n, o in builtins.items()]
