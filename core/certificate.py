@@ -79,18 +79,21 @@ class Certificate:
     schema: int = SCHEMA_VERSION
     trust: str = field(default="")
     options: dict = field(default_factory=dict)   # what the run was asked for: seed, dps, budget, ...
-    sources: list = field(default_factory=list)   # the spec-code files spec_sha256 covers
+    # the files spec_sha256 covers: spec code, then the data that code read ("data:<path> sha256=<hash>",
+    # "listing:<folder> sha256=<hash>", relative to the op's spec folder; see core.sources)
+    sources: list = field(default_factory=list)
     digest: str = ""                              # sha256 of the record itself: hand edits show
     seconds: float = field(default=0.0, compare=False)   # this run's time: shown, never recorded
 
     @classmethod
     def issue(cls, op, **fields) -> "Certificate":
         """A certificate about ``op``: its name (a mutant's is its op's), the hash of every file of
-        its code and their names (``Op.source_files``), and the versions in use filled in."""
-        from vjpcert.core.sources import shown
+        its code and of every data file that code read, their names (``core.sources.covered``), and
+        the versions in use filled in."""
+        from vjpcert.core.sources import covered
         fields.setdefault("versions", versions())
-        return cls(op=op.base_name, spec_sha256=op.spec_sha256,
-                   sources=[shown(p) for p in op.source_files], **fields)
+        spec_sha256, sources = covered(op)
+        return cls(op=op.base_name, spec_sha256=spec_sha256, sources=sources, **fields)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:

@@ -19,6 +19,9 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+# the audit hook that sees the data files spec code reads: installed before any spec is imported
+from vjpcert.core import sources as _sources  # noqa: F401
+
 
 class SpecError(Exception):
     """A problem with a spec itself (bad input), as opposed to a wrong backward (a `failed` verdict)."""
@@ -372,10 +375,23 @@ class Op:
         return sorted(files)
 
     @property
-    def spec_sha256(self) -> str:
-        """The hash of those files as this process loaded them (a worker with old code says so)."""
+    def identity_sha256(self) -> str:
+        """The hash of those files as this process loaded them (a worker with old code says so): the
+        op's code, without what it read. A subclass with an identity of its own (a framework op: its
+        code, the framework's version, the traced graph) is that identity."""
+        if type(self).spec_sha256 is not Op.spec_sha256:
+            return self.spec_sha256
         from vjpcert.core.sources import files_sha256
         return files_sha256(self.source_files)
+
+    @property
+    def spec_sha256(self) -> str:
+        """The op as this process holds it: its code, and every version of every data file that code
+        read here (``core.sources``) -- what an in-process cache of results keys on. Equal to
+        ``identity_sha256`` for code that read nothing. A certificate records ``core.sources.covered``."""
+        from vjpcert.core.sources import files_sha256, loaded_sha256
+        files = self.source_files
+        return loaded_sha256(self, files_sha256(files), files)
 
     def __call__(self, B, *args, **kwargs):
         from vjpcert.core.backends import spec_backend

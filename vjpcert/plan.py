@@ -53,7 +53,9 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
     tasks = tier_of(tier).plans(ref, op, Planning(overrides=overrides, large=large, seed=seed, budget=budget,
                                                   dps=dps, method=method, point=point, fixed_dims=fixed_dims,
                                                   general=general, modular=modular))
-    expect = (op.spec_sha256, checker_sha256(tier)) if tasks else ()
+    # after planning, which ran the spec (validation): the data its code read is known here too
+    from vjpcert.core.sources import planned_reads
+    expect = (op.identity_sha256, checker_sha256(tier), planned_reads(op)) if tasks else ()
     return [dataclasses.replace(t, expect=expect) for t in tasks]
 
 
@@ -89,12 +91,15 @@ def record_identity(record: dict) -> dict:
 def is_current(record: dict | None, task: Task, op: Op) -> bool:
     """A certificate is current when it is intact, is the certificate of this very task (op, claim,
     tier, variant, dims, every option -- a file name could be shared, its content cannot), was issued
-    for the spec and checker code there is now, and is not the record of a checker crash."""
+    for the spec and checker code there is now and for the data files that code read as they are on
+    disk now (each one it lists is hashed again), and is not the record of a checker crash."""
     if not record or record.get("digest") != record_digest(record):
         return False
     # the hashes the task was planned with (``Task.expect``, computed from the code this process loaded
     # moments ago), else computed now: hashing an op's files costs ~0.1 s, once per op, not per claim
-    spec, checker = task.expect if task.expect else (op.spec_sha256, checker_sha256(task.tier))
+    code, checker = task.expect[:2] if task.expect else (op.identity_sha256, checker_sha256(task.tier))
+    from vjpcert.core.sources import current_sha256
+    spec, _ = current_sha256(code, op, record.get("sources"))
     return (record.get("schema") == SCHEMA_VERSION and record_identity(record) == task_identity(task, op)
             and record.get("spec_sha256") == spec
             and record.get("checker_sha256") == checker

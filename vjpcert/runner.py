@@ -22,8 +22,9 @@ class Task:
     claim: str
     dims: tuple                      # sorted (name, size) pairs: hashable and picklable
     options: tuple = field(default=())
-    # (spec_sha256, checker_sha256) the run was planned with: a worker whose loaded code differs (a
-    # long-lived Dask worker that imported an older helper) refuses instead of certifying old code
+    # (code sha256, checker_sha256, data its code read) the run was planned with: a worker whose loaded
+    # code or data differs (a long-lived Dask worker that imported an older helper, or read an older
+    # JSON) refuses instead of certifying old code
     expect: tuple = field(default=(), compare=False)
 
     @property
@@ -70,8 +71,8 @@ def execute(task: Task) -> Certificate:
 def _check_code(task: Task, op) -> None:
     if not task.expect:
         return
-    spec, checker = task.expect
-    if op.spec_sha256 != spec:
+    spec, checker = task.expect[:2]
+    if op.identity_sha256 != spec:
         raise CodeChanged(f"the code of {op.name} this worker loaded ({', '.join(p.name for p in op.source_files)}) "
                           f"is not the code the run was planned with: it changed on disk, or this is a "
                           f"long-lived worker that imported it before; rerun (restart the workers)")
@@ -79,6 +80,10 @@ def _check_code(task: Task, op) -> None:
     if checker_sha256(task.tier) != checker:
         raise CodeChanged(f"this worker runs other {task.tier} checker code than the run was planned with "
                           f"(another vjpcert version?)")
+    from vjpcert.core.sources import stale_reads
+    why = stale_reads(op, dict(task.expect[2]) if len(task.expect) > 2 else {})
+    if why:
+        raise CodeChanged(f"a data file the code of {op.name} read: {why}; rerun (restart the workers)")
 
 
 def _execute(task: Task) -> Certificate:
@@ -90,7 +95,13 @@ def _execute(task: Task) -> Certificate:
         op = task.op.resolve()
         _check_code(task, op)
         from vjpcert.tiers import tier
-        return tier(task.tier).runs(op, task)
+        cert = tier(task.tier).runs(op, task)
+        if cert.op == op.base_name:
+            # what the whole run read, forked strategies included: also data read after the checker
+            # issued its certificate
+            from vjpcert.core.sources import covered
+            cert.spec_sha256, cert.sources = covered(op)
+        return cert
     except Exception as exc:
         return Certificate(op=task.op.name, claim=task.claim, tier=task.tier, verdict="inconclusive",
                            method=dict(task.options).get("method", "error"), dims=task.dims_dict, assumptions=[],

@@ -1,7 +1,8 @@
 """`vjpcert verify`: are the certificates in a report directory still true of the code?
 
 Each certificate is checked for being well-formed (JSON Schema), intact (its digest), current (the
-spec source and the checker code that issued it are unchanged, same schema and vjpcert version), and
+spec source, every data file it lists and the checker code that issued it are unchanged, same schema
+and vjpcert version), and
 the plan of `vjpcert all` is checked for certificates that are missing. Every problem is named.
 
 What the digest detects, and what it does not: it is an unkeyed sha256 of the record, so it catches
@@ -89,8 +90,14 @@ def verify(root: Path, ops: dict[str, Op], expected: list[Path] | None = None,
                                                             f"file is {own}"))
             continue
         why = []
-        if record["spec_sha256"] != op.spec_sha256:
-            why.append("spec changed (" + ", ".join(p.name for p in op.source_files) + ")")
+        from vjpcert.core.sources import current_sha256, recorded_sha256
+        code = op.identity_sha256
+        now, changed = current_sha256(code, op, record["sources"])
+        if record["spec_sha256"] != now:
+            if recorded_sha256(code, record["sources"]) != record["spec_sha256"]:
+                why.append("spec changed (" + ", ".join(p.name for p in op.source_files) + ")")
+            if changed:
+                why.append("data changed (" + ", ".join(changed) + ")")
         try:
             if record["checker_sha256"] != checker_sha256(record["tier"]):
                 why.append(f"{record['tier']} checker code changed")
