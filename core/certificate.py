@@ -90,8 +90,12 @@ class Certificate:
         """A certificate about ``op``: its name (a mutant's is its op's), the hash of every file of
         its code and of every data file that code read, their names (``core.sources.covered``), and
         the versions in use filled in."""
+        from vjpcert.core.code_hash import covers
         from vjpcert.core.sources import covered
         fields.setdefault("versions", versions())
+        said = covers(fields.get("checker_sha256", ""))
+        if said:                         # what the checker hash covers, in words
+            fields["evidence"] = {**fields.get("evidence", {}), "checker_covers": said}
         spec_sha256, sources = covered(op)
         return cls(op=op.base_name, spec_sha256=spec_sha256, sources=sources, **fields)
 
@@ -214,11 +218,12 @@ def _versions() -> dict:
     return out
 
 
-def checker_code_sha256(package_dir) -> str:
-    """A tier's checker hash: its own package and the machinery every tier runs on (``core/``: tracing,
-    backends, evaluation, validation). A change to either makes the tier's certificates stale."""
-    core = Path(__file__).parent
-    return sources_sha256([*core.glob("*.py"), *Path(package_dir).glob("*.py")])
+def checker_code_sha256(entry: str, *, discovered: str | None = None) -> str:
+    """A checker's hash: the normalised code of its entry module and of every vjpcert module that
+    imports, so only a change in behaviour of the code that issued a certificate makes it stale
+    (``core.code_hash``)."""
+    from vjpcert.core.code_hash import checker_code_sha256 as of
+    return of(entry, discovered=discovered)
 
 
 def sources_sha256(paths) -> str:

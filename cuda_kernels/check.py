@@ -26,7 +26,6 @@ This module imports from ``specs`` and ``core`` only (never from ``symbolic``, `
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -37,7 +36,7 @@ from vjpcert.core.certificate import Certificate, checker_code_sha256, versions
 from vjpcert.core.registry import Op, SpecError
 
 # The checker's code: this folder and core/ (the input cases and the rule are there).
-CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
+CHECKER_SHA256 = checker_code_sha256(__name__, discovered=__package__)   # kernel files are found, not imported
 LAUNCHES = (None, "gpu")        # None: this process's configuration; "gpu": the GPU's own
 
 

@@ -27,10 +27,12 @@ import dataclasses
 import time
 
 from vjpcert.core.budget import run_with_budget
-from vjpcert.core.certificate import Certificate
+from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.registry import Op, Param, SpecError
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.wiring import Cover, node_points, prove_wiring_claims
+
+CHECKER_SHA256 = checker_code_sha256(__name__)
 
 PROVED = ("proved", "proved-general", "proved-compositional")
 
@@ -104,7 +106,7 @@ def _wiring(op: Op, claim: str, dims: dict, budget: float) -> tuple[dict, list]:
 
 def prove_compositional(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_CLAIM_BUDGET_S,
                         seed: int = 0) -> Certificate:
-    from vjpcert.symbolic.prover import CHECKER_SHA256, assumptions_of
+    from vjpcert.symbolic.prover import assumptions_of
     start = time.perf_counter()
     if not op.nodes:
         raise SpecError(op.name, "has no nodes: a compositional proof needs nodes=...")

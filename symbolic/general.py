@@ -63,7 +63,9 @@ from vjpcert.symbolic.general_normal import NormalFormError, Normaliser, expand_
 from vjpcert.symbolic.shape_trace import DerivationRefused, derive, source_of, spec_line
 # The symbolic tier's checker hash (it covers every file of symbolic/, these two included), so the
 # report planner tells a current general certificate from a stale one as for every other symbolic claim.
-from vjpcert.symbolic.prover import CHECKER_SHA256
+from vjpcert.core.certificate import checker_code_sha256
+
+CHECKER_SHA256 = checker_code_sha256(__name__)
 
 
 NORMALISATION = ("sums expanded by linearity (independent factors pulled out, nested sums flattened "

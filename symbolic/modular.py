@@ -46,7 +46,6 @@ import hashlib
 import math
 import random
 import time
-from pathlib import Path
 
 import flint
 import numpy as np
@@ -59,7 +58,7 @@ from vjpcert.symbolic import modular_bound as bnd
 from vjpcert.symbolic.modular_arith import PRIME_LO_BITS, Pole
 from vjpcert.symbolic.modular_backend import LEAF, Field, ModArray, ModularBackend, NeedAnotherPrime, derive
 
-CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
+CHECKER_SHA256 = checker_code_sha256(__name__)
 METHOD = "modp-vectorised"
 KINDS = ("exp", "log", "sqrt", "erf", "tanh", "circle", "cpow")
 

@@ -17,7 +17,6 @@ strategy decides is `inconclusive`, never `proved`.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate, checker_code_sha256
@@ -27,7 +26,7 @@ from vjpcert.symbolic.claims import trace_claim
 from vjpcert.symbolic.formulas import formulas
 from vjpcert.core.trace import dag_size
 
-CHECKER_SHA256 = checker_code_sha256(Path(__file__).parent)
+CHECKER_SHA256 = checker_code_sha256(__name__)
 
 
 def assumptions_of(op: Op, overrides: dict) -> list[str]:

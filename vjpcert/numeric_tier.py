@@ -13,19 +13,20 @@ The tier's checker hash covers both checkers: a change to the exact tier stales 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
-from vjpcert.numeric import check as numeric
+from vjpcert.core.certificate import checker_code_sha256
+from vjpcert.core.code_hash import covers
 from vjpcert.numeric.check import REFERENCE_CLAIM, check_claim
 from vjpcert.symbolic import prover
 
-CHECKER_SHA256 = hashlib.sha256(f"{numeric.CHECKER_SHA256}|{prover.CHECKER_SHA256}".encode()).hexdigest()
+CHECKER_SHA256 = checker_code_sha256(__name__)
 EXACT_LOOK_BUDGET_S = 10.0       # measured: ring + relations finish in < 2 s at every built-in op's check dims
 
 
 def check(op, claim: str, dims: dict, **opts):
     cert = check_claim(op, claim, dims, **opts)
-    cert = dataclasses.replace(cert, checker_sha256=CHECKER_SHA256)
+    cert = dataclasses.replace(cert, checker_sha256=CHECKER_SHA256,
+                               evidence={**cert.evidence, "checker_covers": covers(CHECKER_SHA256)})
     if cert.verdict != "checked" or claim == REFERENCE_CLAIM or "point" in opts:
         return cert
     if op.resolve_dims(dims) != op.resolve_dims(op.check_dims):

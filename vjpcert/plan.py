@@ -10,10 +10,10 @@ from vjpcert.core.registry import Op, SpecError
 from vjpcert.ops import OpRef
 from vjpcert.runner import Task
 
-def checker_sha256(tier: str) -> str:
-    """The hash of the code that issues a tier's certificates (a change makes them stale)."""
+def checker_sha256(tier: str, method: str | None = None) -> str:
+    """The hash of the code that issues a tier's certificates by ``method`` (a change makes them stale)."""
     from vjpcert.tiers import checker_sha256 as of
-    return of(tier)
+    return of(tier, method)
 
 
 def variant_of(task: Task) -> str:
@@ -55,8 +55,9 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
                                                   general=general, modular=modular))
     # after planning, which ran the spec (validation): the data its code read is known here too
     from vjpcert.core.sources import planned_reads
-    expect = (op.identity_sha256, checker_sha256(tier), planned_reads(op)) if tasks else ()
-    return [dataclasses.replace(t, expect=expect) for t in tasks]
+    code, reads = (op.identity_sha256, planned_reads(op)) if tasks else (None, None)
+    return [dataclasses.replace(t, expect=(code, checker_sha256(tier, dict(t.options).get("method")), reads))
+            for t in tasks]
 
 
 def read_record(path: Path) -> dict | None:
@@ -97,7 +98,8 @@ def is_current(record: dict | None, task: Task, op: Op) -> bool:
         return False
     # the hashes the task was planned with (``Task.expect``, computed from the code this process loaded
     # moments ago), else computed now: hashing an op's files costs ~0.1 s, once per op, not per claim
-    code, checker = task.expect[:2] if task.expect else (op.identity_sha256, checker_sha256(task.tier))
+    code, checker = task.expect[:2] if task.expect else (op.identity_sha256, checker_sha256(
+        task.tier, dict(task.options).get("method")))
     from vjpcert.core.sources import current_sha256
     spec, _ = current_sha256(code, op, record.get("sources"))
     return (record.get("schema") == SCHEMA_VERSION and record_identity(record) == task_identity(task, op)

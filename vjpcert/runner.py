@@ -77,7 +77,7 @@ def _check_code(task: Task, op) -> None:
                           f"is not the code the run was planned with: it changed on disk, or this is a "
                           f"long-lived worker that imported it before; rerun (restart the workers)")
     from vjpcert.tiers import checker_sha256
-    if checker_sha256(task.tier) != checker:
+    if checker_sha256(task.tier, dict(task.options).get("method")) != checker:
         raise CodeChanged(f"this worker runs other {task.tier} checker code than the run was planned with "
                           f"(another vjpcert version?)")
     from vjpcert.core.sources import stale_reads

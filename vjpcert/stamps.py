@@ -25,12 +25,6 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _package_dir(name: str) -> Path:
-    import importlib.util
-    spec = importlib.util.find_spec(name)
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
 def _sha(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -43,14 +37,15 @@ def plot_inputs(op, seed: int) -> str:
     mutants = sorted(code_files(functions=[m.fn for m in getattr(op, "mutants", ()) if getattr(m, "fn", None)]))
     return _sha({"op": op.base_name, "spec": op.spec_sha256, "mutants": files_sha256(mutants),
                  "mutant_names": sorted(m.name for m in getattr(op, "mutants", ())),
-                 "numeric": checker_code_sha256(_package_dir("vjpcert.numeric")), "seed": seed,
+                 "numeric": checker_code_sha256("vjpcert.numeric.plots"), "seed": seed,
                  "versions": {d: _version(d) for d in ("numpy", "mpmath", "scipy", "matplotlib", "vjpcert")}})
 
 
 def resources_inputs() -> str:
     """Everything the kernel resource table is compiled from: the kernels' code and the compiler's
     versions."""
-    return _sha({"kernels": checker_code_sha256(_package_dir("vjpcert.cuda_kernels")),
+    return _sha({"kernels": checker_code_sha256("vjpcert.cuda_kernels.resources",
+                                                discovered="vjpcert.cuda_kernels"),
                  "versions": {d: _version(d) for d in ("numba", "numba-cuda", "cuda-core", "vjpcert")}})
 
 

@@ -11,8 +11,10 @@ table; nothing else dispatches on a tier's name.
                     `vjpcert all` (whose reports would then depend on Liger-Kernel being installed)
     implementation  a user's own implementation against a spec (``vjpcert.impl``, `check --impl`)
 
-A tier's checker hash (``checker_sha256``) is its package's ``CHECKER_SHA256``: its own source and
-``core/`` (``core.certificate.checker_code_sha256``). A certificate whose hash differs is stale.
+A tier's checker hash (``checker_sha256``) is its checker module's ``CHECKER_SHA256``, and for the
+symbolic tier the module of the method that issued the certificate (monolithic, compositional,
+every size, modular): the normalised code of that module and everything it imports
+(``core.code_hash``). A certificate whose hash differs is stale.
 """
 from __future__ import annotations
 
@@ -44,9 +46,10 @@ class Tier:
     runs: Callable              # (op, task) -> Certificate
     plans: Callable             # (ref, op, Planning) -> [Task], validating the spec at every dims
     requires: str = ""          # what to install when the checker does not import
+    methods: tuple = ()         # (method option, checker module): methods with a checker of their own
 
-    def checker_sha256(self) -> str:
-        return importlib.import_module(self.checker).CHECKER_SHA256
+    def checker_sha256(self, method: str | None = None) -> str:
+        return importlib.import_module(dict(self.methods).get(method, self.checker)).CHECKER_SHA256
 
     def available(self) -> bool:
         try:
@@ -192,7 +195,9 @@ def _run_implementation(op, task):
 
 
 TIERS: dict[str, Tier] = {t.name: t for t in (
-    Tier("symbolic", "symbolic", "vjpcert.symbolic.prover", _run_symbolic, _plan_symbolic),
+    Tier("symbolic", "symbolic", "vjpcert.symbolic.prover", _run_symbolic, _plan_symbolic,
+         methods=(("compositional", "vjpcert.symbolic.composition"), ("general", "vjpcert.symbolic.general"),
+                  ("modular", "vjpcert.symbolic.modular"))),
     Tier("numeric", "numeric", "vjpcert.numeric_tier", _run_numeric, _plan_numeric),
     Tier("kernel", "kernel", "vjpcert.cuda_kernels.check", _run_kernel, _plan_kernel,
          requires="pip install -e '.[cuda]'"),
@@ -210,5 +215,6 @@ def tier(name: str) -> Tier:
         raise ValueError(f"unknown tier {name!r}; tiers: {', '.join(TIERS)}") from None
 
 
-def checker_sha256(name: str) -> str:
-    return tier(name).checker_sha256()
+def checker_sha256(name: str, method: str | None = None) -> str:
+    """The checker hash of a tier's certificates issued by ``method`` (the task's ``method`` option)."""
+    return tier(name).checker_sha256(method)

@@ -1,0 +1,87 @@
+"""A checker hash follows behaviour: a comment, a docstring or formatting changes nothing, a code change
+stales the certificates of the checker whose code changed and no others."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = ("vjpcert", "core", "specs", "frontends", "symbolic", "numeric", "cuda_kernels", "triton_kernels")
+HASHES = """
+import json
+from vjpcert.tiers import TIERS
+out = {}
+for name in ("symbolic", "numeric", "kernel", "triton"):
+    t = TIERS[name]
+    for method in (None, "compositional", "general", "modular"):
+        if method and name != "symbolic":
+            continue
+        import importlib, vjpcert
+        out[f"{name}:{method}"] = t.checker_sha256(method)
+out["origin"] = vjpcert.__file__
+print(json.dumps(out))
+"""
+
+
+def _copy(tmp_path) -> Path:
+    root = tmp_path / "repo"
+    for folder in FOLDERS:
+        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def _hashes(root: Path) -> dict:
+    run = subprocess.run([sys.executable, "-c", HASHES], cwd=root, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "HOME": str(root)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert Path(out.pop("origin")).resolve().is_relative_to(root.resolve()), "the copy was not the code imported"
+    return out
+
+
+def _edit_text_only(path: Path):
+    """A comment at the top and the bottom, a blank line, and every docstring reworded."""
+    import ast
+    src = path.read_text()
+    tree = ast.parse(src)
+    lines = src.splitlines(keepends=True)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            i = body[0].lineno - 1
+            lines[i] = lines[i].replace('"""', '"""Reworded. ', 1) if '"""' in lines[i] else lines[i]
+    path.write_text("# an edited comment\n\n" + "".join(lines) + "\n# another one\n")
+
+
+@pytest.fixture(scope="module")
+def before(tmp_path_factory):
+    return _hashes(_copy(tmp_path_factory.mktemp("before")))
+
+
+def test_comment_and_docstring_edits_of_every_checker_file_and_of_core_change_no_checker_hash(tmp_path, before):
+    root = _copy(tmp_path)
+    for folder in ("vjpcert", "core", "frontends", "symbolic", "numeric", "cuda_kernels", "triton_kernels"):
+        for path in (root / folder).glob("*.py"):
+            _edit_text_only(path)
+    assert _hashes(root) == before
+
+
+@pytest.mark.parametrize("path, stale", [
+    # the every-size prover, and composition, whose nodes rest on every-size proofs where they have one
+    ("symbolic/general_normal.py", {"symbolic:general", "symbolic:compositional"}),
+    ("symbolic/modular_arith.py", {"symbolic:modular"}),                # the modular test only
+    ("cuda_kernels/softmax.py", {"kernel"}),                             # a kernel file, found at run time
+    ("core/trace.py", {"symbolic:None", "symbolic:compositional", "symbolic:general", "symbolic:modular",
+                       "numeric", "kernel", "triton"}),                  # machinery every checker runs on
+])
+def test_a_code_change_stales_the_checkers_that_run_that_code_and_no_others(tmp_path, before, path, stale):
+    root = _copy(tmp_path)
+    target = root / path
+    target.write_text(target.read_text() + "\n_EDITED_FOR_A_TEST = 1\n")
+    after = _hashes(root)
+    changed = {k for k in before if before[k] != after[k]}
+    assert {k.removesuffix(":None") if not k.startswith("symbolic") else k for k in changed} == stale
