@@ -18,8 +18,8 @@ sys.path.insert(0, str(ROOT))
 
 from vjpcert.core.certificate import atomic_write  # noqa: E402
 from vjpcert.specs import builtin_ops  # noqa: E402
-from vjpcert.symbolic.composition import _CACHE, prove_compositional  # noqa: E402
-from vjpcert.symbolic.general import prove_general  # noqa: E402
+from vjpcert.symbolic.composition.compose import _CACHE, prove_compositional  # noqa: E402
+from vjpcert.symbolic.every_size.general import prove_general  # noqa: E402
 
 TARGETS = {"llama_block": "<= 60 s"}
 # Larger than the op's compositional_dims, measured here only (the certificates stay at the op's own):

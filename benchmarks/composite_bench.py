@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT))
 from vjpcert.numeric.check import check_claim  # noqa: E402
 from vjpcert.specs import builtin_ops  # noqa: E402
 from vjpcert.core.certificate import atomic_write  # noqa: E402
-from vjpcert.symbolic.composition import _CACHE, prove_compositional  # noqa: E402
-from vjpcert.symbolic.prover import prove_claim  # noqa: E402
+from vjpcert.symbolic.composition.compose import _CACHE, prove_compositional  # noqa: E402
+from vjpcert.symbolic.fixed.prover import prove_claim  # noqa: E402
 
 
 def timed(fn):

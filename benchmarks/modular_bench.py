@@ -10,7 +10,7 @@
   bottom-right causal mask applied top-left, a cross-entropy backward that ignores ignore_index, a
   SwiGLU backward with sigmoid' in place of silu'.
 Each case runs in its own process (its peak memory is its own), on every core (BLAS and the fused loops
-of symbolic/modular_kernels.py); each block also runs one trial on one thread beside it, the peer the
+of symbolic/modular/kernels.py); each block also runs one trial on one thread beside it, the peer the
 speed-up is measured against in the same run. Writes reports/benchmarks/modular.json and .md.
 Run: python benchmarks/modular_bench.py [--only NAME ...] [--trials N] [--threads N]
 """
@@ -52,7 +52,7 @@ def one(kind: str, index: int, trials: int, single: bool = False) -> dict:
     stated false pass stays -- the one-thread peer's timing)."""
     from vjpcert.symbolic import settings as tol
     from vjpcert.specs import builtin_ops
-    from vjpcert.symbolic.modular import check_vjps, false_pass_bound, split_dims
+    from vjpcert.symbolic.modular.check import check_vjps, false_pass_bound, split_dims
     if single:
         tol.MODULAR_MAX_TRIALS = 1
     ops = builtin_ops()
@@ -82,7 +82,7 @@ def one(kind: str, index: int, trials: int, single: bool = False) -> dict:
             "degree_bound": f"{bound['degree']:.3g}", "atoms": bound["atoms"],
         }
         if failed and bound["atoms"]:      # with atoms, `failed` needs mpmath at a real point to agree
-            from vjpcert.symbolic.modular_confirm import confirm_residual
+            from vjpcert.symbolic.modular.confirm import confirm_residual
             out[tag]["real_point"] = {}
             for c in failed:
                 real = confirm_residual(op, dims, params, c[4:-1], 0)
@@ -168,7 +168,7 @@ def write(results, args):
 
 def _killed(bad) -> str:
     """The mutant's failing claims: a nonzero residual, confirmed in mpmath at a real point where atoms
-    enter (symbolic/modular_confirm.py) -- unconfirmed, the certificate says inconclusive."""
+    enter (symbolic/modular/confirm.py) -- unconfirmed, the certificate says inconclusive."""
     if not bad["failed"]:
         return "NOT killed"
     real = bad.get("real_point", {})
@@ -232,7 +232,7 @@ def render(data):
                      f"{_killed(bad)} | "
                      f"{ok['seconds_per_trial'][0]}, {bad['seconds_per_trial'][0]} | {r['peak_rss_gib']} GiB |")
     lines += ["", "The stated bound per trial covers Schwartz-Zippel on the residual's numerator (its degree "
-              "bounded from the code, each denominator tracked by its provenance: `symbolic/modular_bound.py`), "
+              "bounded from the code, each denominator tracked by its provenance: `symbolic/modular/bound.py`), "
               "the prime dividing its coefficients, and two distinct atoms of one kind colliding (every pair of "
               "atoms, an atom recomputed by the same operations counted once), over the chance of avoiding the "
               "poles. Trials are added (3 to 32 in `vjpcert prove --modular`; from 1 here) until the product "
@@ -258,7 +258,7 @@ def render(data):
                        f"{need} trials (about {need * secs / 60:.0f} min here) would reach 1e-6")
         lines.append(f"- {r['case']}: {verdict}; {secs:.1f} s per trial"
                      + (f" (target {r['target_seconds_per_trial']} s)" if r.get("target_seconds_per_trial") else "") + ".")
-    lines += ["", "Where a trial's time goes (`symbolic/modular_arith.py`, `symbolic/modular_kernels.py`): "
+    lines += ["", "Where a trial's time goes (`symbolic/modular/arith.py`, `symbolic/modular/kernels.py`): "
               "exact matmuls mod p on float64 BLAS -- six dgemms of 20-bit limbs by Karatsuba for contractions "
               "of 256 or more, one dgemm with the smaller operand pre-shifted below that -- and fused Numba "
               "loops for the elementwise products and recombinations, parallel on large arrays. Each forward "

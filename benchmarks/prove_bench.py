@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 from vjpcert.specs import builtin_ops  # noqa: E402
 from vjpcert.core.budget import run_with_budget  # noqa: E402
 from vjpcert.core.certificate import atomic_write  # noqa: E402
-from vjpcert.symbolic import strategies  # noqa: E402
-from vjpcert.symbolic.claims import trace_claim  # noqa: E402
-from vjpcert.symbolic.prover import prove_claim  # noqa: E402
+from vjpcert.symbolic.fixed import strategies  # noqa: E402
+from vjpcert.symbolic.fixed.claims import trace_claim  # noqa: E402
+from vjpcert.symbolic.fixed.prover import prove_claim  # noqa: E402
 
 LADDER = {"softmax": [16, 32, 64, 128, 192, 256], "rmsnorm": [8, 16, 32, 64, 128, 256],
           "layernorm": [8, 16, 32, 64, 128, 256]}
@@ -62,7 +62,7 @@ def general_figures() -> dict:
         # certificates carry no timings: the run's times are in timings.json beside them, the
         # steps' times in the certificate objects only (so they are measured again here, in process)
         from vjpcert.specs import builtin_ops
-        from vjpcert.symbolic.general import prove_general
+        from vjpcert.symbolic.every_size.general import prove_general
         times = json.loads((root / "timings.json").read_text())
         for path in sorted((root / "certificates").rglob("symbolic-general__*.json")):
             rec = json.loads(path.read_text())

@@ -1,5 +1,5 @@
 """Evaluating a traced DAG (``core.trace``) in a field: the shared machinery of every checker that
-looks at the *traced* spec -- the prover's exact fields (``vjpcert.symbolic.fields``), and the
+looks at the *traced* spec -- the prover's exact fields (``vjpcert.symbolic.fixed.fields``), and the
 numeric tier's reference claim, which compares every backend with the function that was proved.
 
 Fields here: ``MpField`` (mpmath at a chosen precision) and ``QField`` (exact rationals, for exact

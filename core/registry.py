@@ -223,7 +223,7 @@ class Op:
 
     def every_size(self, *claims: str):
         """Ask for proofs of ``claims`` for every size (verdict ``proved-general``). The statement is
-        derived from the spec's own code by a shape-polymorphic trace (``symbolic.shape_trace``):
+        derived from the spec's own code by a shape-polymorphic trace (``symbolic.every_size.shape_trace``):
         nothing is written twice."""
         for claim in claims:
             if claim not in self.claims():

@@ -86,10 +86,10 @@ def fully_masked_row_is_zero(B, Q, K, V, dy, forward, backward):
     return np.concatenate([forward(Q, K, V)[0], dQ[0]])
 
 
-# Proved for every m and d: the statement is derived from the code above (symbolic.shape_trace).
+# Proved for every m and d: the statement is derived from the code above (symbolic.every_size.shape_trace).
 attention.every_size("vjp[Q]", "vjp[K]", "vjp[V]")
 # Causal: every m and d at the default offset 0, and the fully-masked-row law at offset 1. The mask
 # becomes an indicator [j <= i - offset] in the statement, decided by the index bounds where they
-# decide it (symbolic.general_normal.Ind).
+# decide it (symbolic.every_size.normal.Ind).
 attention_causal.every_size("vjp[Q]", "vjp[K]", "vjp[V]", "first_row_sees_only_itself",
                             "fully_masked_row_is_zero")

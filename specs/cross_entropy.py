@@ -83,6 +83,6 @@ def label_smoothing_mixes_losses(B, x, t, w, forward):
     return forward(x, (1 - eps) * t + eps * u, w), (1 - eps) * forward(x, t, w) + eps * forward(x, u, w)
 
 
-# Proved for every size: the statement is derived from the code above (symbolic.shape_trace).
+# Proved for every size: the statement is derived from the code above (symbolic.every_size.shape_trace).
 cross_entropy.every_size("vjp[x]", "cotangent_sums_to_zero", "ignored_row_leaves_the_loss",
                          "ignored_row_gets_no_gradient", "label_smoothing_mixes_losses")

@@ -38,5 +38,5 @@ def value_cotangent_is_gelu(B, a, b, dy, forward, backward):
     return db, dy * forward(a, a * 0 + 1)
 
 
-# Proved for every shape: the statement is derived from the code above (symbolic.shape_trace).
+# Proved for every shape: the statement is derived from the code above (symbolic.every_size.shape_trace).
 geglu.every_size("vjp[a]", "vjp[b]", "gate_derivative_is_gelu_tanh_derivative", "value_cotangent_is_gelu")

@@ -72,6 +72,6 @@ for _gelu in (gelu_erf, gelu_tanh):
         return forward(x) - forward(-x), x
 
 
-# Proved for every shape: the statement is derived from the code above (symbolic.shape_trace).
+# Proved for every shape: the statement is derived from the code above (symbolic.every_size.shape_trace).
 for _gelu in (gelu_erf, gelu_tanh):
     _gelu.every_size("vjp[x]", "derivative_formula", "odd_part_is_identity")

@@ -94,7 +94,7 @@ _laws(gqa, None)
 _laws(gqa_causal, "top_left")
 
 # Proved for every hk, g, mq, mk, d, dv: the statements are derived from the code above
-# (symbolic.shape_trace). The laws use np.repeat and a reshape that merges two symbolic axes (PyTorch's
+# (symbolic.every_size.shape_trace). The laws use np.repeat and a reshape that merges two symbolic axes (PyTorch's
 # head layout), which the trace does not follow: they are proved at the dims of the ladder.
 gqa.every_size("vjp[Q]", "vjp[K]", "vjp[V]")
 gqa_causal.every_size("vjp[Q]", "vjp[K]", "vjp[V]")

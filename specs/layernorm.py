@@ -49,5 +49,5 @@ def dx_orthogonal_to_xhat(B, x, gamma, beta, dy, backward):
     return (dx * xc).sum(-1)
 
 
-# Proved for every size n and rows: the statement is derived from the code above (symbolic.shape_trace).
+# Proved for every size n and rows: the statement is derived from the code above (symbolic.every_size.shape_trace).
 layernorm.every_size("vjp[x]", "vjp[gamma]", "vjp[beta]", "dx_sums_to_zero", "dx_orthogonal_to_xhat")

@@ -31,5 +31,5 @@ def adjoint_W(B, x, W, b, dy, forward, backward):
     return ((forward(x, W, b) - b) * dy).sum(), (W * dW).sum()
 
 
-# Proved for every shape: the statement is derived from the code above (symbolic.shape_trace).
+# Proved for every shape: the statement is derived from the code above (symbolic.every_size.shape_trace).
 linear.every_size("vjp[x]", "vjp[W]", "vjp[b]", "adjoint_x", "adjoint_W")

@@ -33,5 +33,5 @@ def exp_rows_sum_to_one(B, x, forward):
     return B.exp(forward(x)).sum(-1), x[..., 0] * 0 + 1
 
 
-# Proved for every size n and rows: the statement is derived from the code above (symbolic.shape_trace).
+# Proved for every size n and rows: the statement is derived from the code above (symbolic.every_size.shape_trace).
 log_softmax.every_size("vjp[x]", "cotangent_sums_to_zero", "exp_rows_sum_to_one")

@@ -52,5 +52,5 @@ def offset_is_a_gain_shift(B, x, gamma, dy, offset, backward):
     return dx, dx0
 
 
-# Proved for every size n and rows: the statement is derived from the code above (symbolic.shape_trace).
+# Proved for every size n and rows: the statement is derived from the code above (symbolic.every_size.shape_trace).
 rmsnorm.every_size("vjp[x]", "vjp[gamma]", "dx_orthogonal_to_x", "offset_is_a_gain_shift")

@@ -51,7 +51,7 @@ def preserves_norm(B, x, theta, forward):
     return (y * y).sum(-1), (x * x).sum(-1)
 
 
-# Proved for every number of rows: the statement is derived from the code above (symbolic.shape_trace).
+# Proved for every number of rows: the statement is derived from the code above (symbolic.every_size.shape_trace).
 rope_pair.every_size("vjp[x]", "inverse_rotation", "backward_inverts_forward", "preserves_norm")
 
 
@@ -130,6 +130,6 @@ for _rope in (rope_interleaved, rope_half):
 
 
 # Proved for every rows and every even d = 2h (the constraint above): the statement is derived from the
-# code above (symbolic.shape_trace), layouts included.
+# code above (symbolic.every_size.shape_trace), layouts included.
 for _rope in (rope_interleaved, rope_half):
     _rope.every_size("vjp[x]", "inverse_rotation", "backward_inverts_forward")

@@ -29,5 +29,5 @@ def euler_homogeneity(B, q, k, c, dy, forward, backward):
     return (q * dq).sum(-1), s * dy
 
 
-# Proved for every size n and rows: the statement is derived from the code above (symbolic.shape_trace).
+# Proved for every size n and rows: the statement is derived from the code above (symbolic.every_size.shape_trace).
 scaled_dot.every_size("vjp[q]", "vjp[k]", "euler_homogeneity")

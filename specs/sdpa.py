@@ -149,7 +149,7 @@ sdpa_causal_bottom_right.law(_dv_rows_follow_p(lambda mq, mk: visible(mq, mk, "b
                              name="dV_rows_follow_P")
 
 # Proved for every mq, mk, d and dv where the every-size normaliser decides the masks: the statements are
-# derived from the code above (symbolic.shape_trace), the masks becoming indicators [j <= i],
+# derived from the code above (symbolic.every_size.shape_trace), the masks becoming indicators [j <= i],
 # [j <= i + mk - mq], [j >= pad]. Top-left causal: every claim but dV_rows_follow_P. Bottom-right: dV and
 # its law; its dQ/dK (the fully-masked-row guard becomes [i + mk - mq >= 0]) and the padded dQ/dK/dV
 # (the delta sums meet [j >= 1]) leave a normal form the normaliser does not reduce (`inconclusive`,

@@ -34,5 +34,5 @@ def shift_invariance(B, x, forward):
     return forward(x - x[..., :1]), forward(x)
 
 
-# Proved for every size n and rows: the statement is derived from the code above (symbolic.shape_trace).
+# Proved for every size n and rows: the statement is derived from the code above (symbolic.every_size.shape_trace).
 softmax.every_size("vjp[x]", "cotangent_sums_to_zero", "shift_invariance")

@@ -55,6 +55,6 @@ def odd_part_is_identity(B, a, forward):
     return forward(a, one) - forward(-a, one), a
 
 
-# Proved for every shape: the statement is derived from the code above (symbolic.shape_trace).
+# Proved for every shape: the statement is derived from the code above (symbolic.every_size.shape_trace).
 swiglu.every_size("vjp[a]", "vjp[b]", "silu_derivative_formula", "value_cotangent_is_silu",
                   "odd_part_is_identity")

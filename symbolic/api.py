@@ -74,7 +74,7 @@ def vjp(op, **dims) -> dict:
 
 def prove(op, claims: list[str] | None = None, budget: float = 60.0, **dims):
     """Prove the named claims (all by default) at the given dims; returns certificates."""
-    from vjpcert.symbolic.prover import prove_claim
+    from vjpcert.symbolic.fixed.prover import prove_claim
     op = _op(op)
     d = _dims(op, dims)
     return [prove_claim(op, c, d, budget=budget) for c in (claims or op.claims())]

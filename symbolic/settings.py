@@ -32,7 +32,7 @@ EXACT_TEXT_MAX_CHARS = 2000    # longer exact rationals are shown to 30 digits (
 
 # Randomised exact test over GF(p), a fresh random 63-bit prime per trial: independent trials, each
 # a false pass with probability <= degree / p + (prime divides the coefficients) + (atoms collide);
-# ``symbolic.fields.false_pass_bound``.
+# ``symbolic.fixed.fields.false_pass_bound``.
 MODP_TRIALS = 3
 
 # A shared intermediate that is a linear form with at least this many terms becomes an atom (with
@@ -72,7 +72,7 @@ MODULAR_MAX_FALSE_PASS = 1e-6
 MODULAR_VACUOUS = 0.99
 # A nonzero VJP residual of an op with atoms (exp, erf, sqrt, ...) is no disproof by itself: independent
 # atoms break identities such as exp(a + b) = exp(a) exp(b). It is `failed` only when mpmath confirms it
-# at the same point (symbolic/modular_confirm.py): <backward_X, t> against <dy, J t> by central
+# at the same point (symbolic/modular/confirm.py): <backward_X, t> against <dy, J t> by central
 # differences at step 10^(-dps/3), at CONFIRM_LOW_DPS and CONFIRM_HIGH_DPS digits, the relative residual
 # above CONFIRM_FAIL_REL at LOW (rounding and truncation leave ~1e-33 there) and the same to
 # CONFIRM_PERSIST_REL at HIGH (where they leave ~1e-66). Within CONFIRM_BUDGET_S, else inconclusive.

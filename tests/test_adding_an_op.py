@@ -169,7 +169,7 @@ def test_every_tier_picks_the_new_op_up(tree):
 
 
 def test_the_mutation_suite_picks_its_mutant_up(tree):
-    out = _run(tree, "-c", "from vjpcert.specs import builtin_ops; from vjpcert.symbolic.prover import "
+    out = _run(tree, "-c", "from vjpcert.specs import builtin_ops; from vjpcert.symbolic.fixed.prover import "
                            "prove_claim; o = builtin_ops()['silu']; m = o.mutants[0]; "
                            "print(prove_claim(o.with_mutant(m), 'vjp[x]', o.dims[-1]).verdict)")
     assert out.returncode == 0 and out.stdout.strip() == "failed", out.stderr[-2000:]

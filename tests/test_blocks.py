@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import OPS
-from vjpcert.symbolic.composition import _CACHE, prove_compositional
-from vjpcert.symbolic.prover import prove_claim
+from vjpcert.symbolic.composition.compose import _CACHE, prove_compositional
+from vjpcert.symbolic.fixed.prover import prove_claim
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

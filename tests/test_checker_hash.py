@@ -72,8 +72,8 @@ def test_comment_and_docstring_edits_of_every_checker_file_and_of_core_change_no
 
 @pytest.mark.parametrize("path, stale", [
     # the every-size prover, and composition, whose nodes rest on every-size proofs where they have one
-    ("symbolic/general_normal.py", {"symbolic:general", "symbolic:compositional"}),
-    ("symbolic/modular_arith.py", {"symbolic:modular"}),                # the modular test only
+    ("symbolic/every_size/normal.py", {"symbolic:general", "symbolic:compositional"}),
+    ("symbolic/modular/arith.py", {"symbolic:modular"}),                # the modular test only
     ("cuda_kernels/softmax.py", {"kernel"}),                             # a kernel file, found at run time
     ("core/trace.py", {"symbolic:None", "symbolic:compositional", "symbolic:general", "symbolic:modular",
                        "numeric", "kernel", "triton"}),                  # machinery every checker runs on

@@ -26,8 +26,8 @@ import pytest
 import sympy
 
 from vjpcert.cli import main
-from vjpcert.symbolic import modular_arith as ma
-from vjpcert.symbolic.modular import draw_prime
+from vjpcert.symbolic.modular import arith as ma
+from vjpcert.symbolic.modular.check import draw_prime
 
 
 # ------------------------------------------------------------------------------------- numeric-only claims
@@ -72,7 +72,8 @@ def test_with_the_exact_rungs_out_of_reach_1e_45_is_never_checked(monkeypatch, d
     """The same claim where only digits are left: the exact ring runs out (here: it raises) and the
     randomised exact test decides nothing (every point a pole). 45 (75) digits at 100 is then still no
     `checked`: the ladder ends `inconclusive`."""
-    from vjpcert.symbolic import prover, strategies
+    from vjpcert.symbolic.fixed import prover
+    from vjpcert.symbolic.fixed import strategies
 
     def out_of_reach(*_, **__):
         raise TimeoutError("the exact ring did not finish")
@@ -244,7 +245,7 @@ def test_karatsuba_high_diagonals_just_below_a_multiple_of_p_are_exact(p, side, 
 def _traced(digits: int | None):
     """The exp * sin claim traced directly (no file): its backward off by a relative 10^-digits."""
     from vjpcert.core.registry import op as declare
-    from vjpcert.symbolic.claims import trace_claim
+    from vjpcert.symbolic.fixed.claims import trace_claim
 
     @declare(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}], name=f"exp_sin_off_{digits}")
     def f(B, x):
@@ -261,14 +262,16 @@ def _traced(digits: int | None):
 def test_the_witness_does_not_call_a_1e_45_residual_numerically_zero(digits):
     """The rung beneath `checked`: at 100 digits a relative residual of 10^-45 (10^-75) is measured as
     such, and 'numerically zero' needs agreement near the precision (ZERO_DIGITS), not half of it."""
-    from vjpcert.symbolic import settings, strategies
+    from vjpcert.symbolic import settings
+    from vjpcert.symbolic.fixed import strategies
     out = strategies.witness(_traced(digits))
     assert out["status"] == "unknown", out
     assert abs(out["digits"] - digits) < 2 and out["digits"] < settings.ZERO_DIGITS, out
 
 
 def test_the_witness_calls_the_correct_twin_numerically_zero():
-    from vjpcert.symbolic import settings, strategies
+    from vjpcert.symbolic import settings
+    from vjpcert.symbolic.fixed import strategies
     out = strategies.witness(_traced(None))
     assert out["status"] == "zero" and out["digits"] >= settings.ZERO_DIGITS, out
 
@@ -278,7 +281,8 @@ def test_false_pass_bounds_are_at_least_their_schwartz_zippel_term():
     """A false-pass probability is an upper bound: never below deg / p per trial (a nonzero polynomial
     of degree deg vanishes at that fraction of the points for some polynomials), to the power of the
     independent trials, and never above 1."""
-    from vjpcert.symbolic import fields, modular
+    from vjpcert.symbolic.fixed import fields
+    from vjpcert.symbolic.modular import check as modular
     deg = 10 ** 6
     for trials in (1, 3):
         got = fields.false_pass_bound((deg, 0, 40.0, 0.0), fields.BoundField(), trials)
@@ -293,7 +297,7 @@ def test_false_pass_bounds_are_at_least_their_schwartz_zippel_term():
 def test_the_bound_field_bounds_degrees_and_coefficients():
     """(deg N, deg D, log2 |N|_1, log2 |D|_1) against the true values of small expressions."""
     import math
-    from vjpcert.symbolic.fields import BoundField
+    from vjpcert.symbolic.fixed.fields import BoundField
     B = BoundField()
     x = B.leaf(None)
     sq = B.mul(x, x)                                        # x^2
@@ -307,10 +311,10 @@ def test_the_bound_field_bounds_degrees_and_coefficients():
 
 
 def test_the_modular_bound_bounds_coefficients_of_sums():
-    """log2 |N|_1 of array sums (symbolic.modular_bound) against the true values: 3 + 5 = 8, x + 1, and a
+    """log2 |N|_1 of array sums (symbolic.modular.bound) against the true values: 3 + 5 = 8, x + 1, and a
     row sum of K entries x_i + 1 (|N|_1 = 2K)."""
     import math
-    from vjpcert.symbolic import modular_bound as mb
+    from vjpcert.symbolic.modular import bound as mb
     assert mb.add(mb.const(3), mb.const(5), 0).h >= 3 - 1e-12
     x_plus_1 = mb.add(mb.LEAF, mb.const(1), 0)
     assert x_plus_1.n == 1 and x_plus_1.h >= 1 - 1e-12
@@ -409,7 +413,7 @@ def test_a_vanishing_residual_whose_bound_is_not_below_the_limit_is_inconclusive
     above it (here a vacuous 0.999 per trial) leaves the claim `inconclusive` however often the residual
     vanished. The correct twin with its real bound is checked-probabilistic."""
     from vjpcert.specs import builtin_ops
-    from vjpcert.symbolic import modular
+    from vjpcert.symbolic.modular import check as modular
     lin, dims = builtin_ops()["linear"], {"rows": 2, "n_in": 3, "n_out": 2}
     assert modular.check_modular(lin, "vjp[x]", dims, trials=2, seed=11).verdict == "checked-probabilistic"
     real = modular.false_pass_bound
@@ -489,7 +493,7 @@ def _tripled(factor):
 def test_a_structural_factor_dropped_by_the_backward_fails_the_wiring(factor):
     """The factor 3 lives in a structural matrix of the forward (3 I after multiplying out): a backward
     that passes dy (or 2 dy) to the node is failed, naming both words; 3 dy is proved."""
-    from vjpcert.symbolic.wiring import prove_wiring
+    from vjpcert.symbolic.composition.wiring import prove_wiring
     out = prove_wiring(_tripled(factor), "vjp[X]", {"rows": 2, "n": 3})
     if factor == 3:
         assert out["status"] == "proved", out

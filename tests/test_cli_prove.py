@@ -37,7 +37,7 @@ def test_builtin_op_writes_json_markdown_and_index(tmp_path):
     certs = list((reports / "certificates" / "softmax").glob("*.json"))
     from vjpcert.plan import plan_op
     from vjpcert.specs import builtin_ops
-    from vjpcert.symbolic.general import general_claims
+    from vjpcert.symbolic.every_size.general import general_claims
     planned = plan_op("softmax", ("symbolic",))
     assert len(certs) == len(planned) and any(t.claim == "max_shift_free" for t in planned)
     general = [t for t in planned if dict(t.options).get("method") == "general"]

@@ -5,8 +5,8 @@ argument, a non-differentiable input or a parameter that differs -- is caught an
 import pytest
 
 from conftest import OPS, by_default, mutants_by_default, op_claims, op_mutants
-from vjpcert.symbolic.composition import prove_compositional
-from vjpcert.symbolic.wiring import node_signatures, prove_wiring
+from vjpcert.symbolic.composition.compose import prove_compositional
+from vjpcert.symbolic.composition.wiring import node_signatures, prove_wiring
 
 
 @pytest.mark.parametrize("name,claim", by_default(op_claims("compositional")))

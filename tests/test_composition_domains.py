@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from vjpcert.core.registry import load_file
-from vjpcert.symbolic.composition import prove_compositional
+from vjpcert.symbolic.composition.compose import prove_compositional
 
 # Nodes in the README's format: `pscale` is right only for s > 0 (sqrt(s*s) is |s|), `rscale` for every
 # real s, `kscale` only at its structural default k = 2.

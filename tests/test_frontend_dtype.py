@@ -14,7 +14,7 @@ from vjpcert.cli import main  # noqa: E402
 from vjpcert.core.registry import SpecError  # noqa: E402
 from vjpcert.frontends.pytorch import from_torch  # noqa: E402
 from vjpcert.specs import resolve_op  # noqa: E402
-from vjpcert.symbolic.prover import prove_claim  # noqa: E402
+from vjpcert.symbolic.fixed.prover import prove_claim  # noqa: E402
 
 XW = {"x": ("n",), "w": ("n",)}
 DIMS = {"n": 3}

@@ -14,7 +14,7 @@ from vjpcert.core.backends import F64, MpmathBackend  # noqa: E402
 from vjpcert.core.registry import SpecError  # noqa: E402
 from vjpcert.frontends.jaxpr import from_jax, report_functions  # noqa: E402
 from vjpcert.specs import resolve_op  # noqa: E402
-from vjpcert.symbolic.prover import prove_claim  # noqa: E402
+from vjpcert.symbolic.fixed.prover import prove_claim  # noqa: E402
 
 
 def make_rmsnorm(wrong: bool):

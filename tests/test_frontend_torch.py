@@ -15,7 +15,7 @@ from vjpcert.core.backends import F32, F64, MpmathBackend  # noqa: E402
 from vjpcert.core.registry import SpecError  # noqa: E402
 from vjpcert.frontends.pytorch import from_torch  # noqa: E402
 from vjpcert.specs import resolve_op  # noqa: E402
-from vjpcert.symbolic.prover import prove_claim  # noqa: E402
+from vjpcert.symbolic.fixed.prover import prove_claim  # noqa: E402
 
 ROWS_N = {"x": ("rows", "n"), "gamma": ("n",)}
 

@@ -13,9 +13,9 @@ from sympy import IndexedBase, KroneckerDelta, Sum
 from conftest import OPS
 from vjpcert.core.registry import Param, SpecError, op
 from vjpcert.specs.mutants.general import MISMATCHED, SIZE_MUTANTS
-from vjpcert.symbolic.general import general_claims, general_dims, prove_general
-from vjpcert.symbolic.general_normal import Ind, Log, Normaliser
-from vjpcert.symbolic.prover import prove_claim
+from vjpcert.symbolic.every_size.general import general_claims, general_dims, prove_general
+from vjpcert.symbolic.every_size.normal import Ind, Log, Normaliser
+from vjpcert.symbolic.fixed.prover import prove_claim
 
 # What issue 8 asked to be proved for every size, and the laws issue 12 adds (derived, not transcribed).
 REQUIRED = {
@@ -225,7 +225,7 @@ def test_cross_check_catches_a_form_wrong_only_at_n_3():
 def test_a_tracer_that_drops_a_term_is_caught_by_the_cross_check(monkeypatch):
     """A deliberately wrong tracer (every reduction skips its last entry) derives a statement that
     is a true identity about another function: the cross-check against the spec refuses it."""
-    from vjpcert.symbolic import shape_trace
+    from vjpcert.symbolic.every_size import shape_trace
     real = Sum
 
     def short(body, limits):
@@ -271,7 +271,7 @@ def test_tiles_that_overlap_are_not_a_layout():
 def test_a_contradiction_with_the_fixed_dims_prover_is_never_proved(monkeypatch):
     """If the fixed-dims prover refuted the spec where the statement equals it, one of the two
     provers would be wrong: the general claim must not be reported proved."""
-    from vjpcert.symbolic import prover
+    from vjpcert.symbolic.fixed import prover
     real = prover.prove_claim
 
     def refuting(op, claim, dims, **kw):
@@ -468,9 +468,9 @@ def _edges(B, x):
 def test_the_trace_computes_what_numpy_computes(construct):
     """Each construct the trace follows: the statement it derives, written out at concrete sizes, equals
     the spec run by numpy on SymPy numbers entry by entry (the cross-check)."""
-    from vjpcert.symbolic.general import cross_check
-    from vjpcert.symbolic.general_form import build_statement
-    from vjpcert.symbolic.shape_trace import derive
+    from vjpcert.symbolic.every_size.general import cross_check
+    from vjpcert.symbolic.every_size.form import build_statement
+    from vjpcert.symbolic.every_size.shape_trace import derive
 
     @op(name=f"t12_{construct.__name__.strip('_')}", inputs={"x": ("rows", "d")}, output=("rows", "d"),
         dims=[{"rows": 2, "d": 4}], constraints=lambda d: None if d["d"] % 2 == 0 else "even d")

@@ -338,8 +338,8 @@ def test_the_race_detector_logs_accesses_and_is_pinned():
 
 
 # ------------------------------------------------------------------------------ hygiene
-@pytest.mark.parametrize("checker", ["cuda_kernels/check.py", "symbolic/prover.py", "symbolic/general.py",
-                                     "symbolic/strategies.py", "symbolic/composition.py", "numeric/check.py",
+@pytest.mark.parametrize("checker", ["cuda_kernels/check.py", "symbolic/fixed/prover.py", "symbolic/every_size/general.py",
+                                     "symbolic/fixed/strategies.py", "symbolic/composition/compose.py", "numeric/check.py",
                                      "numeric/reference.py", "numeric/sampling.py"])
 def test_tolerances_live_in_one_place(checker):
     """No tolerance literals in a checker's code: every number it decides with comes from its tier's

@@ -8,7 +8,7 @@ import pytest
 
 from vjpcert.core.registry import Mutant, SpecError, op
 from vjpcert.specs import builtin_ops
-from vjpcert.symbolic.modular import check_modular, check_vjps, split_dims
+from vjpcert.symbolic.modular.check import check_modular, check_vjps, split_dims
 
 OPS = builtin_ops()
 VIT = OPS["vit_block"]
@@ -142,10 +142,10 @@ def _op_with(forward_body, name):
     (lambda B, x: np.maximum(x, 0), "maximum"),
 ])
 def test_what_the_backend_cannot_represent_is_refused(body, what):
-    from vjpcert.symbolic.modular import vjp_residual, _Point
+    from vjpcert.symbolic.modular.check import vjp_residual, _Point
     import random
     f = _op_with(body, f"modular_refusal_{abs(hash(what))}")
-    from vjpcert.symbolic.modular import draw_prime
+    from vjpcert.symbolic.modular.check import draw_prime
     point = _Point(f, {"n": 3}, {}, random.Random(0), draw_prime(random.Random(0)), {})
     with pytest.raises(SpecError):
         vjp_residual(f, {"n": 3}, point, ["x"])
@@ -320,7 +320,7 @@ def test_issue_18_mutants_are_killed_at_production_size(name, mutant, _, product
 
 def test_the_certificate_records_no_timings_and_the_same_bytes_twice():
     import json
-    from vjpcert.symbolic import modular
+    from vjpcert.symbolic.modular import check as modular
     a = check_modular(OPS["layernorm"], "vjp[x]", {"rows": 3, "n": 5}, trials=2)
     modular._MEMO.clear()
     b = check_modular(OPS["layernorm"], "vjp[x]", {"rows": 3, "n": 5}, trials=2)
@@ -379,7 +379,7 @@ def test_the_vit_tiny_block_is_checked_at_production_dims():
 
 
 def test_a_spec_that_catches_a_division_by_zero_is_refused():
-    from vjpcert.symbolic.modular import vjp_residual, _Point, draw_prime
+    from vjpcert.symbolic.modular.check import vjp_residual, _Point, draw_prime
     import random
 
     def body(B, x):
@@ -410,8 +410,8 @@ def test_a_root_an_earlier_trial_needed_refuses_the_next_prime_before_any_work()
     one, the next trial's field takes it first, so a prime without it costs nothing -- and a prime
     with it records it, so the bound counts the conditioning (false_pass_bound's sqrt_constants)."""
     import random
-    from vjpcert.symbolic import modular as M
-    from vjpcert.symbolic.modular_backend import NeedAnotherPrime
+    from vjpcert.symbolic.modular import check as M
+    from vjpcert.symbolic.modular.backend import NeedAnotherPrime
     o = OPS["gelu_tanh"]
     dims = o.resolve_dims(o.dims[0])
     rng = random.Random(3)
@@ -480,7 +480,7 @@ def test_the_backward_reuses_the_forward_s_values():
     """The cache is used: one trial of a softmax computes each exp once, though its backward recomputes
     the probabilities."""
     import random
-    from vjpcert.symbolic import modular as M
+    from vjpcert.symbolic.modular import check as M
     o = OPS["softmax"]
     point = M._Point(o, {"rows": 2, "n": 3}, {}, random.Random(0), M.draw_prime(random.Random(1)), {})
     calls = []

@@ -1,4 +1,4 @@
-"""The arithmetic mod p beneath the modular tier (symbolic.modular_arith) is exact: every operation is
+"""The arithmetic mod p beneath the modular tier (symbolic.modular.arith) is exact: every operation is
 compared with Python's integers, at the extremes (entries p - 1, the longest exact contraction and one
 past it, broadcast batches, vectors) and on random residues; a contraction too long for float64 is shown
 to go wrong, so these comparisons can fail."""
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import sympy
 
-from vjpcert.symbolic import modular_arith as ma
-from vjpcert.symbolic.modular import draw_prime
+from vjpcert.symbolic.modular import arith as ma
+from vjpcert.symbolic.modular.check import draw_prime
 
 
 def _primes():

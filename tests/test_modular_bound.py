@@ -1,4 +1,4 @@
-"""The degree bound of the modular backend (symbolic.modular_bound) is an upper bound, and a useful one:
+"""The degree bound of the modular backend (symbolic.modular.bound) is an upper bound, and a useful one:
 small computations run twice, on the modular backend (the tracked bound) and in SymPy with the atoms as
 opaque functions (the true numerator of the result in lowest terms), compared."""
 import random
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import sympy
 
-from vjpcert.symbolic.modular import draw_prime
-from vjpcert.symbolic.modular_backend import LEAF, Field, ModArray, ModularBackend
+from vjpcert.symbolic.modular.check import draw_prime
+from vjpcert.symbolic.modular.backend import LEAF, Field, ModArray, ModularBackend
 
 E, T, W = sympy.Function("E"), sympy.Function("T"), sympy.Function("W")
 
@@ -116,7 +116,7 @@ def root_both_ways(B, x, r):
 
 
 def test_a_root_used_both_as_itself_and_inverted_widens_the_bound():
-    from vjpcert.symbolic.modular import false_pass_bound
+    from vjpcert.symbolic.modular.check import false_pass_bound
     shapes = [(2, 2), (2, 2)]
     n, F = _tracked(root_both_ways, shapes, field=True)
     true = _symbolic(root_both_ways, shapes)
@@ -137,7 +137,7 @@ def test_an_atom_is_counted_once_per_computation_and_distinct_ones_each():
     p = draw_prime(rng)
     F = Field(p, {k: (rng.getrandbits(64), rng.getrandbits(64)) for k in
                   ("exp", "log", "sqrt", "erf", "tanh", "circle", "cpow")}, rng.randrange(1, p))
-    from vjpcert.symbolic.modular_backend import derive
+    from vjpcert.symbolic.modular.backend import derive
     x = ModArray(F, np.random.default_rng(1).integers(1, p, size=(3, 4), dtype=np.int64), None, LEAF, None)
     x.sid = derive("leaf", "x")
     B = ModularBackend(F)

@@ -5,7 +5,7 @@ import pytest
 from conftest import OPS, op_claims, op_mutants
 from vjpcert.core.registry import SpecError
 from vjpcert.core.validate import validate
-from vjpcert.symbolic.prover import prove_claim
+from vjpcert.symbolic.fixed.prover import prove_claim
 
 
 @pytest.mark.parametrize("name,claim", op_claims("monolithic"))

@@ -198,8 +198,8 @@ def test_an_exact_nonzero_residual_is_failed_with_an_exact_witness(tmp_path, cap
 
 
 def test_checked_never_comes_from_an_exactly_nonzero_rational_residual():
-    from vjpcert.symbolic import strategies
-    from vjpcert.symbolic.claims import trace_claim
+    from vjpcert.symbolic.fixed import strategies
+    from vjpcert.symbolic.fixed.claims import trace_claim
     from vjpcert.core.registry import op as declare
 
     @declare(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}], name="tiny_cube_test")
@@ -210,7 +210,7 @@ def test_checked_never_comes_from_an_exactly_nonzero_rational_residual():
     def _(B, x, dy):
         return (3 * x * x * dy + B.c(1, 10**60) * dy / (1 + x * x),)
 
-    from vjpcert.symbolic.prover import prove_claim
+    from vjpcert.symbolic.fixed.prover import prove_claim
     cert = prove_claim(cube, "vjp[x]", {"n": 2})
     assert cert.verdict == "failed" and cert.method == "exact-rational-witness"
     traced = trace_claim(cube, "vjp[x]", {"n": 2})
@@ -245,8 +245,8 @@ def test_an_error_divisible_by_a_fixed_prime_is_caught_by_random_primes():
     """Before: every trial was mod 2^61 - 1, so an error term with that factor vanished in every
     trial while the certificate stated a false-pass probability of 5e-54."""
     from vjpcert.core.registry import op as declare
-    from vjpcert.symbolic import strategies
-    from vjpcert.symbolic.claims import trace_claim
+    from vjpcert.symbolic.fixed import strategies
+    from vjpcert.symbolic.fixed.claims import trace_claim
 
     @declare(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}], name="p61_target_test")
     def f(B, x):
@@ -264,8 +264,8 @@ def test_an_error_divisible_by_a_fixed_prime_is_caught_by_random_primes():
 
 def test_primes_are_recorded_and_change_with_the_claim():
     from vjpcert.core.registry import op as declare
-    from vjpcert.symbolic import strategies
-    from vjpcert.symbolic.claims import trace_claim
+    from vjpcert.symbolic.fixed import strategies
+    from vjpcert.symbolic.fixed.claims import trace_claim
 
     @declare(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}], name="modp_record_test")
     def g(B, x):
@@ -413,8 +413,8 @@ def test_when_the_ring_runs_out_a_nonzero_mod_p_is_never_checked(monkeypatch, ba
     which finds the residual nonzero; 100 digits cannot see 1e-120. Before, that was `checked`."""
     import time
     from vjpcert import op
-    from vjpcert.symbolic import strategies
-    from vjpcert.symbolic.prover import prove_claim
+    from vjpcert.symbolic.fixed import strategies
+    from vjpcert.symbolic.fixed.prover import prove_claim
 
     monkeypatch.setattr(strategies, "ring", lambda claim, seed=0: time.sleep(60))
 

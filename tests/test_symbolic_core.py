@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import sympy
 
-from vjpcert.symbolic.evaluate import Evaluator, Tangent
-from vjpcert.symbolic.fields import ModPField, RingField, SympyField
+from vjpcert.symbolic.fixed.evaluate import Evaluator, Tangent
+from vjpcert.symbolic.fixed.fields import ModPField, RingField, SympyField
 from vjpcert.core.trace import TRACE, Leaf, Node, leaf_array, leaves_of
 
 X = Node("leaf", (), Leaf("x", "input"))

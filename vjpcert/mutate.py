@@ -35,8 +35,8 @@ def _refused(op, dims) -> str | None:
 
 
 def _symbolic(op) -> tuple[bool, str]:
-    from vjpcert.symbolic.composition import prove_compositional
-    from vjpcert.symbolic.prover import prove_claim
+    from vjpcert.symbolic.composition.compose import prove_compositional
+    from vjpcert.symbolic.fixed.prover import prove_claim
     dims = op.dims[-1]
     refused = _refused(op, dims)
     if refused:

@@ -1,5 +1,5 @@
 """The numeric tier as the planner runs it: mpmath digits (``numeric.check``), then what exact
-normalisation knows of the same claim (``symbolic.prover.exact_look``).
+normalisation knows of the same claim (``symbolic.fixed.prover.exact_look``).
 
 Digits cannot see an error below them: a backward off by dy exp(-10^6) agrees with J^T dy to every
 digit mpmath has. So a numeric `checked` stands only where the exact tier, asked at the same dims
@@ -17,7 +17,7 @@ import dataclasses
 from vjpcert.core.certificate import checker_code_sha256
 from vjpcert.core.code_hash import covers
 from vjpcert.numeric.check import REFERENCE_CLAIM, check_claim
-from vjpcert.symbolic import prover
+from vjpcert.symbolic.fixed import prover
 
 CHECKER_SHA256 = checker_code_sha256(__name__)
 EXACT_LOOK_BUDGET_S = 10.0       # measured: ring + relations finish in < 2 s at every built-in op's check dims

@@ -72,7 +72,7 @@ def task_identity(task: Task, op: Op) -> dict:
     from vjpcert.runner import certificate_options
     dims = task.dims_dict
     if dict(task.options).get("method") == "general":
-        from vjpcert.symbolic.general import general_dims
+        from vjpcert.symbolic.every_size.general import general_dims
         dims = general_dims(op, task.claim)
     return json.loads(json.dumps({"op": op.base_name, "claim": task.claim, "tier": task.tier,
                                   "variant": variant_of(task), "dims": dims,

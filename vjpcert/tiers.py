@@ -63,16 +63,16 @@ def _run_symbolic(op, task):
     opts = dict(task.options)
     method = opts.pop("method", "monolithic")
     if method == "compositional":
-        from vjpcert.symbolic.composition import prove_compositional
+        from vjpcert.symbolic.composition.compose import prove_compositional
         return prove_compositional(op, task.claim, task.dims_dict, **opts)
     if method == "general":
-        from vjpcert.symbolic.general import prove_general
+        from vjpcert.symbolic.every_size.general import prove_general
         return prove_general(op, task.claim, **opts)
     if method == "modular":
-        from vjpcert.symbolic.modular import check_modular
+        from vjpcert.symbolic.modular.check import check_modular
         opts.pop("budget", None)
         return check_modular(op, task.claim, task.dims_dict, **opts)
-    from vjpcert.symbolic.prover import prove_claim
+    from vjpcert.symbolic.fixed.prover import prove_claim
     return prove_claim(op, task.claim, task.dims_dict, **opts)
 
 
@@ -135,14 +135,14 @@ def _plan_symbolic(ref, op, p: Planning):
             if "compositional" in op.proofs and claim.startswith("vjp["):
                 tasks.append(make_task("symbolic", ref, claim, dims, method="compositional", **opts))
     if p.modular and p.fixed_dims is None and not p.overrides and not p.large:
-        from vjpcert.symbolic.modular import modular_claims, split_dims
+        from vjpcert.symbolic.modular.check import modular_claims, split_dims
         from vjpcert.symbolic.settings import MODULAR_TRIALS
         for entry in getattr(op, "modular_dims", ()):      # production sizes: the modular test only
             split_dims(op, entry)                           # dims the op rejects are bad input now
             tasks += [make_task("symbolic", ref, claim, entry, method="modular", seed=p.seed,
                                 trials=MODULAR_TRIALS) for claim in modular_claims(op)]
     if p.general and op.general:
-        from vjpcert.symbolic.general import general_dims
+        from vjpcert.symbolic.every_size.general import general_dims
         tasks += [make_task("symbolic", ref, claim, general_dims(op, claim), method="general", **opts)
                   for claim in op.general]
     return tasks
@@ -195,9 +195,9 @@ def _run_implementation(op, task):
 
 
 TIERS: dict[str, Tier] = {t.name: t for t in (
-    Tier("symbolic", "symbolic", "vjpcert.symbolic.prover", _run_symbolic, _plan_symbolic,
-         methods=(("compositional", "vjpcert.symbolic.composition"), ("general", "vjpcert.symbolic.general"),
-                  ("modular", "vjpcert.symbolic.modular"))),
+    Tier("symbolic", "symbolic", "vjpcert.symbolic.fixed.prover", _run_symbolic, _plan_symbolic,
+         methods=(("compositional", "vjpcert.symbolic.composition.compose"), ("general", "vjpcert.symbolic.every_size.general"),
+                  ("modular", "vjpcert.symbolic.modular.check"))),
     Tier("numeric", "numeric", "vjpcert.numeric_tier", _run_numeric, _plan_numeric),
     Tier("kernel", "kernel", "vjpcert.cuda_kernels.check", _run_kernel, _plan_kernel,
          requires="pip install -e '.[cuda]'"),

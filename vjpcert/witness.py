@@ -2,7 +2,7 @@
 input, case, component or entry), the two values that disagree (backward vs J^T dy, kernel vs spec,
 implementation vs spec, ...), how far apart they are, and the dims.
 
-Every tier writes its own witness fields (``symbolic/strategies.py``, ``numeric/check.py``,
+Every tier writes its own witness fields (``symbolic/fixed/strategies.py``, ``numeric/check.py``,
 ``cuda_kernels/check.py``, ``vjpcert/impl.py``); this module only reads them, so the terminal, the
 Markdown and the HTML tell the same story. Fields it does not know are left to the certificate: the
 last line always names the certificate file, which holds the whole witness (points, dy, seed)."""

@@ -1,4 +1,4 @@
-"""Negative controls of the every-size proofs (``symbolic.general``).
+"""Negative controls of the every-size proofs (``symbolic.every_size.general``).
 
 ``SIZE_MUTANTS``: specs that are wrong only at some sizes -- through Python control flow on a size
 (``if n % 4 == 0``, ``if n > 2048``) or a slice that fits only some sizes (``x[..., :2048]``). No

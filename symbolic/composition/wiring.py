@@ -38,7 +38,7 @@ import numpy as np
 
 from vjpcert.core.backends import exact
 from vjpcert.core.registry import Op, SpecError
-from vjpcert.symbolic.wiring_algebra import (Call, J, Tag, Tape, Term, Unsupported, canonical, collect,
+from vjpcert.symbolic.composition.algebra import (Call, J, Tag, Tape, Term, Unsupported, canonical, collect,
                                              transpose_word)
 
 __all__ = ["Cover", "Unsupported", "node_points", "node_signatures", "prove_wiring", "prove_wiring_claims"]

@@ -1,7 +1,7 @@
-"""Statements with symbolic dimensions, as ``symbolic.general`` proves them: the builder ``G`` and
+"""Statements with symbolic dimensions, as ``symbolic.every_size.general`` proves them: the builder ``G`` and
 ``build_statement``.
 
-The statements of the built-in ops are *derived* from their spec code (``symbolic.shape_trace``
+The statements of the built-in ops are *derived* from their spec code (``symbolic.every_size.shape_trace``
 builds them through ``G``); nobody writes them. A hand-written statement (``prove_general(...,
 form=builder)``) uses the same builder and is what the negative controls of the cross-check are made
 of (``specs/mutants/general.py``)::
@@ -65,7 +65,7 @@ def general_dims(op: Op, claim: str, form: Callable | None = None) -> dict:
     spec the trace refuses still has a certificate, saying why)."""
     if form is not None:
         return build_statement(op, claim, form, display=True).dims
-    from vjpcert.symbolic.shape_trace import DerivationRefused, dim_forms
+    from vjpcert.symbolic.every_size.shape_trace import DerivationRefused, dim_forms
     try:
         forms = dim_forms(op)
     except DerivationRefused:

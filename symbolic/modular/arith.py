@@ -1,6 +1,6 @@
 """Exact vectorised arithmetic mod a prime p in [2^59, 2^60) on numpy int64 arrays.
 
-The floor beneath ``symbolic.modular_backend``: residues are int64 entries in [0, p); every operation
+The floor beneath ``symbolic.modular.backend``: residues are int64 entries in [0, p); every operation
 returns exact residues, never a rounded number. Three tools make that exact and fast:
 
 - elementwise products split one factor into 30-bit halves, y = 2^30 y_h + y_l: each of x y_l, x y_h
@@ -27,7 +27,7 @@ returns exact residues, never a rounded number. Three tools make that exact and 
 - sums split entries into 31-bit halves, so 2^32 terms fit int64.
 
 A division by a value that is 0 mod p raises ``Pole``: the caller resamples, never a silently wrong
-value. The loops themselves are fused Numba kernels (``symbolic.modular_kernels``): one pass over
+value. The loops themselves are fused Numba kernels (``symbolic.modular.kernels``): one pass over
 memory per operation, not a dozen numpy temporaries, on every core for large arrays. The rest of the
 modular tier (atoms, bounds, the array type spec code sees) lives above this.
 """
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vjpcert.symbolic import modular_kernels as mk
+from vjpcert.symbolic.modular import kernels as mk
 
 LIMB_BITS = mk.LIMB_BITS
 LIMBS = 3                                   # 3 x 20 bits = 60 bits: residues mod p < 2^60

@@ -25,7 +25,7 @@ be aligned for every size. Every refusal goes through ``core.registry.refuse``, 
 it is still refused. A refused derivation makes the every-size claim ``inconclusive`` with the reason
 and the spec's file:line (``DerivationRefused``). Identity and type tests (``n is 16``,
 ``isinstance(n, int)``) cannot be intercepted by any Python object; the cross-check of
-``symbolic.general`` at concrete sizes is what stands behind them.
+``symbolic.every_size.general`` at concrete sizes is what stands behind them.
 
 Public API: ``derive(op, claim) -> builder`` (a ``GeneralBuilder -> G.vjp(...) | G.law(...)``),
 ``dim_forms(op) -> {dim: (k, sub)}``, ``DerivationRefused``.
@@ -48,11 +48,11 @@ from sympy import Sum
 
 from vjpcert.core.backends import exact
 from vjpcert.core.registry import Op, SpecError, refuse, take_refusals
-from vjpcert.symbolic.general_normal import Ind, Normaliser
+from vjpcert.symbolic.every_size.normal import Ind, Normaliser
 
 # ============================================================================ refusals and where
-_PACKAGE_ROOT = Path(__file__).resolve().parent.parent          # the repository root (or site-packages/vjpcert)
-_MACHINERY = tuple(str(p) for p in (Path(__file__).resolve().parent, _PACKAGE_ROOT / "core",
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]             # the repository root (or site-packages/vjpcert)
+_MACHINERY = tuple(str(p) for p in (_PACKAGE_ROOT / "symbolic", _PACKAGE_ROOT / "core",
                                      Path(np.__file__).resolve().parent, Path(sp.__file__).resolve().parent))
 _STDLIB = str(Path(os.__file__).resolve().parent)
 _FLOAT = ("a float ({!r}) reached the spec's arithmetic: write constants as B.c(p, q) or B.c('0.044715') "

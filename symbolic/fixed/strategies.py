@@ -11,8 +11,8 @@ from fractions import Fraction
 import flint
 
 from vjpcert.symbolic import settings as tol
-from vjpcert.symbolic.claims import TracedClaim
-from vjpcert.symbolic.fields import (PRIME_BITS, AtomPoolExhausted, BoundField, ModPField, MpField,
+from vjpcert.symbolic.fixed.claims import TracedClaim
+from vjpcert.symbolic.fixed.fields import (PRIME_BITS, AtomPoolExhausted, BoundField, ModPField, MpField,
                                      RingField, false_pass_bound, random_prime)
 from vjpcert.core.tolerance import digits as _digits
 from vjpcert.core.evaluate import NotRational, QField
@@ -367,7 +367,7 @@ def sympy_simplify(claim: TracedClaim) -> dict:
     import sympy
 
     from vjpcert.core.backends import SYMPY
-    from vjpcert.symbolic.fields import SympyField
+    from vjpcert.symbolic.fixed.fields import SympyField
 
     op = claim.op
     if claim.claim == SHIFT_CLAIM:         # not a spec function SymPy could rerun: the ring decides it

@@ -54,9 +54,9 @@ from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.registry import RESERVED_CLAIMS, Op, SpecError, take_refusals
 from vjpcert.core.validate import spec_location, validate
 from vjpcert.symbolic import settings as tol
-from vjpcert.symbolic import modular_bound as bnd
-from vjpcert.symbolic.modular_arith import PRIME_LO_BITS, Pole
-from vjpcert.symbolic.modular_backend import LEAF, Field, ModArray, ModularBackend, NeedAnotherPrime, derive
+from vjpcert.symbolic.modular import bound as bnd
+from vjpcert.symbolic.modular.arith import PRIME_LO_BITS, Pole
+from vjpcert.symbolic.modular.backend import LEAF, Field, ModArray, ModularBackend, NeedAnotherPrime, derive
 
 CHECKER_SHA256 = checker_code_sha256(__name__)
 METHOD = "modp-vectorised"
@@ -145,7 +145,7 @@ class _Point:
 
     def values(self, F: Field, seeded=()) -> dict:
         from fractions import Fraction
-        from vjpcert.symbolic.modular_backend import exact_const
+        from vjpcert.symbolic.modular.backend import exact_const
         out = {}
         for name, v in self.x.items():
             t = self.t[name] if name in seeded else None
@@ -199,7 +199,7 @@ def _run(op: Op, fn, role: str, values: dict, B: ModularBackend):
 
 
 def _as_mod(value, what: str, op: Op, F: Field, shape) -> ModArray:
-    from vjpcert.symbolic.modular_backend import lift
+    from vjpcert.symbolic.modular.backend import lift
     if not isinstance(value, ModArray):
         if isinstance(value, np.ndarray) and value.dtype == object:
             raise SpecError(op.name, f"{what} returned an object array")
@@ -517,9 +517,9 @@ def check_modular(op: Op, claim: str, dims: dict, *, seed: int = 0, trials: int 
                               f"on a relation between them (the exact tier's relations step decides)")
         evidence["nonzero_at"] = out["witness"]
     elif out["status"] == "nonzero" and bound["atoms"]:
-        # With atoms a nonzero is no disproof by itself (symbolic/modular_confirm.py): mpmath at the
+        # With atoms a nonzero is no disproof by itself (symbolic/modular/confirm.py): mpmath at the
         # same dims decides, at 50 and 100 digits; float64 is recorded, never decides
-        from vjpcert.symbolic.modular_confirm import confirm_residual
+        from vjpcert.symbolic.modular.confirm import confirm_residual
         real = confirm_residual(op, dims_only, params, claim[len("vjp["):-1], seed)
         if real["confirmed"]:
             verdict, method = "failed", METHOD
@@ -549,7 +549,7 @@ def check_modular(op: Op, claim: str, dims: dict, *, seed: int = 0, trials: int 
                               f"{bound['total']:.3g} is not below {tol.MODULAR_MAX_FALSE_PASS:g}")
     else:
         verdict, method = "checked-probabilistic", METHOD
-    from vjpcert.symbolic.prover import assumptions_of
+    from vjpcert.symbolic.fixed.prover import assumptions_of
     assumptions = assumptions_of(op, {}) + [
         "transcendental subterms are atoms keyed by the value of their argument (the exact tier's ring "
         "semantics: exp, sqrt, erf, ... of distinct arguments independent; inverses exact; exact constants "

@@ -1,4 +1,4 @@
-"""The algebra the wiring proof (``symbolic.wiring``) works in.
+"""The algebra the wiring proof (``symbolic.composition.wiring``) works in.
 
 Primal values are ``Tag``s: hash-consed names (an input entry, a parameter, entry k of a node call's
 output, a sum, a constant multiple), so the same computation done twice is the same tag. Cotangent

@@ -21,9 +21,10 @@ import time
 from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.registry import Op
-from vjpcert.symbolic import settings as tol, strategies
-from vjpcert.symbolic.claims import trace_claim
-from vjpcert.symbolic.formulas import formulas
+from vjpcert.symbolic import settings as tol
+from vjpcert.symbolic.fixed import strategies
+from vjpcert.symbolic.fixed.claims import trace_claim
+from vjpcert.symbolic.fixed.formulas import formulas
 from vjpcert.core.trace import dag_size
 
 CHECKER_SHA256 = checker_code_sha256(__name__)

@@ -6,10 +6,10 @@ the claim is proved once for all of them:
 
     for every size and every input index (s, j):   sum_out dy[out] * d y[out] / d x[s, j]  ==  dx[s, j]
 
-Both sides come from the spec itself: ``symbolic.shape_trace`` runs the op's forward, backward (or
+Both sides come from the spec itself: ``symbolic.every_size.shape_trace`` runs the op's forward, backward (or
 law) with symbolic dimensions and hands over y[out] and dx[s, j] as expressions in the indices. The
 left side is then *derived* (``sympy.diff`` of the indexed forward gives KroneckerDelta terms) and
-the difference is reduced to 0 by the exact normal form of ``symbolic.general_normal`` (sums
+the difference is reduced to 0 by the exact normal form of ``symbolic.every_size.normal`` (sums
 expanded by linearity, deltas and mask indicators evaluated under proven index bounds, each
 remaining sum and transcendental subterm an atom, then a rational-function zero test). Nothing else
 may say ``proved-general``.
@@ -57,10 +57,10 @@ from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate
 from vjpcert.core.registry import Op, SpecError
 from vjpcert.symbolic import settings as tol
-from vjpcert.symbolic.general_form import (GeneralBuilder, Statement, _cot_name, _entry, assumptions_of,  # noqa: F401
+from vjpcert.symbolic.every_size.form import (GeneralBuilder, Statement, _cot_name, _entry, assumptions_of,  # noqa: F401
                                    build_statement, general_claims, general_dims, render)
-from vjpcert.symbolic.general_normal import NormalFormError, Normaliser, expand_sums, plainly_zero
-from vjpcert.symbolic.shape_trace import DerivationRefused, derive, source_of, spec_line
+from vjpcert.symbolic.every_size.normal import NormalFormError, Normaliser, expand_sums, plainly_zero
+from vjpcert.symbolic.every_size.shape_trace import DerivationRefused, derive, source_of, spec_line
 # The symbolic tier's checker hash (it covers every file of symbolic/, these two included), so the
 # report planner tells a current general certificate from a stale one as for every other symbolic claim.
 from vjpcert.core.certificate import checker_code_sha256
@@ -479,7 +479,7 @@ def prove_general(op: Op, claim: str, *, budget: float = 60.0, seed: int = 0,
 
     def fixed(dims: list[dict]) -> list[dict]:
         """The fixed-dims prover on the spec itself at these sizes (fast: flint atoms)."""
-        from vjpcert.symbolic.prover import prove_claim
+        from vjpcert.symbolic.fixed.prover import prove_claim
         rows = []
         for d in dims:
             left = max(0.0, deadline - time.monotonic())
@@ -575,7 +575,7 @@ def derived_from(op: Op, claim: str) -> dict:
         except (TypeError, OSError):
             where = "?"
         out.append(f"{role}: {where} ({getattr(fn, '__qualname__', '?')})")
-    return {"derived_from": out, "derivation": "shape-polymorphic trace of the spec's code (symbolic.shape_trace)"}
+    return {"derived_from": out, "derivation": "shape-polymorphic trace of the spec's code (symbolic.every_size.shape_trace)"}
 
 
 def _where(builder) -> str:

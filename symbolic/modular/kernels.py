@@ -1,4 +1,4 @@
-"""The fused loops beneath ``symbolic.modular_arith``: exact residue arithmetic mod p < 2^60, compiled
+"""The fused loops beneath ``symbolic.modular.arith``: exact residue arithmetic mod p < 2^60, compiled
 by Numba (once, cached on disk).
 
 Each operation is written once, for one entry (``_mulmod1``, ``_recombine3_1``, ``_karatsuba5_1``),

@@ -2,7 +2,7 @@
 
 The spec's own numpy code runs on ``ModArray``s at production dims (a ViT-Tiny or GPT-2-small block),
 so the randomised exact test of ``symbolic.modular`` needs no traced DAG. The semantics are those of
-``symbolic.fields.ModPField`` (the mod-p image of the exact tier's ring):
+``symbolic.fixed.fields.ModPField`` (the mod-p image of the exact tier's ring):
 
 - leaves (inputs, cotangents, tangents, symbolic parameters) are random elements of GF(p);
 - + - * / are exact mod p; a division by a value that is 0 mod p raises ``Pole`` (the caller resamples;
@@ -19,9 +19,9 @@ so the randomised exact test of ``symbolic.modular`` needs no traced DAG. The se
 - the tangent of every value is carried with it (dual numbers): d exp a = exp(a) da,
   d sqrt a = da / (2 sqrt a), d erf a = 2/sqrt(pi) exp(-a^2) da, d tanh a = (1 - tanh^2 a) da,
   d log a = da / a, d sin a = cos(a) da, d cos a = -sin(a) da -- the rules of
-  ``symbolic.evaluate.Tangent``, so J t is derived from the forward, never from the backward.
+  ``symbolic.fixed.evaluate.Tangent``, so J t is derived from the forward, never from the backward.
 
-Arithmetic mod p (p in [2^59, 2^60)) is exact and vectorised: ``symbolic.modular_arith``.
+Arithmetic mod p (p in [2^59, 2^60)) is exact and vectorised: ``symbolic.modular.arith``.
 
 Each array carries upper bounds (deg N, deg D, log2 |N|_1, log2 |D|_1) of its value and of its tangent
 as rational functions in the leaves and atoms, as ``BoundField`` does, for the false-pass bound.
@@ -40,9 +40,9 @@ import flint
 import numpy as np
 
 from vjpcert.core.registry import SpecError, refuse
-from vjpcert.symbolic import modular_bound as bnd
-from vjpcert.symbolic.modular_arith import ModP, Pole
-from vjpcert.symbolic.modular_bound import ATOM, LEAF
+from vjpcert.symbolic.modular import bound as bnd
+from vjpcert.symbolic.modular.arith import ModP, Pole
+from vjpcert.symbolic.modular.bound import ATOM, LEAF
 
 
 class NeedAnotherPrime(Exception):
@@ -55,7 +55,7 @@ class NeedAnotherPrime(Exception):
 
 
 # ------------------------------------------------------------------------------ bounds
-# ``symbolic.modular_bound``: (deg N, log2 |N|_1) and the denominators by provenance; ``None`` is an
+# ``symbolic.modular.bound``: (deg N, log2 |N|_1) and the denominators by provenance; ``None`` is an
 # exact 0.
 CIRCLE_N, CIRCLE_H = 2, 1.0     # sin, cos = 2u / (1 + u^2), (1 - u^2) / (1 + u^2) in one atom u
 
@@ -781,7 +781,7 @@ def _unary(kind: str, a: ModArray) -> ModArray:
 
     if a.t is None:
         return tagged(ModArray(F, u, None, out_b, None))
-    # forward-mode rules of symbolic.evaluate.Tangent
+    # forward-mode rules of symbolic.fixed.evaluate.Tangent
     if kind == "exp":
         factor, fb = u, ATOM
     elif kind == "log":

@@ -1,7 +1,7 @@
 """Compositional certificates for ops built from nodes (MLP, MHSA, a ViT block), at any size.
 
 A monolithic proof of a ViT block did not finish in 5 minutes; a compositional one is
-    1. the *wiring* proved (``symbolic.wiring``): the composite's backward equals the transpose of its
+    1. the *wiring* proved (``symbolic.composition.wiring``): the composite's backward equals the transpose of its
        forward's derivative when every node is an arbitrary differentiable function, each node call
        keyed by its whole point -- every array argument, differentiable or not, and every parameter;
     2. every node's VJP claims certified at the dims and static parameters the composite calls it
@@ -14,7 +14,7 @@ A monolithic proof of a ViT block did not finish in 5 minutes; a compositional o
        ``positive=True``; a structural one at exactly its value). A call outside them -- s = -3, s = 0,
        or the composite's own param declared without ``positive=True`` -- rests on a proof of the node
        at exactly that value, or for every real value, never on the one for s > 0
-       (``symbolic.wiring.node_points`` says which); a traced value reaching a structural param has no
+       (``symbolic.composition.wiring.node_points`` says which); a traced value reaching a structural param has no
        certificate at all, and the composite is `inconclusive`, naming the node, param, value and domain.
 Verdict `proved-compositional` when both hold; the certificate lists, node by node, which proof it
 rests on (method, dims, digest). `failed` needs a witness on the *real* composite (found at the small
@@ -30,7 +30,7 @@ from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.registry import Op, Param, SpecError
 from vjpcert.symbolic import settings as tol
-from vjpcert.symbolic.wiring import Cover, node_points, prove_wiring_claims
+from vjpcert.symbolic.composition.wiring import Cover, node_points, prove_wiring_claims
 
 CHECKER_SHA256 = checker_code_sha256(__name__)
 
@@ -65,7 +65,7 @@ def cover_node(op: Op, claim: str, dims: dict, *, static: tuple, budget: float, 
     variant = _with_static(op, static)
     cert = None
     if variant is op and claim in op.general:           # structural params at their defaults
-        from vjpcert.symbolic.general import prove_general
+        from vjpcert.symbolic.every_size.general import prove_general
         gkey = (op.name, op.spec_sha256, claim, "general", budget, seed)
         if gkey not in _CACHE:
             _CACHE[gkey] = prove_general(op, claim, budget=budget, seed=seed)
@@ -74,7 +74,7 @@ def cover_node(op: Op, claim: str, dims: dict, *, static: tuple, budget: float, 
     if cert is None and "compositional" in op.proofs:
         cert = prove_compositional(variant, claim, dims, budget=budget, seed=seed)
     if cert is None or (cert.verdict not in PROVED and "monolithic" in op.proofs):
-        from vjpcert.symbolic.prover import prove_claim
+        from vjpcert.symbolic.fixed.prover import prove_claim
         cert = prove_claim(variant, claim, dims, budget=budget, seed=seed)
     _CACHE[key] = cert
     return cert
@@ -106,7 +106,7 @@ def _wiring(op: Op, claim: str, dims: dict, budget: float) -> tuple[dict, list]:
 
 def prove_compositional(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_CLAIM_BUDGET_S,
                         seed: int = 0) -> Certificate:
-    from vjpcert.symbolic.prover import assumptions_of
+    from vjpcert.symbolic.fixed.prover import assumptions_of
     start = time.perf_counter()
     if not op.nodes:
         raise SpecError(op.name, "has no nodes: a compositional proof needs nodes=...")
@@ -179,8 +179,8 @@ def _real_witness(op, claim, dims, budget, seed, evidence, failed_node, wiring) 
                                          f"its nodes through nodes.<name>(...) and .vjp(...) only")
     small = dict(dims) in [op.resolve_dims(d) for d in op.dims]
     if small:
-        from vjpcert.symbolic import strategies
-        from vjpcert.symbolic.claims import trace_claim
+        from vjpcert.symbolic.fixed import strategies
+        from vjpcert.symbolic.fixed.claims import trace_claim
         real = run_with_budget(lambda: strategies.witness(trace_claim(op, claim, dims), seed=seed), budget)
         found = real.value if real.status == "ok" else {"status": real.status}
         if found.get("status") == "failed":
