@@ -16,7 +16,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from vjpcert.core.registry import SpecError, refuse
+from vjpcert.core.errors import SpecError, refuse
+from vjpcert.core.language import refuse_branch, refuse_comparison, refuse_float
+from vjpcert.core.spec_array import in_spec_code, plain, running, wrap
 
 # Everything a spec may ask of its backend (README: "Certify your own op"). Nothing else is visible
 # to spec code: a spec that could read the backend's name, precision or dtype could take one path in
@@ -35,7 +37,8 @@ class SpecBackend:
 
     def __getattr__(self, name):
         if name in SPEC_API:
-            return getattr(_IMPL[self], name)
+            value = getattr(_IMPL[self], name)
+            return _in_spec(value) if callable(value) else value
         refuse(f"the spec reads B.{name}, which is not part of the backend a spec may use "
                f"({', '.join(sorted(SPEC_API))}): a spec must compute the same thing on every backend")
 
@@ -44,6 +47,16 @@ class SpecBackend:
 
     def __repr__(self):
         return "<spec backend B>"
+
+
+def _in_spec(fn):
+    """A backend function as spec code calls it: numpy arrays in and out are ``SpecArray``s (held to
+    the spec language), and the backend's own numpy work inside is not checked again."""
+    def call(*args, **kwargs):
+        with running():
+            return wrap(fn(*plain(args), **{k: plain(v) for k, v in kwargs.items()}))
+    call.__name__ = getattr(fn, "__name__", "B")
+    return call
 
 
 _IMPL: "weakref.WeakKeyDictionary[SpecBackend, object]" = weakref.WeakKeyDictionary()
@@ -137,21 +150,37 @@ class MpmathBackend(ObjectBackend):
     @contextlib.contextmanager
     def strict(self):
         """While a spec runs: converting one of this context's numbers to a Python float (float(),
-        math.*, np.float64) raises, instead of silently capping the precision at 16 digits."""
-        def refuse(v):
-            raise SpecError(None, "float() / math.* / np.float64 was applied to an mpmath value: the "
-                                  "result would have 16 digits; use B.exp, B.sqrt, ...")
-        saved = [(cls, cls.__dict__.get("__float__")) for cls in (self.ctx.mpf, self.ctx.mpc)]
-        for cls, _ in saved:
-            cls.__float__ = refuse
+        math.*, np.float64) raises, instead of silently capping the precision at 16 digits; and spec
+        code (not mpmath's own functions) comparing or branching on one is refused, as in every other
+        interpreter (``core.language``)."""
+        def to_float(v):
+            refuse_float()
+
+        def guard(old, refusal):
+            def method(*args):
+                if in_spec_code():
+                    refusal()
+                return old(*args)
+            return method
+        patches = {"__float__": lambda cls: to_float}
+        for name in ("__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__abs__"):
+            patches[name] = lambda cls, name=name: guard(getattr(cls, name), refuse_comparison)
+        patches["__bool__"] = lambda cls: guard(cls.__bool__, refuse_branch)
+        saved = []
+        for cls in (self.ctx.mpf, self.ctx.mpc):
+            for name, make in patches.items():
+                if name in ("__lt__", "__le__", "__gt__", "__ge__") and not hasattr(cls, name):
+                    continue
+                saved.append((cls, name, cls.__dict__.get(name)))
+                setattr(cls, name, make(cls))
         try:
             yield self
         finally:
-            for cls, old in saved:
+            for cls, name, old in reversed(saved):
                 if old is None:
-                    del cls.__float__
+                    delattr(cls, name)
                 else:
-                    cls.__float__ = old
+                    setattr(cls, name, old)
 
     @property
     def pi(self):

@@ -21,35 +21,9 @@ import numpy as np
 
 # the audit hook that sees the data files spec code reads: installed before any spec is imported
 from vjpcert.core import sources as _sources  # noqa: F401
-
-
-class SpecError(Exception):
-    """A problem with a spec itself (bad input), as opposed to a wrong backward (a `failed` verdict)."""
-
-    def __init__(self, op: str | None, problem: str):
-        self.op, self.problem = op, problem
-        super().__init__(f"op '{op}': {problem}" if op else problem)
-
-
-# Constructs a checker cannot follow faithfully (a comparison of traced values, a read of backend
-# identity, ...) are refused. Every refusal is also *recorded*: a spec that catches the SpecError
-# (try/except around a comparison) must not get to take another path unnoticed, so whoever runs spec
-# code checks the record afterwards (``core.validate``).
-_REFUSALS: list[tuple[str, list]] = []
-
-
-def refuse(problem: str):
-    """Raise SpecError(problem), and remember that it was raised (with the stack that raised it)."""
-    import traceback
-    _REFUSALS.append((problem, traceback.extract_stack()[:-1]))
-    raise SpecError(None, problem)
-
-
-def take_refusals() -> list[tuple[str, list]]:
-    """The refusals recorded since the last call, as (problem, stack), and forget them."""
-    out = list(_REFUSALS)
-    _REFUSALS.clear()
-    return out
+from vjpcert.core.errors import SpecError, refuse, take_refusals  # noqa: F401  (re-exported)
+from vjpcert.core.spec_array import SpecArray, plain, spec_code, wrap
+from vjpcert.core.tracing import uses_max_shift
 
 
 @dataclass(frozen=True)
@@ -262,7 +236,6 @@ class Op:
         is refused where it is validated."""
         key = (self.forward, self.vjp)
         if getattr(self, "_shift_key", None) != key:
-            from vjpcert.core.validate import uses_max_shift
             try:
                 self._shift_uses = uses_max_shift(self) if self.vjp is not None else False
             except SpecError:
@@ -340,7 +313,9 @@ class Op:
         extras = {"forward": lambda: self.bound(self.forward, B, values),
                   "backward": lambda: self.bound(self.vjp, B, values),
                   "nodes": lambda: NodeSet(self.nodes, B)}
-        return fn(B, **{n: extras[n]() if n in extras else read_only(values[n]) for n in names})
+        args = {n: extras[n]() if n in extras else read_only(values[n]) for n in names}
+        with spec_code():
+            return plain(fn(B, **args))
 
     def bound(self, fn: Callable, B, values: Mapping[str, object]) -> Callable:
         """``fn`` with B bound, taking the op's arrays positionally (inputs, non-differentiable inputs,
@@ -351,7 +326,7 @@ class Op:
             vals = dict(values)
             vals.update(zip(order, args))
             vals.update(kwargs)
-            return self.bind(fn, B, vals)
+            return wrap(self.bind(fn, B, vals))          # back into spec code
         return call
 
     def param_values(self, overrides: Mapping[str, object] | None = None) -> dict:
@@ -395,17 +370,22 @@ class Op:
 
     def __call__(self, B, *args, **kwargs):
         from vjpcert.core.backends import spec_backend
-        return self.forward(spec_backend(B), *map(read_only, args),
-                            **{k: read_only(v) for k, v in kwargs.items()})
+        return plain(self.forward(spec_backend(B), *map(read_only, args),
+                                  **{k: read_only(v) for k, v in kwargs.items()}))
 
     def __repr__(self):
         return f"<op {self.name}: inputs {list(self.inputs)} -> {self.output}>"
 
 
 def read_only(value):
-    """An ndarray as a read-only view (other values unchanged): spec code cannot write into it."""
-    if isinstance(value, np.ndarray) and value.flags.writeable:
-        value = value.view()
+    """An ndarray as a read-only view (other values unchanged): spec code cannot write into it. Arrays
+    of values (objects, floats) are ``SpecArray`` views, held to the spec language; static arrays
+    (ints, bools: masks, positions) stay plain numpy."""
+    if isinstance(value, np.ndarray):
+        if value.dtype == object or np.issubdtype(value.dtype, np.floating):
+            value = value.view(SpecArray)
+        elif value.flags.writeable:
+            value = value.view()
         value.flags.writeable = False
     return value
 
@@ -433,10 +413,10 @@ class BoundNode:
         return getattr(impl, "node_backend", impl)
 
     def __call__(self, *args, **kwargs):
-        return self.impl.bind(self.impl.forward, self._backend(), self._values(args, kwargs, False))
+        return wrap(self.impl.bind(self.impl.forward, self._backend(), self._values(args, kwargs, False)))
 
     def vjp(self, *args, **kwargs):
-        return self.impl.bind(self.impl.vjp, self._backend(), self._values(args, kwargs, True))
+        return wrap(self.impl.bind(self.impl.vjp, self._backend(), self._values(args, kwargs, True)))
 
 
 class NodeSet:

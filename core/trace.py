@@ -14,7 +14,8 @@ from fractions import Fraction
 import numpy as np
 
 from vjpcert.core.backends import exact
-from vjpcert.core.registry import SpecError, refuse
+from vjpcert.core.errors import SpecError, refuse
+from vjpcert.core.language import refuse_branch, refuse_comparison, refuse_float
 
 # unary transcendental kinds a field must implement (``pi`` is a nullary one)
 TRANSCENDENTAL = ("exp", "log", "sqrt", "erf", "tanh", "sin", "cos")
@@ -172,12 +173,9 @@ class Node:
     def __bool__(self):
         if self.op == "const":
             return self.value != 0
-        refuse("a branch depends on a traced value (if, and, or, np.where on values, any/all): specs "
-               "must be branch-free in their inputs; build masks from shapes or structural params")
+        refuse_branch()
 
-    def _no_compare(self, other):
-        refuse("a comparison (==, !=, <, <=, >, >=, max, abs, sort, ...) of traced values: specs must be "
-               "branch-free in their inputs (a comparison is a kink or a branch the proof cannot follow)")
+    _no_compare = staticmethod(refuse_comparison)
 
     # Comparisons never answer: `==` on a traced value is not "equal as numbers" (it would be object
     # identity, always False for two entries, so an np.where on it would silently take one branch).
@@ -188,11 +186,7 @@ class Node:
         refuse("abs() of a traced value: |x| has a kink at 0 and the proof cannot follow it; "
                "write the op without it or declare the kink (kinks=...)")
 
-    def __float__(self):
-        refuse("float() or math.* was applied to a traced value: use B.exp, B.sqrt, ... "
-               "so the spec runs on every backend")
-
-    __int__ = __index__ = __complex__ = __float__
+    __float__ = __int__ = __index__ = __complex__ = refuse_float
 
     def __repr__(self):
         if self.op == "const":
