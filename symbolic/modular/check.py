@@ -52,7 +52,8 @@ import numpy as np
 
 from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.registry import RESERVED_CLAIMS, Op, SpecError, take_refusals
-from vjpcert.core.validate import spec_location, validate
+from vjpcert.core.tracing import spec_location
+from vjpcert.core.validate import validate
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.modular import bound as bnd
 from vjpcert.symbolic.modular.arith import PRIME_LO_BITS, Pole
@@ -167,7 +168,7 @@ class _Point:
 
 def _run(op: Op, fn, role: str, values: dict, B: ModularBackend):
     """Spec code on the modular backend; what it cannot follow is bad input, named with the spec's
-    file and line (as ``core.validate._call``), a pole is passed up to resample -- also when the spec
+    file and line (as ``core.tracing._call``), a pole is passed up to resample -- also when the spec
     caught it and carried on."""
     take_refusals()
     F = B.F

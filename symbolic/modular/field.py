@@ -1,0 +1,168 @@
+"""The field of one modular trial: arithmetic mod p (``arith.ModP``), the keyed atom hashes and the
+counts the false-pass bound reads (``symbolic.modular.backend`` describes the semantics)."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import flint
+import numpy as np
+
+from vjpcert.symbolic.modular.arith import ModP
+
+
+class NeedAnotherPrime(Exception):
+    """A constant square root sqrt(c) has no value mod this prime: draw another prime. ``root`` names
+    the c, so the next trials can test their prime for it before any work (``modular._Point``)."""
+
+    def __init__(self, message: str, root: int | None = None):
+        super().__init__(message)
+        self.root = root
+
+
+# ------------------------------------------------------------------------------ bounds
+# ``symbolic.modular.bound``: (deg N, log2 |N|_1) and the denominators by provenance; ``None`` is an
+# exact 0.
+CIRCLE_N, CIRCLE_H = 2, 1.0     # sin, cos = 2u / (1 + u^2), (1 - u^2) / (1 + u^2) in one atom u
+
+
+# ------------------------------------------------------------------------------ the field
+class Field(ModP):
+    """The arithmetic mod p of one trial (``modular_arith.ModP``) and its keyed atom hashes."""
+
+    def __init__(self, p: int, keys: dict, sqrt_pi: int):
+        super().__init__(p)
+        self.keys = keys                       # kind -> (k1, k2) uint64 keys of the atom hash
+        self.sqrt_pi = sqrt_pi
+        self.atom_values: dict[str, list] = {}  # kind -> the arguments hashed (their distinct count)
+        self.atom_arg: dict[str, tuple] = {}   # kind -> (deg N, deg D, log2|N|_1, log2|D|_1) of the arguments
+        self.pole_degree = 0.0                 # sum of the degrees of every inverted entry's numerator
+        self.inverted_atoms: set = set()       # atom sources whose inverse was taken as a variable
+        self.plain_atoms: set = set()          # atom sources that entered arithmetic themselves
+        self.sqrt_atoms: dict = {}             # source -> the values of one B.sqrt call's atoms
+        self.atoms_seen: set = set()           # (kind, id of the argument's computation) counted
+        self._roots: dict[int, int] = {}
+        self._values: dict = {}                # computation id -> its residues (``value``)
+
+    def end_trial(self):
+        """Drop what only the trial itself needs -- its cached values and the matmuls' work arrays,
+        GBs at production dims -- keeping the counts the bound reads (the trials' fields are kept)."""
+        self._values.clear()
+        self._buffers.clear()
+
+    def value(self, sid, compute):
+        """The residues of the computation ``sid``, computed once per trial: the backward recomputes
+        forward values (an attention's scores and probabilities, an MLP's hidden layer), and those are
+        most of a block's matmuls after the tangents'. A sid names the operation, its structural
+        details and every operand's sid and shape (``derive``), so one sid is one value -- the same
+        identity ``atom`` already counts atoms by. None (a value of unknown provenance): computed."""
+        if sid is None:
+            return compute()
+        v = self._values.get(sid)
+        if v is None:
+            v = self._values[sid] = compute()
+        return v
+
+    @property
+    def atoms_used_both_ways(self) -> int:
+        """How many inverted root atoms s also entered arithmetic as s (from any call: the same atom is
+        recomputed by the backward, so they are matched by value -- two distinct atoms of one value
+        count too, which only overcounts): the residual is a Laurent polynomial in those."""
+        inverted = [self.sqrt_atoms[s].ravel() for s in self.inverted_atoms]
+        plain = [self.sqrt_atoms[s].ravel() for s in self.plain_atoms if s in self.sqrt_atoms]
+        if not inverted or not plain:
+            return 0
+        inverted = np.concatenate(inverted)
+        return int(np.isin(inverted, np.concatenate(plain)).sum())
+
+    @property
+    def atom_count(self) -> dict[str, int]:
+        """kind -> entries hashed in this evaluation, a computation counted once (``atom``): a bound on
+        its distinct atoms as *polynomials* (distinct values would undercount exactly when two
+        distinct arguments collide)."""
+        return {kind: int(sum(v.size for v in vs)) for kind, vs in self.atom_values.items()}
+
+    def _circle(self, kind: str, v):
+        """sin and cos of one argument lie on the circle: with u a keyed hash of |a|,
+        cos = (1 - u^2) / (1 + u^2) and sin = 2u / (1 + u^2) (times the sign of a): sin^2 + cos^2 = 1
+        holds exactly (its only algebraic relation), sin is odd, cos even, sin(0) = 0, cos(0) = 1."""
+        p = self.p
+        upper = v > p // 2
+        u = self.hash("circle", np.where(upper, p - v, v))
+        u2 = self.mul(u, u)
+        w = self.inv(self.add(u2, np.ones_like(u2)))
+        if kind == "cos":
+            out = self.mul(self.sub(np.ones_like(u2), u2), w)
+            return np.where(v == 0, 1, out)
+        out = self.mul(self.add(u, u), w)
+        out = np.where(upper, (p - out) % p, out)
+        return np.where(v == 0, 0, out)
+
+    # ---- scalars
+    def residue(self, q: Fraction) -> int:
+        q = Fraction(q)
+        den = q.denominator % self.p
+        if den == 0:
+            raise NeedAnotherPrime(f"the constant {q} has a denominator divisible by p")
+        return q.numerator * pow(den, -1, self.p) % self.p
+
+    def prime_root(self, c: int) -> int:
+        r = self._roots.get(c)
+        if r is None:
+            if c % self.p == 0:
+                raise NeedAnotherPrime(f"sqrt({c}) with p | {c}", root=c)
+            if flint.fmpz(c).jacobi(self.p) != 1:
+                raise NeedAnotherPrime(f"sqrt({c}) has no value mod p", root=c)
+            r = self._roots[c] = int(flint.fmpz(c).sqrtmod(self.p))
+        return r
+
+    # ---- atoms
+    @staticmethod
+    def _mix(x):
+        """splitmix64's finaliser on uint64 arrays (wrapping arithmetic)."""
+        with np.errstate(over="ignore"):
+            x = x + np.uint64(0x9E3779B97F4A7C15)
+            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            return x ^ (x >> np.uint64(31))
+
+    def hash(self, kind: str, v):
+        k1, k2 = self.keys[kind]
+        x = self._mix(np.asarray(v, dtype=np.int64).astype(np.uint64) ^ np.uint64(k1))
+        x = self._mix(x ^ np.uint64(k2))
+        return (x % np.uint64(self.p)).astype(np.int64)
+
+    def atom(self, kind: str, v, arg_bound, sid=None):
+        """The atom kind(v), keyed by the value v, with the ring's folds and parities. ``sid`` names
+        how the argument was computed: the same computation again (the backward recomputing the
+        forward) is the same atoms, not new ones to count."""
+        v = np.asarray(v, dtype=np.int64)
+        # sin and cos of one argument share one circle atom u: their pairs are counted together
+        counted = "circle" if kind in ("sin", "cos") else kind
+        if sid is None or (kind, sid) not in self.atoms_seen:
+            self.atom_values.setdefault(counted, []).append(np.empty(v.size, dtype=np.bool_))  # sizes only
+            if sid is not None:
+                self.atoms_seen.add((kind, sid))
+        arg = arg_bound.numbers() if arg_bound is not None else (0, 0, 0.0, 0.0)
+        old = self.atom_arg.get(counted, arg)
+        self.atom_arg[counted] = tuple(max(x, y) for x, y in zip(old, arg))
+        return self.value(None if sid is None else ("atom", sid), lambda: self._atom_value(kind, v))
+
+    def _atom_value(self, kind: str, v):
+        p = self.p
+        if kind in ("sin", "cos"):
+            return self._circle(kind, v)
+        if kind in ("erf", "tanh"):                     # odd: f(-a) = -f(a), f(0) = 0
+            upper = v > p // 2
+            h = self.hash(kind, np.where(upper, p - v, v))
+            out = np.where(upper, (p - h) % p, h)
+            return np.where(v == 0, 0, out)
+        h = self.hash(kind, v)
+        if kind == "exp":
+            return np.where(v == 0, 1, h)
+        if kind == "sqrt":
+            return np.where(v == 0, 0, np.where(v == 1, 1, h))
+        if kind == "log":
+            return np.where(v == 1, 0, h)
+        return h
+
+
