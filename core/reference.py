@@ -20,8 +20,6 @@ from vjpcert.core.backends import F32, F64, FloatBackend
 from vjpcert.core.registry import Op, SpecError
 
 
-
-
 def backend(dtype) -> FloatBackend:
     dtype = np.dtype(dtype)
     if dtype == np.float64:
@@ -47,11 +45,38 @@ def infer_dims(op: Op, arrays: dict) -> dict:
             elif str(entry).isidentifier():
                 if dims.setdefault(entry, size) != size:
                     raise SpecError(op.name, f"inconsistent sizes for dim {entry!r}: {dims[entry]} and {size}")
+    _infer_products(op, arrays, dims)
     for name, decl in [*op.inputs.items(), *op.nondiff.items()]:
         if op.shape(decl, dims) != np.shape(arrays[name]):
             raise SpecError(op.name, f"{name} has shape {np.shape(arrays[name])}, expected "
                                      f"{op.shape(decl, dims)} from {decl}")
     return op.resolve_dims(dims)
+
+
+def _infer_products(op: Op, arrays: dict, dims: dict) -> None:
+    """Dims that appear only in products (``"2*Ho"``: a stride-2 input of an output of size Ho): each
+    product with one dim not yet known gives it, when the size is a multiple of the rest; the check
+    of every shape against its declaration afterwards catches any that disagree."""
+    progress = True
+    while progress:
+        progress = False
+        for name, decl in [*op.inputs.items(), *op.nondiff.items()]:
+            for entry, size in zip(decl, np.shape(arrays[name])):
+                if isinstance(entry, int) or callable(entry) or str(entry).isidentifier():
+                    continue
+                terms = [t.strip() for t in str(entry).split("*")]
+                unknown = [t for t in terms if not t.isdigit() and t not in dims]
+                if len(unknown) != 1 or terms.count(unknown[0]) != 1:
+                    continue
+                known = 1
+                for t in terms:
+                    if t != unknown[0]:
+                        known *= int(t) if t.isdigit() else int(dims[t])
+                if known <= 0 or size % known:
+                    raise SpecError(op.name, f"{name} has shape {np.shape(arrays[name])}: {size} is not "
+                                             f"{entry} for any size of {unknown[0]}")
+                dims[unknown[0]] = size // known
+                progress = True
 
 
 def _flatten_batch(op: Op, arrays: dict):

@@ -225,13 +225,13 @@ def test_cross_check_catches_a_form_wrong_only_at_n_3():
 def test_a_tracer_that_drops_a_term_is_caught_by_the_cross_check(monkeypatch):
     """A deliberately wrong tracer (every reduction skips its last entry) derives a statement that
     is a true identity about another function: the cross-check against the spec refuses it."""
-    from vjpcert.symbolic.every_size import shape_trace
+    from vjpcert.symbolic.every_size import constructs
     real = Sum
 
     def short(body, limits):
         k, lo, hi = limits
         return real(body, (k, lo, hi - 1))
-    monkeypatch.setattr(shape_trace, "Sum", short)
+    monkeypatch.setattr(constructs, "Sum", short)
     cert = prove_general(OPS["softmax"], "vjp[x]")
     assert cert.verdict == "inconclusive"
     assert cert.evidence["cross_check"]["status"] in ("mismatch", "error")

@@ -49,6 +49,7 @@ from sympy.core.function import AppliedUndef
 
 from vjpcert.core.backends import exact
 from vjpcert.core.registry import Op, SpecError
+from vjpcert.symbolic.every_size.heads import check_heads
 
 JACOBIAN_SHOWN_CHARS = 1500    # the derived Jacobian entry is shown when it is this short
 
@@ -337,6 +338,8 @@ def build_statement(op: Op, claim: str, builder: Callable, display: bool = False
         stmt = Statement(op, claim, "vjp", G, form, [], forward=outs, backward=ins)
         if display:
             return stmt
+        for out in outs:            # SymPy differentiates; each primitive's derivative is the table's
+            check_heads(out.value, X)
         for inp in ins:
             target = X[inp.idx]
             terms = []

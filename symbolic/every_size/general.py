@@ -59,8 +59,10 @@ from vjpcert.core.registry import Op, SpecError
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.every_size.form import (GeneralBuilder, Statement, _cot_name, _entry, assumptions_of,  # noqa: F401
                                    build_statement, general_claims, general_dims, render)
+from vjpcert.symbolic.every_size.heads import check_heads
 from vjpcert.symbolic.every_size.normal import NormalFormError, Normaliser, expand_sums, plainly_zero
 from vjpcert.symbolic.every_size.shape_trace import DerivationRefused, derive, source_of, spec_line
+from vjpcert.symbolic.fixed.sympy_forms import symbols
 # The symbolic tier's checker hash (it covers every file of symbolic/, these two included), so the
 # report planner tells a current general certificate from a stale one as for every other symbolic claim.
 from vjpcert.core.certificate import checker_code_sha256
@@ -216,8 +218,7 @@ def _dim_values(G: GeneralBuilder, spec_dims: dict) -> dict:
 
 
 def _spec_values(op: Op, spec_dims: dict, overrides: dict | None = None) -> tuple[dict, dict]:
-    """SymPy symbols for the op's arrays at concrete dims (as ``symbolic.api`` names them), and dy."""
-    from vjpcert.symbolic.api import symbols
+    """SymPy symbols for the op's arrays at concrete dims (as ``fixed.sympy_forms`` names them), and dy."""
     values = symbols(op, **spec_dims)
     values.update(overrides or {})
     dims = op.resolve_dims({**op.dims[0], **spec_dims})
@@ -381,6 +382,8 @@ def find_witness(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
             X = values[wrt]
             y = instantiate(stmt.forward, values["dy"].shape, dimvals, values)
             dx = instantiate(stmt.backward, X.shape, dimvals, values)
+            for o in np.ndindex(*y.shape):       # the heads sp.diff meets agree with the table
+                check_heads(y[o], *X.ravel().tolist())
             entries = list(np.ndindex(*X.shape))[:tol.GENERAL_WITNESS_MAX_ENTRIES]
             pairs = []
             for e in entries:

@@ -23,110 +23,29 @@ Every step replaces an expression by an equal one (given: dims are integers >= 1
 declared, inputs real, denominators nonzero), so ``is_zero`` returning True is a proof. False is *not*
 a disproof: atoms may be related in ways the normal form does not see; the caller then looks for a
 numeric witness.
+
+An absolute value |a| (SymPy's spelling of sqrt(a^2) for real a) is the radical atom sqrt(a^2) with its
+relation u^2 = a^2, and sign(a) -- its derivative -- is a / sqrt(a^2), equal wherever a != 0 (at a = 0
+|a| has a kink and no derivative; as for every denominator, the identity is claimed where it is
+defined). So sqrt(x^2) is never x: x - sqrt(x^2) is a nonzero polynomial in the atom.
+
+The parts: ``atoms`` (the opaque atoms, ``Stats``), ``sums`` (the normal form of sums, a mixin),
+``zero_test`` (the flint zero test, instantiation at concrete sizes) and this module (``Normaliser``).
 """
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import dataclass
 
 import sympy as sp
 from sympy import Indexed, KroneckerDelta, Sum
 
-MAX_PERMUTATIONS_VARS = 6       # canonical naming tries every order of a sum's indices up to this many
-MAX_WRITTEN_OUT = 8             # a sum over a range of constant length up to this is written out term by term
+from vjpcert.symbolic.every_size.atoms import (OPAQUE, SIGMA, Cos, Erf, Exp, Ind, Log, NormalFormError,  # noqa: F401
+                                               Root, Sin, Stats, Tanh, _EVEN, _ODD, _SIGN, canonical_index)
+from vjpcert.symbolic.every_size.sums import MAX_PERMUTATIONS_VARS, MAX_WRITTEN_OUT, SumForms  # noqa: F401
+from vjpcert.symbolic.every_size.zero_test import expand_sums, plainly_zero, rational_function_is_zero  # noqa: F401
 
 
-class NormalFormError(Exception):
-    """The expression holds a construct the normaliser does not treat (a float, a Piecewise, an
-    unevaluated derivative): the claim is `inconclusive`, never `proved`."""
-
-
-# ----------------------------------------------------------------------------- opaque atoms
-class Exp(sp.Function):
-    """exp as an atom that never rewrites itself (SymPy turns exp(a)**2 into exp(2a))."""
-    nargs = 1
-
-
-class Erf(sp.Function):
-    nargs = 1
-
-
-class Tanh(sp.Function):
-    nargs = 1
-
-
-class Sin(sp.Function):
-    nargs = 1
-
-
-class Cos(sp.Function):
-    nargs = 1
-
-
-class Root(sp.Function):
-    """Root(b, q) = b**(1/q), principal branch, as an atom; its relation Root(b, q)**q = b is used
-    by the zero test. (SymPy would fold sqrt(s)**-3 into s**(-3/2) and lose the atom.)"""
-    nargs = 2
-
-
-class Log(sp.Function):
-    """log as an atom (its argument is positive wherever the spec is defined): exp(k log u) = u^k."""
-    nargs = 1
-
-
-class Ind(sp.Function):
-    """Ind(e) = 1 when the integer e >= 0, else 0: a mask built from shapes (np.tril, np.where), with e
-    affine in indices and dims. Evaluated only where the index bounds decide it."""
-    nargs = 1
-
-    @classmethod
-    def eval(cls, e):
-        if e.is_Integer:
-            return sp.Integer(1 if e >= 0 else 0)
-        return None
-
-
-OPAQUE = (Exp, Erf, Tanh, Sin, Cos, Root, Log, Ind)
-_ODD = {sp.erf: Erf, sp.tanh: Tanh, sp.sin: Sin}
-_EVEN = {sp.cos: Cos}
-_SIGN = {Erf: -1, Tanh: -1, Sin: -1, Cos: 1}   # f(-a) = sign * f(a)
-SIGMA = "σ"                                      # canonical sum indices are σ{height}_{position}
-
-
-def canonical_index(height: int, pos: int) -> sp.Symbol:
-    return sp.Symbol(f"{SIGMA}{height}_{pos}", integer=True)
-
-
-def _height_of(sym: sp.Symbol) -> int:
-    name = sym.name
-    if not name.startswith(SIGMA):
-        return -1
-    try:
-        return int(name[len(SIGMA):].split("_")[0])
-    except ValueError:
-        return -1
-
-
-@dataclass
-class Stats:
-    """What the normalisation did, for the certificate."""
-    sums_seen: int = 0
-    deltas_evaluated: int = 0
-    deltas_zero: int = 0
-    sums_flattened: int = 0
-    sums_split: int = 0
-    relation_reductions: int = 0
-    sums_written_out: int = 0
-
-    def as_dict(self) -> dict:
-        return {"sums_normalised": self.sums_seen, "deltas_evaluated": self.deltas_evaluated,
-                "deltas_zero": self.deltas_zero, "sums_flattened": self.sums_flattened,
-                "sums_split": self.sums_split, "relation_reductions": self.relation_reductions,
-                "sums_written_out": self.sums_written_out}
-
-
-class Normaliser:
+class Normaliser(SumForms):
     """Normal forms relative to known index ranges.
 
     ``dims``: the dimension symbols (integers >= 1). ``ranges``: free index symbol -> (lo, hi), both
@@ -294,6 +213,13 @@ class Normaliser:
             return self.power(self.norm(e.base), self.norm(e.exp))
         if isinstance(e, sp.exp):
             return self.exp(self.norm(e.args[0]))
+        if isinstance(e, sp.Abs):                           # |a| = sqrt(a^2), a real
+            self.stats.absolute_values += 1
+            a = self.norm(e.args[0])
+            return self.power(self.expand(a * a), sp.Rational(1, 2))
+        if isinstance(e, sp.sign):                          # sign(a) = a / sqrt(a^2) where a != 0
+            a = self.norm(e.args[0])
+            return a * self.power(self.expand(a * a), sp.Rational(-1, 2))
         for f, atom in {**_ODD, **_EVEN}.items():
             if isinstance(e, f):
                 return self.odd_even(atom, self.norm(e.args[0]))
@@ -513,319 +439,3 @@ class Normaliser:
         else:
             neg -= const * sign
         return KroneckerDelta(pos, neg)
-
-    # ------------------------------------------------------------------ sums
-    def fresh(self, lo, hi) -> sp.Symbol:
-        self._fresh += 1
-        s = sp.Symbol(f"ι{self._fresh}", integer=True)
-        self.ranges[s] = (lo, hi)
-        return s
-
-    def norm_sum(self, e: Sum):
-        self.stats.sums_seen += 1
-        for pos, (v, lo, hi) in enumerate(e.limits):        # a range of constant length: written out
-            size = sp.expand(self.norm(hi) - self.norm(lo) + 1)
-            if size.is_Integer and 0 <= size <= MAX_WRITTEN_OUT:
-                rest = e.limits[:pos] + e.limits[pos + 1:]
-                terms = [e.function.xreplace({v: sp.expand(self.norm(lo) + k)}) for k in range(int(size))]
-                self.stats.sums_written_out += 1
-                return self.norm(sp.Add(*[Sum(t, *rest) if rest else t for t in terms]))
-        body, rename, V = e.function, {}, []
-        for v, lo, hi in e.limits:
-            lo, hi = self.norm(lo), self.norm(hi)
-            if (lo.free_symbols | hi.free_symbols) - self.dims:
-                raise NormalFormError(f"sum limits must depend on dims only: {lo}..{hi}")
-            if not self._nonneg(hi - lo + 1):
-                raise NormalFormError(f"cannot show the range {lo}..{hi} is not reversed")
-            f = self.fresh(lo, hi)
-            rename[v] = f
-            V.append(f)
-        body = self.norm(body.xreplace(rename))
-        return self.sum_terms(body, V)
-
-    def terms(self, body):
-        """body as a list of (coefficient, [(factor, power)]): expanded term by term, each term
-        keeping its own denominator (a common denominator would put Z / Z^2 into one term and hide
-        that the Z cancels)."""
-        out = []
-        for term in sp.Add.make_args(sp.expand(self.atomise(body))):
-            if term == 0:
-                continue
-            coeff, mono = term.as_coeff_Mul()
-            factors = [(self.restore(b), k) for b, k in mono.as_powers_dict().items() if b != 1]
-            factors = [(b, 1 if isinstance(b, (Ind, KroneckerDelta)) and k >= 1 else k) for b, k in factors]
-            out.append((coeff, factors))
-        return out
-
-    def sum_terms(self, body, V):
-        return sp.Add(*[self.sum_monomial(c, f, list(V)) for c, f in self.terms(body)])
-
-    def _flatten(self, factors, V):
-        """Merge every Sum factor that depends on V (with a positive power) into this sum."""
-        changed = True
-        while changed:
-            changed = False
-            for pos, (f, k) in enumerate(factors):
-                if isinstance(f, Sum) and k >= 1 and f.free_symbols & set(V):
-                    factors.pop(pos)
-                    for _ in range(int(k)):
-                        rename = {}
-                        for v, lo, hi in f.limits:
-                            rename[v] = self.fresh(lo, hi)
-                            V.append(rename[v])
-                        body = f.function.xreplace(rename)
-                        for g in sp.Mul.make_args(body):
-                            b, e = g.as_base_exp()
-                            factors.append((b, e))
-                    self.stats.sums_flattened += 1
-                    changed = True
-                    break
-        return factors
-
-    def _solve_delta(self, d, V):
-        """(v, value) when delta d pins a summation index v in V to a value that provably stays in
-        v's range for every value of the other indices; None otherwise."""
-        aff = self._affine(d.args[0] - d.args[1])
-        if aff is None:
-            return None
-        coeffs, const = aff
-        for v in sorted((s for s in coeffs if s in V), key=lambda s: s.name):
-            c = coeffs[v]
-            if abs(c) != 1:
-                continue
-            rest = {s: -c * k for s, k in coeffs.items() if s != v}     # v = sum rest + (-c) const
-            value = sum((k * s for s, k in rest.items()), sp.Integer(-c * const))
-            bounds = self._bounds(rest, -c * const)
-            if bounds is None:
-                continue
-            lo_v, hi_v = self.ranges[v]
-            if self._nonneg(bounds[0] - lo_v) and self._nonneg(hi_v - bounds[1]):
-                return v, value
-        return None
-
-    def sum_monomial(self, coeff, factors, V):
-        factors = self._flatten(list(factors), V)
-        # evaluate deltas against the summation indices, until none is left to evaluate
-        progress = True
-        while progress:
-            progress = False
-            for pos, (f, k) in enumerate(factors):
-                if not (isinstance(f, KroneckerDelta) and f.free_symbols & set(V)):
-                    continue
-                if k < 1:
-                    raise NormalFormError("a Kronecker delta in a denominator")
-                if self._never_equal(*f.args):
-                    self.stats.deltas_zero += 1
-                    return sp.Integer(0)
-                sol = self._solve_delta(f, V)
-                if sol is None:
-                    continue
-                v, value = sol
-                self.stats.deltas_evaluated += 1
-                factors.pop(pos)
-                V.remove(v)
-                new = []
-                for g, e in factors:
-                    if v in g.free_symbols:
-                        g = self.norm(g.xreplace({v: value}))
-                        if g == 0:
-                            if e < 0:
-                                raise NormalFormError("a denominator is 0 once a delta is evaluated")
-                            return sp.Integer(0)
-                        for h in sp.Mul.make_args(g):   # a factor may now be a product
-                            b, e2 = h.as_base_exp()
-                            if b.is_Number:
-                                coeff *= h ** e
-                            else:
-                                new.append((b, e2 * e))
-                    else:
-                        new.append((g, e))
-                factors = self._flatten(new, V)
-                progress = True
-                break
-        # what does not depend on the summation indices leaves the sum
-        Vs = set(V)
-        outside = [f ** k for f, k in factors if not (f.free_symbols & Vs)]
-        inside = [(f, k) for f, k in factors if f.free_symbols & Vs]
-        result = coeff * sp.Mul(*outside)
-        used = set().union(*(f.free_symbols for f, _ in inside)) if inside else set()
-        for v in V:
-            if v not in used:                             # sum_v 1 = the size of v's range
-                lo, hi = self.ranges[v]
-                result *= (hi - lo + 1)
-        V = [v for v in V if v in used]
-        if not V:
-            return result
-        for comp_vars, comp_factors in self._components(V, inside):
-            result *= self.canonical_sum(comp_vars, comp_factors)
-        return result
-
-    def _components(self, V, factors):
-        parent = {v: v for v in V}
-
-        def find(v):
-            while parent[v] != v:
-                parent[v] = parent[parent[v]]
-                v = parent[v]
-            return v
-        for f, _ in factors:
-            vs = [v for v in V if v in f.free_symbols]
-            for a, b in zip(vs, vs[1:]):
-                parent[find(a)] = find(b)
-        groups: dict = {}
-        for v in V:
-            groups.setdefault(find(v), []).append(v)
-        if len(groups) > 1:
-            self.stats.sums_split += 1
-        out = []
-        for vs in groups.values():
-            s = set(vs)
-            out.append((vs, [(f, k) for f, k in factors if f.free_symbols & s]))
-        return out
-
-    def canonical_sum(self, V, factors):
-        """The sum over V of prod f^k, with its indices named canonically: height above every sum
-        inside it, then the order of indices that gives the least printed form."""
-        height = 0
-        for f, _ in factors:
-            for s in f.atoms(Sum):
-                for v, _, _ in s.limits:
-                    height = max(height, _height_of(v) + 1)
-        body = sp.Mul(*[f ** k for f, k in factors])
-        orders = itertools.permutations(V) if len(V) <= MAX_PERMUTATIONS_VARS else [sorted(V, key=str)]
-        best, best_key = None, None
-        for order in orders:
-            names = {v: canonical_index(height, t) for t, v in enumerate(order)}
-            limits = [(names[v], *self.ranges[v]) for v in sorted(V, key=lambda v: names[v].name)]
-            cand = Sum(body.xreplace(names), *limits)
-            key = sp.srepr(cand)
-            if best_key is None or key < best_key:
-                best, best_key = cand, key
-        return best
-
-
-# ----------------------------------------------------------------------------- the zero test
-def rational_function_is_zero(a, opaque: bool = False) -> bool:
-    """Whether an expression built from + * and integer powers of symbols and rationals is the zero
-    rational function: evaluated as (numerator, denominator) polynomials in python-flint, exactly.
-    (SymPy's ``together`` is the same test, two orders of magnitude slower on large cross-checks.)
-    With ``opaque``, every other subterm (exp(...), sqrt(...)) is a variable of its own, keyed by the
-    subterm as SymPy built it."""
-    import flint
-    a = sp.sympify(a)
-    variables: dict = {}
-    memo: dict = {}
-
-    def var(e):
-        if e not in variables:
-            variables[e] = len(variables)
-
-    # first pass: which subterms are variables (a symbol, or an opaque subterm)
-    seen: set = set()
-
-    def scan(e):
-        if e.is_Rational or e in seen:
-            return
-        seen.add(e)
-        if isinstance(e, (sp.Add, sp.Mul)):
-            for t in e.args:
-                scan(t)
-            return
-        if isinstance(e, sp.Pow) and e.exp.is_Integer:
-            scan(e.base)
-            return
-        if e.is_Number:
-            raise NormalFormError(f"inexact number {e}")
-        if not (opaque or isinstance(e, sp.Symbol)):
-            raise NormalFormError(f"not a rational function of atoms: {type(e).__name__}")
-        var(e)
-    scan(a)
-    if not variables:
-        return a == 0
-    ctx = flint.fmpq_mpoly_ctx.get(("a", len(variables)), "degrevlex")
-    gens = ctx.gens()
-    one = ctx.constant(1)
-
-    def ev(e):
-        hit = memo.get(e)
-        if hit is not None:
-            return hit
-        if e.is_Rational:
-            out = (ctx.constant(flint.fmpq(int(e.p), int(e.q))), one)
-        elif isinstance(e, sp.Add):
-            n, d = ev(e.args[0])
-            for t in e.args[1:]:
-                n2, d2 = ev(t)
-                n, d = (n + n2, d) if d == d2 else (n * d2 + n2 * d, d * d2)
-            out = (n, d)
-        elif isinstance(e, sp.Mul):
-            n, d = one, one
-            for t in e.args:
-                n2, d2 = ev(t)
-                n, d = n * n2, d * d2
-            out = (n, d)
-        elif isinstance(e, sp.Pow) and e.exp.is_Integer:
-            n, d = ev(e.base)
-            k = int(e.exp)
-            if k < 0:
-                if n == 0:
-                    raise NormalFormError("a power of 0 with a negative exponent")
-                n, d, k = d, n, -k
-            out = (n ** k, d ** k)
-        else:
-            out = (gens[variables[e]], one)
-        memo[e] = out
-        return out
-    return ev(a)[0] == 0
-
-
-def plainly_zero(expr) -> bool:
-    """True when ``expr`` is 0 as a rational function of its non-rational subterms, each taken as it
-    is (exp(...), sqrt(...), erf(...) as opaque atoms, equal only when SymPy builds them equal). Exact
-    but not complete: False says nothing (``Normaliser.is_zero`` relates the atoms). Cheap: two
-    evaluations of one spec built by the same operations are usually this close."""
-    try:
-        return rational_function_is_zero(expr, opaque=True)
-    except NormalFormError:
-        return False
-
-
-# ----------------------------------------------------------------------------- instantiation
-def expand_sums(e, values: dict, memo: dict | None = None, arrays: dict | None = None):
-    """e with the dims (and any other symbols in ``values``) replaced by integers and every Sum
-    written out term by term (innermost last): the general statement at one concrete size. With
-    ``arrays`` (name -> numpy array) every entry x[i, j] at concrete indices becomes the array's
-    entry. ``memo`` may be shared by the entries of one array: the same inner sum (a row mean, a
-    softmax denominator) recurs in every entry of a row."""
-    e = e.xreplace(values)
-    memo = {} if memo is None else memo
-
-    def walk(x):
-        if not x.args:
-            return x
-        hit = memo.get(x)
-        if hit is not None:
-            return hit
-        if isinstance(x, Sum):
-            terms = [x.function]
-            for v, lo, hi in x.limits:
-                lo, hi = walk(lo), walk(hi)
-                if not (lo.is_Integer and hi.is_Integer):
-                    raise NormalFormError(f"sum bounds {lo}..{hi} are not concrete")
-                terms = [t.xreplace({v: sp.Integer(k)}) for t in terms for k in range(int(lo), int(hi) + 1)]
-            out = sp.Add(*[walk(t) for t in terms])
-        elif isinstance(x, Indexed) and arrays is not None:
-            idx = tuple(walk(i) for i in x.indices)
-            if not all(i.is_Integer for i in idx):
-                raise NormalFormError(f"{x}: index not concrete after instantiation")
-            arr = arrays[x.base.label.name]
-            idx = tuple(int(i) for i in idx)
-            if len(idx) != arr.ndim or any(not 0 <= i < n for i, n in zip(idx, arr.shape)):
-                raise NormalFormError(f"{x} is outside the array {x.base.label.name} of shape {arr.shape}")
-            out = sp.sympify(arr[idx])
-        else:
-            args = [walk(a) for a in x.args]
-            out = x if all(a is b for a, b in zip(args, x.args)) else x.func(*args)
-        memo[x] = out
-        return out
-    return walk(e)

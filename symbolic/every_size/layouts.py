@@ -1,0 +1,167 @@
+"""Layout constructs of the shape-polymorphic trace, each lowered to the pieces and sums the rest of the
+trace already follows: ``np.moveaxis`` / ``np.swapaxes`` (a transpose), ``np.outer`` (a broadcast
+product), ``np.diff`` (shifted slices), ``np.pad`` with zeros (a concatenation with zero blocks, so a
+strided slice of a padded array sees its parts), ``np.einsum`` with explicit subscripts (transposes,
+new axes, a broadcast product and a sum), and strided slices that cut a contiguous part of an array.
+
+Where numpy's rule is structural (which axis goes where), numpy computes it on a small concrete array,
+so the trace never has its own reading of numpy's rules.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import sympy as sp
+
+from vjpcert.core.registry import refuse
+from vjpcert.symbolic.every_size.constructs import concatenate, reduce
+from vjpcert.symbolic.every_size.sizes import _Context, divide_exactly, residue, same
+from vjpcert.symbolic.every_size.symarray import CONSTRUCTS, SymArray, _axis, lift
+
+
+def _permutation(fn, ndim: int, *args) -> tuple:
+    """The axis permutation numpy's ``fn`` (moveaxis, swapaxes) makes of an ndim-d array: read off the
+    shape it gives an array whose axes have distinct sizes 1..ndim."""
+    probe = np.empty(tuple(range(1, ndim + 1)), dtype=np.int8)
+    return tuple(s - 1 for s in fn(probe, *args).shape)
+
+
+def _static_axes(v, what: str):
+    items = v if isinstance(v, (tuple, list)) else (v,)
+    for a in items:
+        if isinstance(a, (bool, np.bool_)) or not isinstance(a, numbers.Integral):
+            refuse(f"{what} {a!r}: axes are ints")
+    return v
+
+
+def moveaxis(a, source, destination):
+    A = lift(a)
+    perm = _permutation(np.moveaxis, A.ndim, _static_axes(source, "np.moveaxis source"),
+                        _static_axes(destination, "np.moveaxis destination"))
+    return A.transpose(perm)
+
+
+def swapaxes(a, axis1, axis2):
+    A = lift(a)
+    perm = _permutation(np.swapaxes, A.ndim, _axis(axis1, A.ndim), _axis(axis2, A.ndim))
+    return A.transpose(perm)
+
+
+def outer(a, b):
+    A, B = lift(a), lift(b)
+    if A.ndim != 1 or B.ndim != 1:
+        refuse("np.outer of arrays that are not vectors (numpy flattens them; a flattened symbolic-size "
+               "array is not followed): reshape them to vectors first")
+    return A[:, None] * B[None, :]
+
+
+def diff(a, n=1, axis=-1):
+    A = lift(a)
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral) or n < 0:
+        refuse(f"np.diff(..., n={n!r}): n is a nonnegative int")
+    ax = _axis(axis, A.ndim)
+    lo = tuple(slice(None) if k != ax else slice(1, None) for k in range(A.ndim))
+    hi = tuple(slice(None) if k != ax else slice(None, -1) for k in range(A.ndim))
+    for _ in range(int(n)):
+        A = A[lo] - A[hi]
+    return A
+
+
+def pad(a, pad_width, mode="constant", constant_values=0):
+    """np.pad with zeros and constant widths: a concatenation of zero blocks and the array, axis by axis
+    (numpy's broadcasting of ``pad_width`` to (ndim, 2))."""
+    A = lift(a)
+    if mode != "constant" or not (isinstance(constant_values, numbers.Integral) and constant_values == 0):
+        refuse("np.pad other than with zeros (mode='constant', constant_values=0)")
+    try:
+        widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (A.ndim, 2))
+    except (TypeError, ValueError):
+        refuse(f"np.pad with widths {pad_width!r}: widths are constant ints (numpy's (ndim, 2) pairs)")
+    if (widths < 0).any():
+        refuse("np.pad with a negative width")
+    for ax, (before, after) in enumerate(widths.tolist()):
+        parts = []
+        for w in (before, after):
+            shape = list(A._shape)
+            shape[ax] = sp.Integer(w)
+            parts.append(SymArray.full(tuple(shape), lambda idx: sp.Integer(0)) if w else None)
+        blocks = [p for p in (parts[0], A, parts[1]) if p is not None]
+        A = concatenate(blocks, ax) if len(blocks) > 1 else A
+    return A
+
+
+def einsum(subscripts, *operands, **kw):
+    """np.einsum with explicit subscripts ("ij,jk->ik"): each operand's axes put in the order of the
+    output's letters then the summed ones, new axes where a letter is absent, the broadcast product,
+    and a sum over the summed letters. Repeated letters in one operand (a diagonal), '...' and implicit
+    output are refused."""
+    if kw:
+        refuse(f"np.einsum with {sorted(kw)}: only the subscripts and the operands are followed")
+    if not isinstance(subscripts, str) or "->" not in subscripts:
+        refuse("np.einsum without explicit output subscripts ('ij,jk->ik'): write the output after '->'")
+    spec = subscripts.replace(" ", "")
+    if "." in spec:
+        refuse("np.einsum with '...': write every axis with a letter")
+    ins, out = spec.split("->")
+    ins = ins.split(",")
+    if len(ins) != len(operands):
+        refuse(f"np.einsum subscripts {subscripts!r} name {len(ins)} operands, {len(operands)} given")
+    arrays = [lift(o) for o in operands]
+    sizes: dict[str, sp.Expr] = {}
+    for letters, A in zip(ins, arrays):
+        if not letters.isalpha() and letters:
+            refuse(f"np.einsum subscripts {letters!r}: letters only")
+        if len(set(letters)) != len(letters):
+            refuse(f"np.einsum with a repeated letter in {letters!r} (a diagonal) is not followed")
+        if len(letters) != A.ndim:
+            refuse(f"np.einsum subscripts {letters!r} for a {A.ndim}-d operand")
+        for c, z in zip(letters, A._shape):
+            if c in sizes and not same(sizes[c], z):
+                refuse(f"np.einsum letter {c!r} has sizes {sizes[c]} and {z}")
+            sizes.setdefault(c, z)
+    if len(set(out)) != len(out) or any(c not in sizes for c in out):
+        refuse(f"np.einsum output {out!r}: each letter once, and each from an operand")
+    order = list(out) + sorted(c for c in sizes if c not in out)
+    product = None
+    for letters, A in zip(ins, arrays):
+        present = [c for c in order if c in letters]
+        A = A.transpose(tuple(letters.index(c) for c in present)) if A.ndim > 1 else A
+        if A.ndim < len(order):
+            A = A[tuple(slice(None) if c in letters else None for c in order)]
+        product = A if product is None else product * A
+    summed = list(range(len(out), len(order)))
+    return reduce(product, summed, False, "sum") if summed else product
+
+
+def strided_cut(ctx: _Context, b, z, start, stop, step, L, u):
+    """(new axis map, old local index) of the entries start + step * t (t < L) of a slice that fall in a
+    contiguous part [b, b + z - 1] of an axis which they may overlap at either end (a strided slice of
+    a padded array): the first and last t inside must be polynomials in the sizes; else refused."""
+    last = b + z - 1
+    if ctx.nonneg(start - b):
+        t_lo = sp.Integer(0)
+    elif ctx.nonneg(b - start):
+        d = sp.expand(b - start)
+        r = residue(d, step)
+        t_lo = None if r is None else divide_exactly(d + (step - r) % step, step)
+    else:
+        t_lo = None
+    end = sp.expand(start + step * (L - 1))
+    if ctx.nonneg(last - end):
+        t_hi = sp.expand(L - 1)
+    elif ctx.nonneg(end - last) and ctx.nonneg(last - start):
+        e = sp.expand(last - start)
+        r = residue(e, step)
+        t_hi = None if r is None else divide_exactly(e - r, step)
+    else:
+        t_hi = None
+    if t_lo is None or t_hi is None:
+        refuse("a strided slice cuts a part of the array where the cut is not known for every size")
+    count = sp.expand(t_hi - t_lo + 1)
+    if not ctx.nonneg(count):
+        refuse("a strided slice meets a part of the array in a number of entries not known for every size")
+    return (1, t_lo, count), sp.expand(start + step * (t_lo + u) - b)
+
+
+CONSTRUCTS.update(swapaxes=swapaxes, strided_cut=strided_cut)

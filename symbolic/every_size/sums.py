@@ -1,0 +1,208 @@
+"""Sums in the every-size normal form: expanded by linearity, flattened (Fubini over constant
+ranges), split into independent groups, Kronecker deltas evaluated where the index bounds prove the
+value in range, and the indices of what is left renamed canonically. A mixin of
+``symbolic.every_size.normal.Normaliser``, whose ranges, atoms and interval arithmetic it uses.
+"""
+from __future__ import annotations
+
+import itertools
+
+import sympy as sp
+from sympy import KroneckerDelta, Sum
+
+from vjpcert.symbolic.every_size.atoms import Ind, NormalFormError, _height_of, canonical_index
+
+MAX_PERMUTATIONS_VARS = 6       # canonical naming tries every order of a sum's indices up to this many
+MAX_WRITTEN_OUT = 8             # a sum over a range of constant length up to this is written out term by term
+
+
+class SumForms:
+    """The normal form of sums (see the module docstring)."""
+
+    def fresh(self, lo, hi) -> sp.Symbol:
+        self._fresh += 1
+        s = sp.Symbol(f"ι{self._fresh}", integer=True)
+        self.ranges[s] = (lo, hi)
+        return s
+
+    def norm_sum(self, e: Sum):
+        self.stats.sums_seen += 1
+        for pos, (v, lo, hi) in enumerate(e.limits):        # a range of constant length: written out
+            size = sp.expand(self.norm(hi) - self.norm(lo) + 1)
+            if size.is_Integer and 0 <= size <= MAX_WRITTEN_OUT:
+                rest = e.limits[:pos] + e.limits[pos + 1:]
+                terms = [e.function.xreplace({v: sp.expand(self.norm(lo) + k)}) for k in range(int(size))]
+                self.stats.sums_written_out += 1
+                return self.norm(sp.Add(*[Sum(t, *rest) if rest else t for t in terms]))
+        body, rename, V = e.function, {}, []
+        for v, lo, hi in e.limits:
+            lo, hi = self.norm(lo), self.norm(hi)
+            if (lo.free_symbols | hi.free_symbols) - self.dims:
+                raise NormalFormError(f"sum limits must depend on dims only: {lo}..{hi}")
+            if not self._nonneg(hi - lo + 1):
+                raise NormalFormError(f"cannot show the range {lo}..{hi} is not reversed")
+            f = self.fresh(lo, hi)
+            rename[v] = f
+            V.append(f)
+        body = self.norm(body.xreplace(rename))
+        return self.sum_terms(body, V)
+
+    def terms(self, body):
+        """body as a list of (coefficient, [(factor, power)]): expanded term by term, each term
+        keeping its own denominator (a common denominator would put Z / Z^2 into one term and hide
+        that the Z cancels)."""
+        out = []
+        for term in sp.Add.make_args(sp.expand(self.atomise(body))):
+            if term == 0:
+                continue
+            coeff, mono = term.as_coeff_Mul()
+            factors = [(self.restore(b), k) for b, k in mono.as_powers_dict().items() if b != 1]
+            factors = [(b, 1 if isinstance(b, (Ind, KroneckerDelta)) and k >= 1 else k) for b, k in factors]
+            out.append((coeff, factors))
+        return out
+
+    def sum_terms(self, body, V):
+        return sp.Add(*[self.sum_monomial(c, f, list(V)) for c, f in self.terms(body)])
+
+    def _flatten(self, factors, V):
+        """Merge every Sum factor that depends on V (with a positive power) into this sum."""
+        changed = True
+        while changed:
+            changed = False
+            for pos, (f, k) in enumerate(factors):
+                if isinstance(f, Sum) and k >= 1 and f.free_symbols & set(V):
+                    factors.pop(pos)
+                    for _ in range(int(k)):
+                        rename = {}
+                        for v, lo, hi in f.limits:
+                            rename[v] = self.fresh(lo, hi)
+                            V.append(rename[v])
+                        body = f.function.xreplace(rename)
+                        for g in sp.Mul.make_args(body):
+                            b, e = g.as_base_exp()
+                            factors.append((b, e))
+                    self.stats.sums_flattened += 1
+                    changed = True
+                    break
+        return factors
+
+    def _solve_delta(self, d, V):
+        """(v, value) when delta d pins a summation index v in V to a value that provably stays in
+        v's range for every value of the other indices; None otherwise."""
+        aff = self._affine(d.args[0] - d.args[1])
+        if aff is None:
+            return None
+        coeffs, const = aff
+        for v in sorted((s for s in coeffs if s in V), key=lambda s: s.name):
+            c = coeffs[v]
+            if abs(c) != 1:
+                continue
+            rest = {s: -c * k for s, k in coeffs.items() if s != v}     # v = sum rest + (-c) const
+            value = sum((k * s for s, k in rest.items()), sp.Integer(-c * const))
+            bounds = self._bounds(rest, -c * const)
+            if bounds is None:
+                continue
+            lo_v, hi_v = self.ranges[v]
+            if self._nonneg(bounds[0] - lo_v) and self._nonneg(hi_v - bounds[1]):
+                return v, value
+        return None
+
+    def sum_monomial(self, coeff, factors, V):
+        factors = self._flatten(list(factors), V)
+        # evaluate deltas against the summation indices, until none is left to evaluate
+        progress = True
+        while progress:
+            progress = False
+            for pos, (f, k) in enumerate(factors):
+                if not (isinstance(f, KroneckerDelta) and f.free_symbols & set(V)):
+                    continue
+                if k < 1:
+                    raise NormalFormError("a Kronecker delta in a denominator")
+                if self._never_equal(*f.args):
+                    self.stats.deltas_zero += 1
+                    return sp.Integer(0)
+                sol = self._solve_delta(f, V)
+                if sol is None:
+                    continue
+                v, value = sol
+                self.stats.deltas_evaluated += 1
+                factors.pop(pos)
+                V.remove(v)
+                new = []
+                for g, e in factors:
+                    if v in g.free_symbols:
+                        g = self.norm(g.xreplace({v: value}))
+                        if g == 0:
+                            if e < 0:
+                                raise NormalFormError("a denominator is 0 once a delta is evaluated")
+                            return sp.Integer(0)
+                        for h in sp.Mul.make_args(g):   # a factor may now be a product
+                            b, e2 = h.as_base_exp()
+                            if b.is_Number:
+                                coeff *= h ** e
+                            else:
+                                new.append((b, e2 * e))
+                    else:
+                        new.append((g, e))
+                factors = self._flatten(new, V)
+                progress = True
+                break
+        # what does not depend on the summation indices leaves the sum
+        Vs = set(V)
+        outside = [f ** k for f, k in factors if not (f.free_symbols & Vs)]
+        inside = [(f, k) for f, k in factors if f.free_symbols & Vs]
+        result = coeff * sp.Mul(*outside)
+        used = set().union(*(f.free_symbols for f, _ in inside)) if inside else set()
+        for v in V:
+            if v not in used:                             # sum_v 1 = the size of v's range
+                lo, hi = self.ranges[v]
+                result *= (hi - lo + 1)
+        V = [v for v in V if v in used]
+        if not V:
+            return result
+        for comp_vars, comp_factors in self._components(V, inside):
+            result *= self.canonical_sum(comp_vars, comp_factors)
+        return result
+
+    def _components(self, V, factors):
+        parent = {v: v for v in V}
+
+        def find(v):
+            while parent[v] != v:
+                parent[v] = parent[parent[v]]
+                v = parent[v]
+            return v
+        for f, _ in factors:
+            vs = [v for v in V if v in f.free_symbols]
+            for a, b in zip(vs, vs[1:]):
+                parent[find(a)] = find(b)
+        groups: dict = {}
+        for v in V:
+            groups.setdefault(find(v), []).append(v)
+        if len(groups) > 1:
+            self.stats.sums_split += 1
+        out = []
+        for vs in groups.values():
+            s = set(vs)
+            out.append((vs, [(f, k) for f, k in factors if f.free_symbols & s]))
+        return out
+
+    def canonical_sum(self, V, factors):
+        """The sum over V of prod f^k, with its indices named canonically: height above every sum
+        inside it, then the order of indices that gives the least printed form."""
+        height = 0
+        for f, _ in factors:
+            for s in f.atoms(Sum):
+                for v, _, _ in s.limits:
+                    height = max(height, _height_of(v) + 1)
+        body = sp.Mul(*[f ** k for f, k in factors])
+        orders = itertools.permutations(V) if len(V) <= MAX_PERMUTATIONS_VARS else [sorted(V, key=str)]
+        best, best_key = None, None
+        for order in orders:
+            names = {v: canonical_index(height, t) for t, v in enumerate(order)}
+            limits = [(names[v], *self.ranges[v]) for v in sorted(V, key=lambda v: names[v].name)]
+            cand = Sum(body.xreplace(names), *limits)
+            key = sp.srepr(cand)
+            if best_key is None or key < best_key:
+                best, best_key = cand, key
+        return best
