@@ -8,10 +8,15 @@ bound on |v - exact|. With u the unit roundoff of the dtype and inputs exact (e 
 
     a + b   e = e_a + e_b + r(v)               a * b   e = |b| e_a + |a| e_b + e_a e_b + r(v)
     a / b   e = (e_a + |a/b| e_b) / (|b| - e_b) + r(v)         (infinite if |b| <= e_b)
-    f(a)    e = |f'| e_a + C_F r(v)            (f' taken at the worse end of [a - e_a, a + e_a])
+    f(a)    e = |f'| e_a + C_F r(v)            (|f'| its largest on [a - e_a, a + e_a])
     B.c(q)  e = |q - v| (the constant's own rounding, exactly)
 where r(v) = u |v| + eta bounds one rounding: eta, the smallest subnormal, covers underflow (an
 exp(-400) that rounds to 0 in float32 is off by 1e-174, not by u times 0).
+
+f' is the row of the derivative table (``core.derivatives``) evaluated over the interval [a - e_a,
+a + e_a] in interval arithmetic (``Interval``), so its largest |f'| on the interval is bounded even
+where the interval's ends miss it (tanh' and erf' peak at 0, sin' and cos' inside the interval, log'
+and sqrt' are unbounded at 0).
 
 The bound follows the spec's own evaluation order (sequential sums); numpy sums pairwise, whose error
 is at most 2 log2(n) times this running bound (``numeric.reference`` allows for that). It is derived
@@ -25,6 +30,7 @@ from fractions import Fraction
 import numpy as np
 
 from vjpcert.core.backends import exact
+from vjpcert.core.derivatives import derivative
 
 # Transcendental functions of numpy / scipy are accurate to a few ulps; C_F units of u (half an ulp)
 # per call: 8 u = 4 ulps, above the documented maximum error of numpy's float32 and float64 exp, log,
@@ -136,6 +142,118 @@ class Rounded:
         return f"{self.v!r}±{self.e:.3g}"
 
 
+# ------------------------------------------------------------------ the slope |f'| over an interval
+class Interval:
+    """Closed float intervals (lo, hi) as the operations of the derivative table, plus the primitives
+    themselves. Each result encloses every value of the operation over its arguments' intervals
+    (ends computed in round-to-nearest: a relative 1e-16 on a slope that only scales a first-order
+    error term, far inside ``C_F``); an operation with no finite enclosure returns (-inf, inf)."""
+
+    WHOLE = (-math.inf, math.inf)
+
+    def c(self, q):
+        return (float(q), float(q))
+
+    def pi(self):
+        return (math.pi, math.pi)
+
+    def add(self, x, z):
+        return self._ok((x[0] + z[0], x[1] + z[1]))
+
+    def neg(self, x):
+        return (-x[1], -x[0])
+
+    def mul(self, x, z):
+        if x is z:                          # one quantity times itself: a square, never negative
+            return self.pow(x, 2)
+        ends = [p * q for p in x for q in z]
+        if any(t != t for t in ends):      # 0 * inf: no finite enclosure
+            return self.WHOLE
+        return (min(ends), max(ends))
+
+    def inv(self, x):
+        if x[0] > 0 or x[1] < 0:
+            return (1.0 / x[1], 1.0 / x[0])
+        return self.WHOLE                 # 1/x over an interval holding 0 is unbounded
+
+    def pow(self, x, n: int):
+        if n < 0:
+            return self.inv(self.pow(x, -n))
+        lo, hi = x[0] ** n, x[1] ** n
+        if n % 2 == 0 and x[0] < 0 < x[1]:
+            return (0.0, max(lo, hi))
+        return (min(lo, hi), max(lo, hi))
+
+    @staticmethod
+    def _ok(x):
+        return Interval.WHOLE if x[0] != x[0] or x[1] != x[1] else x       # inf - inf, 0 * inf
+
+    @staticmethod
+    def _monotone(f, x):
+        def safe(t):
+            try:
+                return f(t)
+            except OverflowError:
+                return math.inf
+        return (safe(x[0]), safe(x[1]))
+
+    def exp(self, x):
+        return self._monotone(math.exp, x)
+
+    def erf(self, x):
+        return self._monotone(math.erf, x)
+
+    def tanh(self, x):
+        return self._monotone(math.tanh, x)
+
+    def log(self, x):
+        if x[0] <= 0:
+            raise ValueError("log of an interval that reaches 0")
+        return self._monotone(math.log, x)
+
+    def sqrt(self, x):
+        if x[1] < 0:
+            raise ValueError("sqrt of a negative interval")
+        return (math.sqrt(max(x[0], 0.0)), math.sqrt(x[1]))
+
+    def cos(self, x):
+        return self._periodic(math.cos, x, 0.0)
+
+    def sin(self, x):
+        return self._periodic(math.sin, x, math.pi / 2)
+
+    @staticmethod
+    def _periodic(f, x, peak):
+        """f = cos(t - peak): its ends, with 1 / -1 wherever a maximum peak + 2 k pi / a minimum
+        peak + (2k + 1) pi may lie in the interval (found with a margin, so never missed)."""
+        lo, hi = x
+        if not (hi - lo < 2 * math.pi):
+            return (-1.0, 1.0)
+        ends = (f(lo), f(hi))
+        out_lo, out_hi = min(ends), max(ends)
+        margin = 1e-9 * (1.0 + abs(lo) + abs(hi))
+        for offset, value in ((peak, 1.0), (peak + math.pi, -1.0)):
+            k = math.ceil((lo - margin - offset) / (2 * math.pi))
+            if offset + 2 * math.pi * k <= hi + margin:
+                out_lo, out_hi = min(out_lo, value), max(out_hi, value)
+        return (out_lo, out_hi)
+
+
+INTERVAL = Interval()
+
+
+def slope(kind: str, a: float, e: float) -> float:
+    """The largest |f'| of the primitive ``kind`` over [a - e, a + e]: its row of the derivative
+    table evaluated in ``Interval``; infinite where that has no finite bound."""
+    x = (a - e, a + e)
+    try:
+        d = derivative(INTERVAL, kind, x, getattr(INTERVAL, kind)(x))
+    except (OverflowError, ValueError, ZeroDivisionError):
+        return math.inf
+    m = max(abs(d[0]), abs(d[1]))
+    return m if m == m else math.inf
+
+
 class RoundingBackend:
     """The float backend of ``dtype`` with a running error bound on every number (see the module)."""
 
@@ -147,13 +265,13 @@ class RoundingBackend:
         self.eta = float(np.finfo(self.dtype).smallest_subnormal)
         self.rnd = lambda x: float(t(x))
         self.pi = self._pi()
-        self.exp = self._unary(math.exp, lambda a: math.exp(a))
-        self.log = self._unary(math.log, lambda a: 1.0 / abs(a) if a != 0 else math.inf)
+        self.exp = self._unary(math.exp, "exp")
+        self.log = self._unary(math.log, "log")
         self.sqrt = self._elementwise(self.sqrt1)
-        self.erf = self._unary(math.erf, lambda a: 2 / math.sqrt(math.pi) * math.exp(-a * a))
-        self.tanh = self._unary(math.tanh, lambda a: 1 - math.tanh(a) ** 2)
-        self.sin = self._unary(math.sin, lambda a: 1.0)
-        self.cos = self._unary(math.cos, lambda a: 1.0)
+        self.erf = self._unary(math.erf, "erf")
+        self.tanh = self._unary(math.tanh, "tanh")
+        self.sin = self._unary(math.sin, "sin")
+        self.cos = self._unary(math.cos, "cos")
 
     # ------------------------------------------------------------------ numbers
     def r(self, v: float) -> float:
@@ -182,25 +300,16 @@ class RoundingBackend:
         if a.v < 0:
             return Rounded(math.nan, math.inf, self)
         v = self.rnd(math.sqrt(a.v))
-        lo = a.v - a.e
-        deriv = 0.5 / math.sqrt(lo) if lo > 0 else math.inf
-        e = deriv * a.e if a.e else 0.0
+        e = slope("sqrt", a.v, a.e) * a.e if a.e else 0.0
         return Rounded(v, e + self.r(v), self)
 
-    def _unary(self, f, fprime):
+    def _unary(self, f, kind: str):
         def one(a: Rounded) -> Rounded:
             try:
                 v = self.rnd(f(a.v))
             except (OverflowError, ValueError):
                 return Rounded(math.inf, math.inf, self)
-            if a.e:
-                try:
-                    slope = max(abs(fprime(a.v - a.e)), abs(fprime(a.v + a.e)), abs(fprime(a.v)))
-                except (OverflowError, ValueError):
-                    slope = math.inf
-                e = slope * a.e
-            else:
-                e = 0.0
+            e = slope(kind, a.v, a.e) * a.e if a.e else 0.0
             return Rounded(v, e + C_F * self.r(v), self)
         return self._elementwise(one)
 

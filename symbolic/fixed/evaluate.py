@@ -1,8 +1,9 @@
 """Evaluating a traced DAG in a field, and forward-mode derivatives (J·t) over it.
 
-The derivative rules in ``Tangent`` are the prover's trusted base: the Jacobian of every op is derived
-from its forward with these rules and nothing else (the hand-written backward is never consulted).
-``tests/test_symbolic_core.py`` checks each rule against ``sympy.diff``.
+The derivative rules ``Tangent`` applies are the prover's trusted base: the Jacobian of every op is
+derived from its forward with them and nothing else (the hand-written backward is never consulted).
+Those of the primitives come from the one table, ``core.derivatives`` (``tests/test_derivatives.py``
+holds each row against ``sympy.diff``); the sum and product rules are here.
 """
 from __future__ import annotations
 
@@ -10,10 +11,54 @@ from fractions import Fraction
 
 import numpy as np
 
+from vjpcert.core.derivatives import RULES, MissingRule, derivative, uses_value
 from vjpcert.core.evaluate import Evaluator, map_array, postorder
 from vjpcert.core.trace import Leaf, Node
 
-__all__ = ["Evaluator", "Tangent", "inner"]
+__all__ = ["Evaluator", "FieldOps", "Tangent", "inner"]
+
+
+class FieldOps:
+    """A field of ``core.evaluate`` / ``symbolic.fixed.fields`` as the operations the derivative table
+    is written in (``core.derivatives``): the same numbers, ``c`` for the field's ``const``."""
+
+    __slots__ = ("f",)
+
+    def __init__(self, field):
+        self.f = field
+
+    def c(self, q):
+        return self.f.const(q)
+
+    def add(self, a, b):
+        return self.f.add(a, b)
+
+    def mul(self, a, b):
+        return self.f.mul(a, b)
+
+    def neg(self, a):
+        return self.f.neg(a)
+
+    def inv(self, a):
+        return self.f.inv(a)
+
+    def pow(self, a, k: int):
+        return self.f.pow(a, k)
+
+    def exp(self, a):
+        return self.f.exp(a)
+
+    def sqrt(self, a):
+        return self.f.sqrt(a)
+
+    def sin(self, a):
+        return self.f.sin(a)
+
+    def cos(self, a):
+        return self.f.cos(a)
+
+    def pi(self):
+        return self.f.pi()
 
 
 class Tangent:
@@ -22,6 +67,7 @@ class Tangent:
 
     def __init__(self, primal: Evaluator, seeds: dict[Leaf, object]):
         self.primal, self.seeds, self.field = primal, seeds, primal.field
+        self.ops = FieldOps(primal.field)
         self.memo: dict[int, object] = {}
 
     def _add(self, a, b):
@@ -53,30 +99,12 @@ class Tangent:
                 t = self._add(self._scale(P(args[1]), ts[0]), self._scale(P(args[0]), ts[1]))
             elif op == "neg":
                 t = f.neg(ts[0])
-            elif op == "inv":                       # d(1/a) = -da / a^2
-                t = f.neg(self._scale(f.pow(P(node), 2), ts[0]))
-            elif op == "pow":                       # d(a^k) = k a^(k-1) da
-                k = node.value
-                t = self._scale(f.mul(f.const(Fraction(k)), f.pow(P(args[0]), k - 1)), ts[0])
-            elif op == "exp":                       # d e^a = e^a da
-                t = self._scale(P(node), ts[0])
-            elif op == "log":                       # d log a = da / a
-                t = self._scale(f.inv(P(args[0])), ts[0])
-            elif op == "sqrt":                      # d sqrt(a) = da / (2 sqrt(a))
-                t = self._scale(f.inv(f.mul(f.const(Fraction(2)), P(node))), ts[0])
-            elif op == "erf":                       # d erf(a) = 2/sqrt(pi) e^(-a^2) da
-                a = P(args[0])
-                k = f.mul(f.const(Fraction(2)), f.inv(f.sqrt(f.pi())))
-                t = self._scale(f.mul(k, f.exp(f.neg(f.mul(a, a)))), ts[0])
-            elif op == "tanh":                      # d tanh a = (1 - tanh^2 a) da
-                v = P(node)
-                t = self._scale(f.add(f.const(Fraction(1)), f.neg(f.mul(v, v))), ts[0])
-            elif op == "sin":
-                t = self._scale(f.cos(P(args[0])), ts[0])
-            elif op == "cos":
-                t = f.neg(self._scale(f.sin(P(args[0])), ts[0]))
+            elif op in RULES:                      # d f(a) = f'(a) da, f' from the one table
+                k = node.value if op == "pow" else None
+                factor = derivative(self.ops, op, P(args[0]), P(node) if uses_value(op, k) else None, k)
+                t = self._scale(factor, ts[0])
             else:
-                raise NotImplementedError(f"no derivative rule for {op}")
+                raise MissingRule(f"no derivative rule for {op}")
             if t is not None and P.share is not None and id(node) in P.shared:
                 t = P.share(t)
             memo[id(node)] = t
