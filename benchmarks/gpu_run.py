@@ -264,7 +264,7 @@ def bench(run: Run, rec: dict) -> None:
     import torch
     import torch.nn.functional as F
 
-    from vjpcert.cuda_kernels import attention, gelu, layernorm, linear, rmsnorm, rope, softmax
+    from vjpcert.cuda_kernels import attention, attention_flash, gelu, layernorm, linear, rmsnorm, rope, softmax
     from vjpcert.cuda_kernels.common import to_device
 
     mode = run.results["mode"]
@@ -410,8 +410,8 @@ def bench(run: Run, rec: dict) -> None:
             continue
 
         def flash_fb(causal=causal):
-            O, L = attention.flash_fwd_dev(q, k, v, causal=causal, poison=False)
-            return attention.flash_bwd_dev(q, k, v, do, causal=causal, d_O=O, d_L=L, poison=False)
+            O, L = attention_flash.flash_fwd_dev(q, k, v, causal=causal, poison=False)
+            return attention_flash.flash_bwd_dev(q, k, v, do, causal=causal, d_O=O, d_L=L, poison=False)
 
         def plain_fb(causal=causal):
             attention.plain_fwd_dev(q, k, v, causal=causal, poison=False)

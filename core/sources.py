@@ -12,69 +12,29 @@ Each file is hashed when it is first seen *in this process* (at import time, in 
 long-lived worker that still runs old code reports the old hash: ``vjpcert.runner`` compares it with
 the planner's and reloads or refuses, instead of certifying code that is no longer on disk.
 
-What that code *reads* is part of the claim too: a data file it opens (``open``, ``json.load``,
-``Path.read_text``, ``np.load``, ``np.loadtxt``, ``os.open`` ...) and a folder it lists (``os.listdir``,
-``os.scandir``, ``Path.glob``), at import time or while the op's functions run. One process-wide audit
-hook (``sys.addaudithook``, the "open", "os.listdir" and "os.scandir" events) sees every such access
-and credits it to the spec-code files on the stack (up to the first frame of vjpcert's machinery), with
-the content's hash as read; a forked child (a strategy under its budget) sends its reads to its
-parents through a log file. A certificate lists them beside its code files (``data:<path> sha256=...``,
+What that code *reads* is part of the claim too: a data file it opens and a folder it lists, at import
+time or while the op's functions run, as the audit hook of ``core.reads`` records them (installed when
+this module is imported). A certificate lists them beside its code files (``data:<path> sha256=...``,
 ``listing:<path> sha256=...``, paths relative to the op's spec folder) and its ``spec_sha256`` covers
-them; whether it is current is decided by hashing those files again (``current_sha256``). Not data:
-files of the Python installation and of installed packages, vjpcert's own machinery, /proc, /sys and
-/dev, and the import system's own reads of modules (their code is hashed as code).
+them; whether it is current is decided by hashing those files again (``current_sha256``).
 """
 from __future__ import annotations
 
 import ast
 import hashlib
 import importlib.util
-import json
 import os
 import re
-import stat
 import sys
-import sysconfig
-import threading
-import time
 from pathlib import Path
+
+from vjpcert.core.reads import (CHANGED, PACKAGE, UNRECORDED, forget_reads, generation, hash_now, hook_errors,
+                                is_spec_code, reads_of, resolved)
 
 _SNAPSHOT: dict[str, str] = {}
 _IMPORTS: dict[tuple, set] = {}              # (file, module name) -> files it imports
 _FILE_MODULES: dict[Path, str] = {}          # resolved file -> a module loaded from it
 _FILE_MODULES_KEY: tuple | None = None
-_RESOLVED: dict[str, Path] = {}
-
-_PACKAGE = Path(__file__).resolve().parents[1]           # the repository root, or vjpcert's install root
-_MACHINERY = {"core", "symbolic", "numeric", "cuda_kernels", "vjpcert", "frontends"}
-
-
-def _installed_roots() -> tuple[str, ...]:
-    roots = set()
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        try:
-            roots.add(str(Path(sysconfig.get_paths()[key]).resolve()))
-        except (KeyError, OSError):
-            pass
-    for p in (sys.prefix, sys.base_prefix, sys.exec_prefix):
-        roots.add(str((Path(p) / "lib").resolve()))
-    return tuple(sorted(roots))
-
-
-_INSTALLED = _installed_roots()
-
-
-def is_spec_code(path: Path) -> bool:
-    """A file whose code can decide a verdict and is not hashed by a tier's checker hash."""
-    path = Path(path).resolve()
-    text = str(path)
-    if not text.endswith(".py") or text.startswith(_INSTALLED):
-        return False
-    try:
-        rel = path.relative_to(_PACKAGE)
-    except ValueError:
-        return True                                        # the user's own code
-    return rel.parts[0] not in _MACHINERY                  # specs/ (and anything else of the project)
 
 
 def _module_file(name: str, package: str | None = None) -> Path | None:
@@ -135,21 +95,15 @@ def _module_of_file(path: Path) -> str | None:
             for name, mod in list(sys.modules.items()):
                 f = getattr(mod, "__file__", None)
                 if f:
-                    _FILE_MODULES.setdefault(_resolved(f), name)
+                    _FILE_MODULES.setdefault(resolved(f), name)
             _FILE_MODULES_KEY = key
         name = _FILE_MODULES.get(path)
         f = getattr(sys.modules.get(name), "__file__", None) if name is not None else None
-        if f is not None and _resolved(f) == path:
+        if f is not None and resolved(f) == path:
             return name
         if name is None and not attempt and key == _FILE_MODULES_KEY:
             continue
     return None
-
-
-def _resolved(f: str) -> Path:
-    if f not in _RESOLVED:
-        _RESOLVED[f] = Path(f).resolve()
-    return _RESOLVED[f]
 
 
 def code_files(modules=(), functions=()) -> list[Path]:
@@ -195,14 +149,12 @@ def forget(paths) -> None:
     """Forget the snapshots of these files (they are being loaded again), and what they read: a module
     loaded again reads again. Its generation counts up, so an in-process cache keyed by
     ``Op.spec_sha256`` never serves a result computed by the module loaded before."""
-    _merge_children()
-    for p in paths:
-        rp = Path(p).resolve()
+    resolved_paths = [Path(p).resolve() for p in paths]
+    forget_reads(resolved_paths)
+    for rp in resolved_paths:
         _SNAPSHOT.pop(str(rp), None)
         for key in [k for k in _IMPORTS if k[0] == str(rp)]:
             del _IMPORTS[key]
-        if _READS.pop(rp, None):
-            _GENERATION[rp] = _GENERATION.get(rp, 0) + 1
 
 
 def files_sha256(paths) -> str:
@@ -217,7 +169,7 @@ def shown(path: Path) -> str:
     """A path for a certificate: relative to the repository (built-in specs) or the working directory,
     never a machine's absolute path when it can be helped."""
     path = Path(path).resolve()
-    for root in (_PACKAGE, Path.cwd().resolve()):
+    for root in (PACKAGE, Path.cwd().resolve()):
         try:
             return str(path.relative_to(root))
         except ValueError:
@@ -253,247 +205,9 @@ def add_to_path(directory: Path) -> None:
 
 
 
-# ------------------------------------------------------------------------------ data files spec code reads
-ABSENT = "absent"                    # opened, or listed, while it did not exist: its appearing matters too
-UNREADABLE = "unreadable"
-CHANGED = "changed-while-read"       # read in two versions by this process: no version can be certified
-UNRECORDED = "unrecorded"            # the audit hook itself failed: nothing this process read is certain
 
-# code file -> (kind, data file) -> the hashes of the versions it read; kind is "data" or "listing"
-_READS: dict[Path, dict[tuple[str, Path], set[str]]] = {}
-_GENERATION: dict[Path, int] = {}    # code file -> how often it was loaded again after it had read data
-_HOOK_ERRORS: list[str] = []
-_FRAME_KINDS: dict[str, str] = {}
-_HASHED: dict[tuple, str] = {}       # (path, stat) -> sha256, for files unchanged long enough (see _file_hash)
-_LOCAL = threading.local()
-_SYSTEM = ("/proc/", "/sys/", "/dev/")
-_SOURCE_SUFFIXES = (".py", ".pyc", ".pyo", ".so", ".pyd")
-_MACHINERY_DIRS = tuple(str(_PACKAGE / m) + os.sep for m in sorted(_MACHINERY))
-_LOG = {"dir": "", "own": "", "ancestors": (), "offset": 0, "fds": {}}
+# ------------------------------------------------------------------------------ data entries of a certificate
 _ENTRY = re.compile(r"^(data|listing):(.*) sha256=(\S+)$")
-
-
-_STDLIB = tuple(sorted({str(Path(sysconfig.get_paths()[k]).resolve()) + os.sep for k in ("stdlib", "platstdlib")
-                        if k in sysconfig.get_paths()}))
-
-
-def _frame_kind(filename: str) -> str:
-    """"spec" (code a claim is made of), "machinery" (vjpcert's own), "import" (the import system),
-    "stdlib" (the rest of the standard library) or "other" (installed packages, generated code)."""
-    kind = _FRAME_KINDS.get(filename)
-    if kind is None:
-        if filename.startswith(("<frozen importlib", "<frozen zipimport")):
-            kind = "import"
-        elif filename.startswith("<frozen "):
-            kind = "stdlib"
-        elif filename.startswith("<"):
-            kind = "other"
-        elif _is_machinery(Path(filename).resolve()):
-            kind = "machinery"
-        elif is_spec_code(Path(filename)):
-            kind = "spec"
-        elif str(Path(filename).resolve()).startswith(_STDLIB):
-            kind = "stdlib"
-        else:
-            kind = "other"
-        if os.path.isabs(filename):
-            _FRAME_KINDS[filename] = kind
-    return kind
-
-
-def _is_machinery(path: Path) -> bool:
-    try:
-        rel = path.relative_to(_PACKAGE)
-    except ValueError:
-        return False
-    # from a source tree the machinery is its folders; installed, also the package's own modules
-    return rel.parts[0] in _MACHINERY or (_PACKAGE.name == "vjpcert" and len(rel.parts) == 1)
-
-
-def _file_hash(path: str) -> str | None:
-    """sha256 of a regular file's bytes, ABSENT, UNREADABLE, or None for what is not a file (a folder,
-    a device). A file whose stat is unchanged and was last modified well before it was hashed is not
-    read again (the rule git's index uses against a change within one timestamp tick)."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        return ABSENT if isinstance(exc, FileNotFoundError) else UNREADABLE
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    if key in _HASHED:
-        return _HASHED[key]
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    except OSError as exc:
-        return ABSENT if isinstance(exc, FileNotFoundError) else UNREADABLE
-    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > 2_000_000_000:
-        _HASHED[key] = h.hexdigest()
-    return h.hexdigest()
-
-
-def _listing_hash(path: str) -> str:
-    try:
-        names = sorted(n for n in os.listdir(path) if n != "__pycache__")   # derived bytecode, not content
-    except OSError as exc:
-        return ABSENT if isinstance(exc, FileNotFoundError) else UNREADABLE
-    return hashlib.sha256("\n".join(names).encode("utf-8", "surrogateescape")).hexdigest()
-
-
-def hash_now(kind: str, path: Path) -> str:
-    """The hash of a data file (or of a folder's listing) as it is on disk now."""
-    if kind == "listing":
-        return _listing_hash(str(path))
-    return _file_hash(str(path)) or UNREADABLE
-
-
-def _audit(event, args):
-    if event != "open" and event != "os.listdir" and event != "os.scandir":
-        return
-    if getattr(_LOCAL, "busy", False):            # our own hashing and logging open files too
-        return
-    _LOCAL.busy = True
-    try:
-        _on_access(event, args, sys._getframe(1))
-    except Exception as exc:  # never break the program's own open(); but never certify around a gap
-        _HOOK_ERRORS.append(f"{type(exc).__name__}: {exc}")
-    finally:
-        _LOCAL.busy = False
-
-
-def _on_access(event, args, frame) -> None:
-    raw = args[0] if args else None
-    if event == "open":
-        flags = args[2] if len(args) > 2 else 0
-        if raw is None or isinstance(raw, int):
-            return                                 # an open file descriptor: its path was seen when opened
-        if isinstance(flags, int) and flags & getattr(os, "O_ACCMODE", 3) == os.O_WRONLY:
-            return                                 # written, not read
-        kind = "data"
-    else:
-        if isinstance(raw, int):
-            return
-        kind, raw = "listing", "." if raw is None else raw
-    try:
-        path = os.path.abspath(os.fsdecode(raw))
-    except (TypeError, ValueError):
-        return
-    if "\0" in path:
-        return                                     # open() refuses it before reading anything
-    if path.startswith(_SYSTEM) or path.startswith(_INSTALLED) or path.startswith(_MACHINERY_DIRS) \
-            or (_LOG["dir"] and path.startswith(_LOG["dir"])):
-        return
-    source_like = kind == "data" and (path.endswith(_SOURCE_SUFFIXES) or "__pycache__" in path)
-    owners, innermost, direct = set(), True, kind == "listing"
-    while frame is not None:
-        fk = _frame_kind(frame.f_code.co_filename)
-        if innermost:
-            # the import system reading a module or listing a folder of sys.path; linecache, inspect
-            # or traceback reading source: code, hashed as code (a spec may still read a .py itself)
-            if fk == "import" or (source_like and fk != "spec"):
-                return
-            innermost = False
-        if direct and fk != "stdlib":
-            # a folder counts when spec code lists it (os.listdir, Path.glob): not when a package
-            # searches sys.path for its metadata on import (a file a package reads for the spec,
-            # np.load, does count)
-            if fk != "spec":
-                return
-            direct = False
-        if fk == "machinery":
-            break                                  # what called the spec code is not spec code
-        if fk == "spec":
-            owners.add(_resolved(frame.f_code.co_filename))
-        frame = frame.f_back
-    if not owners:
-        return
-    real = os.path.realpath(path)
-    h = _listing_hash(real) if kind == "listing" else _file_hash(real)
-    if h is None:
-        return
-    _credit(owners, kind, Path(real), h)
-    if _LOG["ancestors"]:                          # a forked child: tell every parent, one may issue
-        _tell_parents(owners, kind, real, h)
-
-
-def _credit(owners, kind: str, path: Path, h: str) -> None:
-    for owner in owners:
-        _READS.setdefault(owner, {}).setdefault((kind, path), set()).add(h)
-
-
-def _log_name(pid: int) -> str:
-    return os.path.join(_LOG["dir"], f"reads-{pid}-{os.urandom(6).hex()}.jsonl")
-
-
-def _tell_parents(owners, kind: str, real: str, h: str) -> None:
-    line = (json.dumps([kind, real, h, sorted(map(str, owners))]) + "\n").encode("utf-8", "surrogateescape")
-    for log in _LOG["ancestors"]:
-        fd = _LOG["fds"].get(log)
-        if fd is None:
-            os.makedirs(_LOG["dir"], mode=0o700, exist_ok=True)
-            fd = _LOG["fds"][log] = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        os.write(fd, line)                         # one append per line: children never interleave
-
-
-def _after_fork_in_child() -> None:
-    _LOG["ancestors"] = (*_LOG["ancestors"], _LOG["own"])
-    _LOG["own"], _LOG["offset"], _LOG["fds"] = _log_name(os.getpid()), 0, {}
-
-
-def _merge_children() -> None:
-    """Credit the reads that forked children logged for this process."""
-    own = _LOG["own"]
-    if not own:
-        return
-    _LOCAL.busy = True
-    try:
-        with open(own, "rb") as fh:
-            fh.seek(_LOG["offset"])
-            data = fh.read()
-    except FileNotFoundError:
-        return
-    finally:
-        _LOCAL.busy = False
-    complete = data[:data.rfind(b"\n") + 1]
-    _LOG["offset"] += len(complete)
-    for line in complete.splitlines():
-        try:
-            kind, real, h, owners = json.loads(line)
-        except ValueError:
-            _HOOK_ERRORS.append("a child's read log was garbled")
-            continue
-        _credit({Path(o) for o in owners}, kind, Path(real), h)
-
-
-def install() -> None:
-    """Install the audit hook, once per process (an audit hook cannot be removed)."""
-    if _LOG["dir"]:
-        return
-    import atexit
-    import tempfile
-    _LOCAL.busy = True
-    try:                     # one folder per user, made when a child first writes to it
-        _LOG["dir"] = os.path.join(os.path.realpath(tempfile.gettempdir()),
-                                   f"vjpcert-reads-{os.getuid() if hasattr(os, 'getuid') else 0}") + os.sep
-    finally:
-        _LOCAL.busy = False
-    _LOG["own"] = _log_name(os.getpid())
-    if hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_after_fork_in_child)
-    atexit.register(lambda: os.path.exists(_LOG["own"]) and os.unlink(_LOG["own"]))
-    sys.addaudithook(_audit)
-
-
-def _reads_of(files) -> dict[tuple[str, Path], set[str]]:
-    _merge_children()
-    out: dict[tuple[str, Path], set[str]] = {}
-    for f in files:
-        for key, versions in _READS.get(Path(f).resolve(), {}).items():
-            out.setdefault(key, set()).update(versions)
-    return out
 
 
 def base_dir(op) -> Path:
@@ -531,11 +245,11 @@ def with_data(base: str, entries) -> str:
 def _entries(op, files, *, versions: bool) -> list[str]:
     base = base_dir(op)
     out = []
-    for (kind, path), hashes in sorted(_reads_of(files).items()):
+    for (kind, path), hashes in sorted(reads_of(files).items()):
         one = "|".join(sorted(hashes)) if versions else (next(iter(hashes)) if len(hashes) == 1 else CHANGED)
         out.append(entry(kind, _label(path, base), one))
-    if _HOOK_ERRORS:
-        out.append(entry("data", "?", f"{UNRECORDED}({len(_HOOK_ERRORS)})"))
+    if hook_errors():
+        out.append(entry("data", "?", f"{UNRECORDED}({hook_errors()})"))
     return out
 
 
@@ -551,8 +265,7 @@ def loaded_sha256(op, code_sha256: str, files) -> str:
     """The identity of the op as this process holds it (``Op.spec_sha256``): its code, every version of
     every file its code read, and how often its modules were loaded again after reading -- what an
     in-process cache of results must key on."""
-    marks = [f"generation:{shown(f)}={_GENERATION[Path(f).resolve()]}" for f in files
-             if _GENERATION.get(Path(f).resolve())]
+    marks = [f"generation:{shown(f)}={generation(f)}" for f in files if generation(f)]
     return with_data(code_sha256, _entries(op, files, versions=True) + marks)
 
 
@@ -588,7 +301,7 @@ def stale_reads(op, planned: dict) -> str | None:
     """Why this process must not run ``op``'s claims with what its code read, or None: a data file read
     in two versions, one that differs from what the planner read, or one changed on disk since."""
     base = base_dir(op)
-    for (kind, path), hashes in sorted(_reads_of(op.source_files).items()):
+    for (kind, path), hashes in sorted(reads_of(op.source_files).items()):
         label = _label(path, base)
         if len(hashes) > 1:
             return f"this process read {label} in {len(hashes)} versions (it changed while the process ran)"
@@ -598,6 +311,3 @@ def stale_reads(op, planned: dict) -> str | None:
         if hash_now(kind, path) != h:
             return f"{label} changed on disk since this process read it"
     return None
-
-
-install()

@@ -8,7 +8,10 @@ framework's, so every checker proves and checks it exactly as it does a spec, an
 about PyTorch or JAX.
 
     vjpcert.frontends.pytorch   make_fx graphs of ATen ops (``torch_op``, ``from_torch``)
+    vjpcert.frontends.torch_rules / torch_graph
+                                the ATen rules (``RULES``); one make_fx trace and its evaluation
     vjpcert.frontends.jaxpr     jaxprs (``jax_op``, ``from_jax``), with the optional ``[jax]`` extra
+    vjpcert.frontends.jax_graph the primitive rules (``RULES``), one jaxpr trace and its evaluation
     vjpcert.frontends.values    the evaluator's values: exact constants, masks, -inf; shared by both
     vjpcert.frontends.op        FrontendOp: declared inputs and dims, traced graphs, identity
     vjpcert.frontends.precision the traced dtype: exact rounding, graphs compared modulo casts, refusals

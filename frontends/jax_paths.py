@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vjpcert.frontends.jax_graph import CALLS, _is_drop, _is_float, _is_literal, trace
 from vjpcert.frontends.precision import checked_paths, commuted, round_to, term, who
 
 FRONTEND_DIR = str(Path(__file__).resolve().parent)
@@ -39,7 +40,6 @@ _ROUNDING = {"precision"}
 def canonical(g, at: str) -> tuple:
     """The joint jaxpr as the terms its outputs compute (``precision.term``), nested calls inlined,
     casts between floats and identities skipped, constants rounded to ``at``: (outputs, terms)."""
-    from vjpcert.frontends.jaxpr import CALLS, _is_drop, _is_float, _is_literal
     terms: dict = {}
 
     def walk(jaxpr, consts, ins):
@@ -77,7 +77,6 @@ def canonical(g, at: str) -> tuple:
 
 def _value(val, at: str):
     arr = np.asarray(val)
-    from vjpcert.frontends.jaxpr import _is_float
     if _is_float(arr.dtype):
         flat = tuple(round_to(float(x), at) if math.isfinite(float(x)) else repr(float(x)) for x in arr.ravel())
         return ("float", arr.shape, flat)
@@ -86,12 +85,10 @@ def _value(val, at: str):
 
 def _kind_of(dt) -> str:
     """A dtype as its kind: the int width follows the 64-bit flag as the float width does."""
-    from vjpcert.frontends.jaxpr import _is_float
     return "float" if _is_float(dt) else "bool" if dt == bool else "int" if dt.kind in "iu" else dt.name
 
 
 def _param(v, at: str):
-    from vjpcert.frontends.jaxpr import _is_float
     if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
         return ("dtype", _kind_of(np.dtype(v)))
     if isinstance(v, (list, tuple)):
@@ -130,7 +127,7 @@ class BackendProbe:
         return real()
 
     def __enter__(self):
-        import jax
+        import jax            # optional and slow to import: only a JAX trace enters the probe
         _LOCK.acquire()
         if not _JAX_DIRS:
             _JAX_DIRS.extend(str(Path(m.__file__).resolve().parent) for m in _jax_modules())
@@ -181,8 +178,6 @@ _JAX_DIRS: list[str] = []
 def trace_checked(fn, shapes, n_diff, params, *, constants: str, op_name: str, dtype: str | None):
     """The jaxpr proved: traced at ``dtype`` (float64 when None), refused if the function's jaxpr at
     another dtype (when none is given) or with the backend answered "gpu" differs."""
-    from vjpcert.frontends.jaxpr import trace
-
     def one(d, as_gpu):
         probe = BackendProbe(as_gpu)
         g = trace(fn, shapes, n_diff, params, constants=constants, op_name=op_name, dtype=d, probe=probe)

@@ -28,6 +28,8 @@ import threading
 from pathlib import Path
 
 from vjpcert.frontends.precision import checked_paths, commuted, round_to, term, who
+from vjpcert.frontends.torch_graph import _op_name, trace
+from vjpcert.frontends.torch_rules import RULES, _identity
 
 FRONTEND_DIR = str(Path(__file__).resolve().parent)
 _LOCK = threading.RLock()          # the probe patches classes: one trace at a time in a process
@@ -40,7 +42,6 @@ def canonical(g, at: str) -> tuple:
     """The graph as the terms its outputs compute (``precision.term``: the same term is the same
     value, whatever order the trace met it in), with casts between float dtypes and identity ops
     skipped, float constants rounded to ``at`` and dtypes as their kind: (outputs, terms)."""
-    from vjpcert.frontends.pytorch import RULES, _identity, _op_name
     # a Python float in an ATen graph stays a double whatever the tensors' dtype, and PyTorch's kernels
     # compute float16 and bfloat16 in float32: a constant can only be rounded to float32 (rms_norm's eps)
     at = "float64" if at == "float64" else "float32"
@@ -66,7 +67,7 @@ def _float_to_float(n) -> bool:
 
 
 def _arg(a, idx, at):
-    import torch
+    import torch          # optional and slow to import; loaded by then, since a graph was traced
     if hasattr(a, "op") and hasattr(a, "all_input_nodes"):
         return idx.get(a) or term(("node", a.op, str(a.target)))
     if isinstance(a, (list, tuple)):
@@ -134,7 +135,7 @@ class DeviceProbe:
         setattr(owner, name, value)
 
     def __enter__(self):
-        import torch
+        import torch      # optional and slow to import: only a torch trace enters the probe
         from torch._subclasses.fake_tensor import FakeTensor
         _LOCK.acquire()
         _TORCH_DIR[0] = str(Path(torch.__file__).resolve().parent)
@@ -183,7 +184,6 @@ _TORCH_DIR = ["\0"]
 def trace_checked(fn, shapes, n_diff, params, *, constants: str, op_name: str, dtype: str | None):
     """The graph proved: traced at ``dtype`` (float64 when None), refused if the function's graph at
     another dtype (when none is given) or as on CUDA (when its code reads the device) differs."""
-    from vjpcert.frontends.pytorch import trace
 
     def one(d, as_cuda):
         probe = DeviceProbe(as_cuda)

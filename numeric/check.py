@@ -14,6 +14,7 @@ import numpy as np
 
 from vjpcert.numeric import settings as tol
 from vjpcert.numeric.derivatives import METHODS, derivative
+from vjpcert.numeric.reference import check_reference
 from vjpcert.numeric.sampling import cotangent, kink_distance, rng_for, sample_point
 from vjpcert.core.backends import MpmathBackend
 from vjpcert.core.certificate import Certificate, checker_code_sha256
@@ -165,7 +166,7 @@ def _conditioning_loss(y, jac_scale, x) -> float:
     fx = max([abs(v) for v in np.asarray(x, dtype=object).ravel()] + [np.finfo(np.float64).tiny])
     if jac_scale == 0 or fy == 0:
         return 0.0
-    import mpmath
+    import mpmath         # third-party and slow to import: loaded at its first use
     loss = max(0.0, float(mpmath.log10(fy / (jac_scale * fx))))
     return round(min(loss, tol.MAX_CONDITIONING_LOSS), 1)
 
@@ -237,7 +238,7 @@ def _compare_law(op: Op, law_name: str, point: dict, dy: np.ndarray, dps: int, s
 
 
 def _s(x) -> str:
-    import mpmath
+    import mpmath         # third-party and slow to import: loaded at its first use
     return mpmath.nstr(x, 20)
 
 
@@ -247,7 +248,6 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
     """Check one claim at every input case; `checked`, `failed` (with witness) or `inconclusive`.
     The claim ``reference`` (every op has it) checks the float references: ``numeric.reference``."""
     if claim == REFERENCE_CLAIM:
-        from vjpcert.numeric.reference import check_reference
         return check_reference(op, dims, dps=dps, seed=seed, cases=cases, point=point)
     start = time.perf_counter()
     if dps < tol.MIN_DPS:

@@ -32,16 +32,21 @@ import numpy as np
 
 from vjpcert.core import reference as float_reference
 from vjpcert.core.backends import MpmathBackend
-from vjpcert.core.certificate import Certificate
+from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.evaluate import Evaluator, MpField
 from vjpcert.core.registry import Op
 from vjpcert.core.rounding import RoundingBackend, values_and_bounds
 from vjpcert.core.tolerance import digits as _digits
 from vjpcert.core.tolerance import unit_roundoff
 from vjpcert.core.trace import Node, leaf_array
-from vjpcert.core.validate import primal_values, trace_forward, trace_vjp, validate
+from vjpcert.core.tracing import primal_values, trace_forward, trace_vjp
+from vjpcert.core.validate import validate
 from vjpcert.numeric import settings as tol
 from vjpcert.numeric.sampling import cotangent, sample_point
+
+# the checker hash of the code that checks this claim: this module and what it imports (the numeric
+# tier replaces it by its own, which covers this module too, through ``numeric.check``)
+CHECKER_SHA256 = checker_code_sha256(__name__)
 
 CLAIM = "reference"
 DTYPES = (np.float64, np.float32)
@@ -197,7 +202,7 @@ def check_reference(op: Op, dims: dict, *, dps: int = tol.DEFAULT_DPS, seed: int
     return Certificate.issue(op, claim=CLAIM, tier="numeric", verdict=verdict,
                        method=f"float-reference@{dps}", dims=dims, assumptions=assumptions,
                        evidence=evidence, seconds=time.perf_counter() - start,
-                       checker_sha256=_checker_sha256())
+                       checker_sha256=CHECKER_SHA256)
 
 
 def _mpmath_agreement(op: Op, point: dict, dy, exact, dps: int) -> float:
@@ -230,10 +235,5 @@ def _order(ratio: float) -> str:
 
 
 def _s(x) -> str:
-    import mpmath
+    import mpmath         # third-party and slow to import: loaded at its first use
     return mpmath.nstr(x, 20)
-
-
-def _checker_sha256() -> str:
-    from vjpcert.numeric.check import CHECKER_SHA256
-    return CHECKER_SHA256

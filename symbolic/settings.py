@@ -32,7 +32,7 @@ EXACT_TEXT_MAX_CHARS = 2000    # longer exact rationals are shown to 30 digits (
 
 # Randomised exact test over GF(p), a fresh random 63-bit prime per trial: independent trials, each
 # a false pass with probability <= degree / p + (prime divides the coefficients) + (atoms collide);
-# ``symbolic.fixed.fields.false_pass_bound``.
+# ``symbolic.fixed.false_pass.false_pass_bound``.
 MODP_TRIALS = 3
 
 # A shared intermediate that is a linear form with at least this many terms becomes an atom (with

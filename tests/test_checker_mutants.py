@@ -281,23 +281,23 @@ def test_false_pass_bounds_are_at_least_their_schwartz_zippel_term():
     """A false-pass probability is an upper bound: never below deg / p per trial (a nonzero polynomial
     of degree deg vanishes at that fraction of the points for some polynomials), to the power of the
     independent trials, and never above 1."""
-    from vjpcert.symbolic.fixed import fields
+    from vjpcert.symbolic.fixed import false_pass
     from vjpcert.symbolic.modular import check as modular
     deg = 10 ** 6
     for trials in (1, 3):
-        got = fields.false_pass_bound((deg, 0, 40.0, 0.0), fields.BoundField(), trials)
-        assert (deg / 2.0 ** fields.PRIME_BITS) ** trials <= got <= 1.0, (trials, got)
+        got = false_pass.false_pass_bound((deg, 0, 40.0, 0.0), false_pass.BoundField(), trials)
+        assert (deg / 2.0 ** false_pass.PRIME_BITS) ** trials <= got <= 1.0, (trials, got)
         out = modular.false_pass_bound((deg, 0, 40.0, 0.0), [], trials, 0)
         per = out["per_trial"]
         assert modular.HASH_BIAS * deg / 2.0 ** (ma.PRIME_LO_BITS + 1) <= per <= 1.0, out
         assert out["total"] == pytest.approx(per ** trials, rel=1e-12), out
-    assert fields.false_pass_bound((2 ** 70, 0, 1.0, 0.0), fields.BoundField(), 3) == 1.0   # vacuous, capped
+    assert false_pass.false_pass_bound((2 ** 70, 0, 1.0, 0.0), false_pass.BoundField(), 3) == 1.0   # vacuous, capped
 
 
 def test_the_bound_field_bounds_degrees_and_coefficients():
     """(deg N, deg D, log2 |N|_1, log2 |D|_1) against the true values of small expressions."""
     import math
-    from vjpcert.symbolic.fixed.fields import BoundField
+    from vjpcert.symbolic.fixed.false_pass import BoundField
     B = BoundField()
     x = B.leaf(None)
     sq = B.mul(x, x)                                        # x^2

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vjpcert.cuda_kernels import attention, resources
+from vjpcert.cuda_kernels import attention_flash, resources
 from vjpcert.cuda_kernels import settings as tol
 from vjpcert.cuda_kernels.check import (check_kernel_claim, check_law, detect_mode, kernel_claims, kernel_dims,
                                         kernel_launches, law_objects, sample_inputs)
@@ -184,7 +184,7 @@ def test_every_kernel_compiles_for_sm90_without_spills_f64_or_excess_shared(ptx_
     expected = {"softmax_fwd", "softmax_bwd", "rope_rotate", "rmsnorm_fwd", "rmsnorm_bwd", "layernorm_fwd",
                 "layernorm_bwd", "gelu_erf_fwd", "gelu_erf_bwd", "gelu_tanh_fwd", "gelu_tanh_bwd", "matmul",
                 "colsum", "fill"} | {f"{k}[d<={D}]" for k in ("flash_fwd", "flash_bwd_pre", "flash_bwd_dkdv",
-                                                              "flash_bwd_dq") for D in attention.HEAD_DIMS}
+                                                              "flash_bwd_dq") for D in attention_flash.HEAD_DIMS}
     assert expected <= set(kernels), sorted(expected - set(kernels))
     assert resources.problems(ptx_report) == []
     for name, r in kernels.items():
@@ -192,8 +192,8 @@ def test_every_kernel_compiles_for_sm90_without_spills_f64_or_excess_shared(ptx_
         assert r["spill_bytes"] == 0 and r["f64_instructions"] == 0 and r["shared_bytes"] <= 48 * 1024
     assert kernels["flash_fwd[d<=64]"]["shared_bytes"] > 0        # the parser reads .shared declarations
     # the launchers' shared-memory budget (what they refuse by) is what the compiler declares
-    from vjpcert.cuda_kernels.attention import flash_shared_bytes
-    for D in attention.HEAD_DIMS:
+    from vjpcert.cuda_kernels.attention_flash import flash_shared_bytes
+    for D in attention_flash.HEAD_DIMS:
         for name, nbytes in flash_shared_bytes(16, D).items():
             assert kernels[f"{name}[d<={D}]"]["shared_bytes"] == nbytes, (name, D)
     for name, r in kernels.items():
@@ -284,20 +284,21 @@ def test_launchers_refuse_shapes_a_gpu_cannot_run():
     forward's up to d = 240: the launchers refuse wider heads with one line, before any launch (the
     simulator would run them)."""
     from vjpcert.cuda_kernels import attention as A
+    from vjpcert.cuda_kernels import attention_flash as F
     from vjpcert.cuda_kernels.common import GPU_CONFIG, use_config
-    assert A.max_head_dim(16) == 176 and A.max_head_dim(16, backward=False) == 240
+    assert F.max_head_dim(16) == 176 and F.max_head_dim(16, backward=False) == 240
     rng = np.random.default_rng(3)
     q = rng.standard_normal((17, 192)).astype(np.float32)
     with use_config(GPU_CONFIG):
         refusal = r"head width d = 192 needs 5\d{4} bytes .* widest head it handles is d = 176"
-        with pytest.raises(A.LaunchError, match=refusal):
+        with pytest.raises(F.LaunchError, match=refusal):
             A.flash_attention_bwd(q, q, q, q)
-        with pytest.raises(A.LaunchError, match="widest head it handles is d = 240"):
+        with pytest.raises(F.LaunchError, match="widest head it handles is d = 240"):
             A.flash_attention_fwd(*(rng.standard_normal((17, 256)).astype(np.float32) for _ in range(3)))
         assert np.isfinite(A.flash_attention_fwd(q, q, q)).all()          # the forward fits at 192
-    with pytest.raises(A.LaunchError, match="grid's y dimension"):
-        A.check_flash_shape(70000, 16, 64, 16, backward=False)
-    assert "\n" not in str(pytest.raises(A.LaunchError, A.check_flash_shape, 1, 16, 200, 16, True).value)
+    with pytest.raises(F.LaunchError, match="grid's y dimension"):
+        F.check_flash_shape(70000, 16, 64, 16, backward=False)
+    assert "\n" not in str(pytest.raises(F.LaunchError, F.check_flash_shape, 1, 16, 200, 16, True).value)
 
 
 def test_dropped_partial_sums_hide_at_small_widths():

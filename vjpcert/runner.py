@@ -8,36 +8,13 @@ import multiprocessing
 import time
 import traceback
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from vjpcert.core.budget import stop_requested
 from vjpcert.core.certificate import Certificate, sources_sha256, versions
-from vjpcert.ops import OpRef
-
-
-@dataclass(frozen=True)
-class Task:
-    tier: str                        # "symbolic" | "numeric" | "kernel"
-    op: OpRef
-    claim: str
-    dims: tuple                      # sorted (name, size) pairs: hashable and picklable
-    options: tuple = field(default=())
-    # (code sha256, checker_sha256, data its code read) the run was planned with: a worker whose loaded
-    # code or data differs (a long-lived Dask worker that imported an older helper, or read an older
-    # JSON) refuses instead of certifying old code
-    expect: tuple = field(default=(), compare=False)
-
-    @property
-    def dims_dict(self) -> dict:
-        return dict(self.dims)
-
-    def label(self) -> str:
-        d = ",".join(f"{k}={v}" for k, v in self.dims)
-        return f"{self.op} {self.claim} [{d}]"
-
-
-def make_task(tier: str, ref: OpRef, claim: str, dims: dict, *, expect: tuple = (), **options) -> Task:
-    return Task(tier, ref, claim, tuple(sorted(dims.items())), tuple(sorted(options.items())), expect)
+from vjpcert.core.sources import covered, stale_reads
+from vjpcert.task import Task, make_task  # noqa: F401  (make_task: re-exported, where callers have it)
+from vjpcert.tiers import checker_sha256, tier
 
 
 def point_sha256(point) -> str:
@@ -76,11 +53,9 @@ def _check_code(task: Task, op) -> None:
         raise CodeChanged(f"the code of {op.name} this worker loaded ({', '.join(p.name for p in op.source_files)}) "
                           f"is not the code the run was planned with: it changed on disk, or this is a "
                           f"long-lived worker that imported it before; rerun (restart the workers)")
-    from vjpcert.tiers import checker_sha256
     if checker_sha256(task.tier, dict(task.options).get("method")) != checker:
         raise CodeChanged(f"this worker runs other {task.tier} checker code than the run was planned with "
                           f"(another vjpcert version?)")
-    from vjpcert.core.sources import stale_reads
     why = stale_reads(op, dict(task.expect[2]) if len(task.expect) > 2 else {})
     if why:
         raise CodeChanged(f"a data file the code of {op.name} read: {why}; rerun (restart the workers)")
@@ -94,12 +69,10 @@ def _execute(task: Task) -> Certificate:
     try:
         op = task.op.resolve()
         _check_code(task, op)
-        from vjpcert.tiers import tier
         cert = tier(task.tier).runs(op, task)
         if cert.op == op.base_name:
             # what the whole run read, forked strategies included: also data read after the checker
             # issued its certificate
-            from vjpcert.core.sources import covered
             cert.spec_sha256, cert.sources = covered(op)
         return cert
     except Exception as exc:
@@ -116,7 +89,6 @@ def run_tasks(tasks: Iterable[Task], *, jobs: int = 1, executor: Executor | None
               on_result: Callable[[Task, Certificate], None] = lambda t, c: None) -> list[Certificate]:
     tasks = list(tasks)
     out: list[Certificate] = []
-    from vjpcert.core.budget import stop_requested
     if executor is None and jobs <= 1:
         for task in tasks:
             cert = execute(task)

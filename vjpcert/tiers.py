@@ -22,6 +22,13 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
+from vjpcert.core.validate import validate
+from vjpcert.ops import dims_ladder
+from vjpcert.task import make_task
+
+# Each checker is imported by the function that runs or plans its tier, never here: the checkers load
+# SymPy, python-flint, Numba or Triton (optional extras among them), and reading the table needs none.
+
 
 @dataclass(frozen=True)
 class Planning:
@@ -97,7 +104,6 @@ def _run_triton(op, task):
 def _plan_triton(ref, op, p: Planning):
     """Every registered Triton kernel of the op at its own sizes for this mode (interpreter or GPU);
     `--dims` runs each at exactly those dims."""
-    from vjpcert.runner import make_task
     from vjpcert.triton_kernels.check import triton_claims, triton_dims
     from vjpcert.triton_kernels.registry import discover
     kernels = discover()[0]
@@ -116,9 +122,6 @@ def _budget(p: Planning) -> dict:
 def _plan_symbolic(ref, op, p: Planning):
     """Each claim at each dims of the ladder (monolithic and/or compositional as the op says), the
     compositional VJP claims at the op's realistic dims, and the every-size claims."""
-    from vjpcert.core.validate import validate
-    from vjpcert.ops import dims_ladder
-    from vjpcert.runner import make_task
     opts = {"seed": p.seed, **_budget(p)}
     tasks = []
     if p.fixed_dims is None and not p.overrides and not p.large:
@@ -150,10 +153,7 @@ def _plan_symbolic(ref, op, p: Planning):
 
 def _plan_numeric(ref, op, p: Planning):
     """Every claim and the float references, at the check dims and long rows (or as asked)."""
-    from vjpcert.core.validate import validate
     from vjpcert.numeric.check import numeric_claims, numeric_dims
-    from vjpcert.ops import dims_ladder
-    from vjpcert.runner import make_task
     if p.fixed_dims is not None:
         ladder = [p.fixed_dims]
     elif not p.overrides and not p.large:
@@ -172,7 +172,6 @@ def _plan_kernel(ref, op, p: Planning):
     """Every kernel claim of the op at its own ladder of sizes and launches for this mode (simulator or
     GPU); `--dims` runs each claim at exactly those dims with the kernel's default launch."""
     from vjpcert.cuda_kernels.check import detect_mode, kernel_claims, kernel_launches
-    from vjpcert.runner import make_task
     claims = kernel_claims(op)
     if not claims:
         return []

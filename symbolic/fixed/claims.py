@@ -15,7 +15,7 @@ import numpy as np
 
 from vjpcert.core.registry import SHIFT_CLAIM, Op, SpecError
 from vjpcert.core.trace import Leaf, leaf_array, leaves_of, shared_nodes
-from vjpcert.core.validate import primal_values, trace_forward, trace_law, trace_shift_free, trace_vjp
+from vjpcert.core.tracing import primal_values, trace_forward, trace_law, trace_shift_free, trace_vjp
 from vjpcert.symbolic.fixed.evaluate import Evaluator, Tangent, inner
 
 

@@ -9,6 +9,7 @@ import re
 
 from vjpcert.core.registry import Op
 from vjpcert.core.trace import dag_size
+from vjpcert.symbolic.fixed.sympy_forms import forward, vjp
 
 MAX_DAG_SHOWN = 400       # traced nodes beyond which a formula is too long to read
 MAX_SYMPY_OPS = 400
@@ -29,9 +30,7 @@ def formulas(op: Op, claim: str, dims: dict, traced) -> dict | None:
         return None
     if len(op.output) > 2 or any(len(shape) > 2 for shape in op.inputs.values()):
         return None           # a SymPy Matrix shows two axes; a head axis (GQA) would not fit one
-    import sympy
-
-    from vjpcert.symbolic.api import forward, vjp
+    import sympy              # slow to import: loaded for the claims a formula is shown for
     try:
         y = forward(op, **dims)
         dx = vjp(op, **dims)[claim[4:-1]]

@@ -12,8 +12,8 @@ import flint
 
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.fixed.claims import TracedClaim
-from vjpcert.symbolic.fixed.fields import (PRIME_BITS, AtomPoolExhausted, BoundField, ModPField, MpField,
-                                     RingField, false_pass_bound, random_prime)
+from vjpcert.symbolic.fixed.false_pass import PRIME_BITS, BoundField, false_pass_bound, random_prime
+from vjpcert.symbolic.fixed.fields import AtomPoolExhausted, ModPField, MpField, RingField
 from vjpcert.core.tolerance import digits as _digits
 from vjpcert.core.evaluate import NotRational, QField
 from vjpcert.core.registry import SHIFT_CLAIM
@@ -378,7 +378,7 @@ def sympy_simplify(claim: TracedClaim) -> dict:
         return np.vectorize(lambda n: S.leaf(n.value), otypes=[object])(leaves)
 
     values = {}
-    from vjpcert.core.validate import primal_values
+    from vjpcert.core.tracing import primal_values
     traced = primal_values(op, claim.dims, claim.overrides)
     for name, v in traced.items():
         if isinstance(v, np.ndarray):

@@ -1,0 +1,226 @@
+"""One traced PyTorch graph: ``make_fx`` records a function's forward and its backward as one flat
+graph of ATen ops (``trace``), decomposing every op without an exact rule (``torch_rules.RULES``) by
+PyTorch's own decompositions until each node has one, and ``TorchGraph`` evaluates that graph node by
+node over a backend ``B``. One trace at one dtype: ``vjpcert.frontends.torch_paths`` compares them.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Mapping
+
+import numpy as np
+
+from vjpcert.core.registry import SpecError
+from vjpcert.frontends.torch_rules import MAX_SITES, RULES, _torch
+from vjpcert.frontends.values import Constants, Context, Val
+
+MAX_DECOMPOSITION_ROUNDS = 40
+
+
+# Why a few ops are refused, for the one-line error.
+HINTS = {
+    "aten.max": "a maximum compares input values (a kink)",
+    "aten.relu": "relu has a kink at 0 (a comparison of input values)",
+    "aten._local_scalar_dense": "the function reads an input-dependent Python number (.item(), float(), "
+                                "a branch on a tensor)",
+    "aten.abs": "abs has a kink at 0 (a comparison of input values)",
+}
+
+
+def _op_name(target) -> str:
+    return str(target)
+
+
+def _has_rule(target) -> bool:
+    return _op_name(target) in RULES
+
+
+class TorchGraph:
+    """One traced joint graph: outputs[0] is the forward, outputs[1:] the cotangents."""
+
+    def __init__(self, gm, n_arrays: int, output_shape: tuple, decomposed: list[str], constants: str,
+                 op_name: str, dtype: str = "float64"):
+        self.gm = gm
+        self.op_name = op_name
+        self.dtype = dtype              # what it was traced at (torch_paths adds what it was compared with)
+        self.explicit, self.compared, self.device_reads = False, (), ()
+        self.output_shape = tuple(int(s) for s in output_shape)
+        self.decomposed = sorted(decomposed)
+        self.constants_mode = constants
+        nodes = list(gm.graph.nodes)
+        self.placeholders = [n for n in nodes if n.op == "placeholder"]
+        if len(self.placeholders) != n_arrays + 1:
+            raise SpecError(op_name, f"the traced graph takes {len(self.placeholders)} tensors, expected "
+                                     f"{n_arrays + 1}")
+        out = [n for n in nodes if n.op == "output"][0]
+        self.outputs = list(out.args[0])
+        self.order = [n for n in nodes if n.op == "call_function"]
+        self._needed = {"forward": self._needed_for(self.outputs[:1]),
+                        "backward": self._needed_for(self.outputs[1:]),
+                        "all": self._needed_for(self.outputs)}
+        self.max_sites = sum(1 for n in self.order if _op_name(n.target) in MAX_SITES)
+        self.code = gm.code
+        self._scan()
+
+    def _needed_for(self, roots) -> set:
+        seen, stack = set(), [r for r in roots if r is not None]
+        while stack:
+            n = stack.pop()
+            if n in seen or not hasattr(n, "op"):
+                continue
+            seen.add(n)
+            stack.extend(n.all_input_nodes)
+        return seen
+
+    def _scan(self):
+        """What the graph's certificates rest on: how its float constants are read, which dtype
+        conversions it makes (read as exact), which ops PyTorch's decompositions replaced."""
+        consts = Constants(self.constants_mode, self.dtype)
+        self.casts = set()
+        for n in self.order:
+            for v in _flat_args(n):
+                if isinstance(v, float) and np.isfinite(v):
+                    consts.read(v)
+            dtype = n.kwargs.get("dtype")
+            if _op_name(n.target) in ("aten._to_copy.default", "prims.convert_element_type.default") and n.args \
+                    and hasattr(n.args[0], "meta") and "val" in n.args[0].meta:
+                dtype = dtype or (n.args[1] if len(n.args) > 1 else None)
+                src = n.args[0].meta["val"].dtype
+                if dtype is not None and dtype != src:
+                    self.casts.add(f"{str(src).replace('torch.', '')} -> {str(dtype).replace('torch.', '')}")
+        self.readings = dict(consts.readings)
+
+    def evaluate(self, B, arrays, part: str) -> list[np.ndarray]:
+        ctx = Context(B, Constants(self.constants_mode, self.dtype), self.op_name)
+        env = {}
+        for ph, a in zip(self.placeholders, arrays):
+            env[ph] = Val(np.asarray(a), False)
+        needed = self._needed[part]
+        for node in self.order:
+            if node not in needed:
+                continue
+            ctx.at = f"{_op_name(node.target)} ({node.name})"
+            fn = RULES.get(_op_name(node.target))
+            if fn is None:      # trace() guarantees a rule; keep the error if a graph is hand-made
+                raise SpecError(self.op_name, f"{_op_name(node.target)} has no exact rule")
+            args = _map_args(node.args, env)
+            kwargs = {k: _map_args(v, env) for k, v in node.kwargs.items()}
+            env[node] = fn(ctx, *args, **kwargs)
+        ctx.at = "output"
+        roots = {"forward": self.outputs[:1], "backward": self.outputs[1:], "all": self.outputs}[part]
+        return [ctx.output(env[r]) for r in roots]
+
+
+def _map_args(a, env):
+    if hasattr(a, "op") and hasattr(a, "all_input_nodes"):
+        return env[a]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_map_args(x, env) for x in a)
+    return a
+
+
+def _flat_args(node):
+    stack = [*node.args, *node.kwargs.values()]
+    while stack:
+        a = stack.pop()
+        if isinstance(a, (list, tuple)):
+            stack.extend(a)
+        else:
+            yield a
+
+
+def _describe_error(exc: Exception) -> str:
+    text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    low = str(exc).lower()
+    if "data-dependent" in low or "data dependent" in low or "_local_scalar_dense" in low:
+        text += " (the function branches on, or reads, input values: its graph would hold at one point only)"
+    return text[:400]
+
+
+def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants: str = "decimal",
+          op_name: str = "?", dtype: str = "float64", probe=None) -> TorchGraph:
+    """Trace ``fn(*diff, *nondiff, **params)`` and its backward at these shapes, on fake cpu tensors
+    of ``dtype``; ``probe`` (``torch_paths.DeviceProbe``) watches (or answers) the code's reads of the
+    device. One trace: ``torch_paths.trace_checked`` is the one that compares dtypes and devices."""
+    torch = _torch()
+    with probe if probe is not None else contextlib.nullcontext():
+        return _trace(torch, fn, shapes, n_diff, params, constants, op_name, dtype)
+
+
+def _trace(torch, fn, shapes, n_diff, params, constants, op_name, dtype) -> TorchGraph:
+    # PyTorch is optional and slow to import: its tracing machinery is loaded with it, at the first trace
+    from torch._decomp import core_aten_decompositions, decomposition_table
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    params = dict(params)
+    tdt = getattr(torch, dtype)
+
+    def call(*xs):
+        try:
+            out = fn(*xs, **params)
+        except SpecError:
+            raise
+        except Exception as exc:
+            raise SpecError(op_name, f"calling the function on tensors of shapes {shapes} raised "
+                                     f"{_describe_error(exc)}") from None
+        if not isinstance(out, torch.Tensor):
+            raise SpecError(op_name, f"the function returned a {type(out).__name__}; it must return one tensor")
+        return out
+
+    with FakeTensorMode():
+        out_shape = tuple(call(*[torch.zeros(s, dtype=tdt) for s in shapes]).shape)
+
+    def joint(*args):
+        diff, rest, dy = args[:n_diff], args[n_diff:-1], args[-1]
+        xs = [x.detach().requires_grad_(True) for x in diff]
+        with torch.enable_grad():
+            out = call(*xs, *rest)
+            if not out.requires_grad:
+                grads = [None] * len(xs)
+            else:
+                grads = torch.autograd.grad(out, xs, dy, allow_unused=True)
+        return (out, *[torch.zeros_like(x) if g is None else g for x, g in zip(xs, grads)])
+
+    examples = [torch.zeros(s, dtype=tdt) for s in shapes] + [torch.zeros(out_shape, dtype=tdt)]
+    core = core_aten_decompositions()
+    table: dict = {}
+    decomposed: set[str] = set()
+    origin: dict[str, str] = {}          # an op that appeared through a decomposition -> where from
+    seen: set[str] = set()
+    last: list[str] = []
+    for _ in range(MAX_DECOMPOSITION_ROUNDS):
+        try:
+            gm = make_fx(joint, decomposition_table=table, tracing_mode="fake")(*examples)
+            if any(getattr(getattr(n.target, "_schema", None), "is_mutable", False) for n in gm.graph.nodes
+                   if n.op == "call_function"):
+                gm = make_fx(torch.func.functionalize(gm, remove="mutations"), decomposition_table=table,
+                             tracing_mode="fake")(*examples)
+        except SpecError:
+            raise
+        except Exception as exc:
+            raise SpecError(op_name, f"tracing with make_fx failed: {_describe_error(exc)}") from None
+        present = {_op_name(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+        for t in present - seen:
+            if last:
+                origin.setdefault(t, origin.get(last[0], last[0]))
+        seen |= present
+        missing = list(dict.fromkeys(n.target for n in gm.graph.nodes       # in graph order
+                                     if n.op == "call_function" and not _has_rule(n.target)))
+        new = [t for t in missing if t in core or t in decomposition_table]
+        if not new:
+            break
+        for t in new:
+            table[t] = core.get(t) or decomposition_table[t]
+            decomposed.add(_op_name(t))
+        last = [_op_name(t) for t in new]
+    if missing:
+        t = _op_name(missing[0])
+        source = origin.get(t)
+        packet = ".".join((source or t).split(".")[:2])
+        hint = HINTS.get(packet, "")
+        more = f" (also without one: {', '.join(_op_name(m) for m in missing[1:4])})" if len(missing) > 1 else ""
+        raise SpecError(op_name, f"{t} has no exact rule and PyTorch has no decomposition for it"
+                                 + (f" (it comes from PyTorch's decomposition of {source})" if source else "")
+                                 + more + (f"; {hint}" if hint else ""))
+    return TorchGraph(gm, len(shapes), out_shape, sorted(decomposed), constants, op_name, dtype)

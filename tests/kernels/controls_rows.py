@@ -1,0 +1,231 @@
+"""Negative controls of the row kernels (softmax, LayerNorm, RMSNorm: one block per row): planted
+reduction bugs the race detector and the tolerance must catch, a softmax backward without its row
+term, and the numerical faults (no row maximum, a one-pass variance, a sequential sum of squares).
+Indexed, with what catches each, in controls.py.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from vjpcert.cuda_kernels.common import (NEG_INF, block_max, block_sum, call, config, cuda, empty, float32, kernel,
+                                         launch, row_grid, warps)
+
+_CACHE = {}
+
+
+def _row_softmax_kernels(block: int):
+    """Softmax forward kernels with planted reduction bugs (one block per row, as the real one)."""
+    if block in _CACHE:
+        return _CACHE[block]
+    BLOCK = block
+    NWARP = warps(block)
+
+    @cuda.jit(device=True)
+    def sum_missing_sync(sm, t, v):
+        sm[t] = v
+        cuda.syncthreads()
+        s = sm.shape[0] // 2
+        while s > 0:
+            if t < s:
+                sm[t] += sm[t + s]
+            s //= 2                       # BUG: no syncthreads between levels
+        r = sm[0]
+        cuda.syncthreads()
+        return r
+
+    @cuda.jit(device=True)
+    def sum_half_partials(sm, t, v):
+        sm[t] = v
+        cuda.syncthreads()
+        s = sm.shape[0] // 4              # BUG: should start at BLOCK / 2
+        while s > 0:
+            if t < s:
+                sm[t] += sm[t + s]
+            cuda.syncthreads()
+            s //= 2
+        r = sm[0]
+        cuda.syncthreads()
+        return r
+
+    def make(which):
+        @kernel("void(float32[:, ::1], float32[:, ::1])")
+        def softmax_bug(x, y):
+            wm = cuda.shared.array(NWARP, float32)        # block_max's slots, one per warp
+            sm = cuda.shared.array(BLOCK, float32)        # the planted tree sums' slots
+            part = cuda.shared.array(BLOCK, float32)      # only the uninitialised-read variant uses it
+            t = cuda.threadIdx.x
+            rows = x.shape[0]
+            n = x.shape[1]
+            for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
+                mx = NEG_INF
+                for j in range(t, n, BLOCK):
+                    if x[r, j] > mx:
+                        mx = x[r, j]
+                mx = block_max(wm, t, mx)
+                acc = float32(0)
+                for j in range(t, n, BLOCK):
+                    acc += float32(math.exp(x[r, j] - mx))
+                if which == 0:
+                    total = sum_missing_sync(sm, t, acc)
+                elif which == 1:
+                    total = sum_half_partials(sm, t, acc)
+                else:
+                    if t < n:                 # BUG: threads past the row never write their slot
+                        part[t] = acc
+                    cuda.syncthreads()
+                    if t == 0:                # ... and thread 0 adds all BLOCK slots
+                        tot = float32(0)
+                        for k in range(BLOCK):
+                            tot += part[k]
+                        part[0] = tot
+                    cuda.syncthreads()
+                    total = part[0]
+                    cuda.syncthreads()
+                for j in range(t, n, BLOCK):
+                    y[r, j] = float32(math.exp(x[r, j] - mx)) / total
+        return softmax_bug
+
+    @kernel("void(float32[:, ::1], float32[:, ::1])")
+    def divergent(x, y):
+        sm = cuda.shared.array(BLOCK, float32)
+        t = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
+            for j in range(t, n, BLOCK):
+                y[r, j] = float32(1) / float32(n)
+        if t == 0:
+            return                        # BUG: thread 0 skips the barrier below
+        sm[t] = float32(0)
+        cuda.syncthreads()
+
+    ns = type("Controls", (), {"missing_sync": make(0), "half_partials": make(1), "uninit": make(2),
+                               "divergent": divergent})
+    _CACHE[block] = ns
+    return ns
+
+
+def _softmax_launcher(which):
+    def softmax_fwd(x, *, poison=True):
+        cfg = config()
+        k = getattr(_row_softmax_kernels(cfg.block), which)
+
+        def dev(d_x):
+            d_y = empty(d_x.shape, poison)
+            launch(k, row_grid(d_x.shape[0], cfg), cfg.block, d_x, d_y)
+            return d_y
+        return call(dev, (x,))
+    return softmax_fwd
+
+
+def softmax_bwd_no_dot(x, dy, *, poison=True):
+    """dx = y * dy (the - sum(y dy) term dropped), from the real forward kernel."""
+    from vjpcert.cuda_kernels.softmax import softmax_fwd
+    y = softmax_fwd(x, poison=poison)
+    return (y * np.asarray(dy, np.float32)).astype(np.float32)
+
+
+# The faults: each is the real kernel with one mistake that real kernels have shipped with; each must
+# go red, and tests/test_kernels.py says at which case, size and launch configuration.
+_FAULTS = {}
+
+
+def _fault_row_kernels(block: int):
+    """Row kernels with a numerical fault (same launch shape as the real ones)."""
+    if ("rows", block) in _FAULTS:
+        return _FAULTS[("rows", block)]
+    BLOCK = block
+    NWARP = warps(block)
+
+    @kernel("void(float32[:, ::1], float32[:, ::1])", threads=BLOCK)
+    def softmax_no_max(x, y):
+        """softmax without subtracting the row maximum: exp(x) overflows for x > 88.7."""
+        sm = cuda.shared.array(NWARP, float32)
+        t = cuda.threadIdx.x
+        for r in range(cuda.blockIdx.x, x.shape[0], cuda.gridDim.x):
+            acc = float32(0)
+            for j in range(t, x.shape[1], BLOCK):
+                acc += float32(math.exp(x[r, j]))          # BUG: no - max
+            total = block_sum(sm, t, acc)
+            for j in range(t, x.shape[1], BLOCK):
+                y[r, j] = float32(math.exp(x[r, j])) / total
+
+    @kernel("void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], float32)", threads=BLOCK)
+    def layernorm_one_pass(x, gamma, beta, y, eps):
+        """LayerNorm with the one-pass variance E[x^2] - E[x]^2: cancels to nothing when |mean| >> std."""
+        sm = cuda.shared.array(NWARP, float32)
+        t = cuda.threadIdx.x
+        n = x.shape[1]
+        for r in range(cuda.blockIdx.x, x.shape[0], cuda.gridDim.x):
+            s1 = float32(0)
+            s2 = float32(0)
+            for j in range(t, n, BLOCK):
+                s1 += x[r, j]
+                s2 += x[r, j] * x[r, j]
+            mu = block_sum(sm, t, s1) / float32(n)
+            var = block_sum(sm, t, s2) / float32(n) - mu * mu     # BUG: one pass
+            if var < float32(0):
+                var = float32(0)
+            rstd = float32(1) / float32(math.sqrt(var + eps))
+            for j in range(t, n, BLOCK):
+                y[r, j] = (x[r, j] - mu) * rstd * gamma[j] + beta[j]
+
+    @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32)", threads=BLOCK)
+    def rmsnorm_sequential(x, gamma, y, eps):
+        """RMSNorm whose sum of squares is one running sum by thread 0 (then shared): correct in exact
+        arithmetic, ~sqrt(n) times the rounding of the block's strided sums and tree."""
+        sm = cuda.shared.array(1, float32)
+        t = cuda.threadIdx.x
+        n = x.shape[1]
+        for r in range(cuda.blockIdx.x, x.shape[0], cuda.gridDim.x):
+            if t == 0:
+                acc = float32(0)
+                for j in range(n):                           # BUG: sequential over the whole row
+                    acc += x[r, j] * x[r, j]
+                sm[0] = acc
+            cuda.syncthreads()
+            rstd = float32(1) / float32(math.sqrt(sm[0] / float32(n) + eps))
+            cuda.syncthreads()
+            for j in range(t, n, BLOCK):
+                y[r, j] = x[r, j] * rstd * gamma[j]
+
+    _FAULTS[("rows", block)] = ns = type("FaultRows", (), {"softmax_no_max": softmax_no_max,
+                                                           "layernorm_one_pass": layernorm_one_pass,
+                                                           "rmsnorm_sequential": rmsnorm_sequential})
+    return ns
+
+
+def softmax_no_max(x, *, poison=True):
+    cfg = config()
+    k = _fault_row_kernels(cfg.block).softmax_no_max
+
+    def dev(d_x):
+        d_y = empty(d_x.shape, poison)
+        launch(k, row_grid(d_x.shape[0], cfg), cfg.block, d_x, d_y)
+        return d_y
+    return call(dev, (x,))
+
+
+def layernorm_one_pass(x, gamma, beta, *, eps=1e-5, poison=True):
+    cfg = config()
+    k = _fault_row_kernels(cfg.block).layernorm_one_pass
+
+    def dev(d_x, d_g, d_b):
+        d_y = empty(d_x.shape, poison)
+        launch(k, row_grid(d_x.shape[0], cfg), cfg.block, d_x, d_g, d_b, d_y, np.float32(eps))
+        return d_y
+    return call(dev, (x,), (gamma, beta))
+
+
+def rmsnorm_sequential(x, gamma, *, eps=1e-6, offset=0, poison=True):
+    assert offset == 0, "the fault is planted in the plain RMSNorm (offset 0)"
+    cfg = config()
+    k = _fault_row_kernels(cfg.block).rmsnorm_sequential
+
+    def dev(d_x, d_g):
+        d_y = empty(d_x.shape, poison)
+        launch(k, row_grid(d_x.shape[0], cfg), cfg.block, d_x, d_g, d_y, np.float32(eps))
+        return d_y
+    return call(dev, (x,), (gamma,))

@@ -1,0 +1,294 @@
+"""Negative controls of the tiled kernels (linear's matmul, attention): a matmul with one running sum
+over k, the plain attention backward with dK untransposed, and the flash faults (no running max, a dQ
+accumulator sized for narrow heads, head widths the launcher should refuse). Indexed, with what
+catches each, in controls.py.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from vjpcert.cuda_kernels import attention as A
+from vjpcert.cuda_kernels import attention_flash as F
+from vjpcert.cuda_kernels.common import FULL_MASK, NEG_INF, call, config, cuda, empty, float32, kernel, launch
+from vjpcert.cuda_kernels.linear import matmul_dev
+from vjpcert.cuda_kernels.softmax import softmax_bwd_dev, softmax_fwd_dev
+
+# The faults: each is the real kernel with one mistake that real kernels have shipped with; each must
+# go red, and tests/test_kernels.py says at which case, size and launch configuration.
+_FAULTS = {}
+
+
+def _fault_matmul(T: int):
+    if ("matmul", T) in _FAULTS:
+        return _FAULTS[("matmul", T)]
+
+    @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[::1], float32[:, :, ::1], "
+            "int32, int32, int32, float32)", threads=T * T)
+    def matmul_one_sum(A, B, bias, C, ta, tb, has_bias, alpha):
+        """The tiled matmul with one running sum over all of k (no per-tile partial sums)."""
+        sA = cuda.shared.array((T, T), float32)
+        sB = cuda.shared.array((T, T), float32)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        z = cuda.blockIdx.z
+        M = C.shape[1]
+        N = C.shape[2]
+        K = A.shape[1] if ta != 0 else A.shape[2]
+        i = cuda.blockIdx.y * T + ty
+        j = cuda.blockIdx.x * T + tx
+        acc = float32(0)
+        for k0 in range(0, K, T):
+            ka = k0 + tx
+            if i < M and ka < K:
+                sA[ty, tx] = A[z, ka, i] if ta != 0 else A[z, i, ka]
+            else:
+                sA[ty, tx] = float32(0)
+            kb = k0 + ty
+            if kb < K and j < N:
+                sB[ty, tx] = B[z, j, kb] if tb != 0 else B[z, kb, j]
+            else:
+                sB[ty, tx] = float32(0)
+            cuda.syncthreads()
+            for kk in range(T):
+                acc += sA[ty, kk] * sB[kk, tx]                # BUG: no partial sum per tile
+            cuda.syncthreads()
+        if i < M and j < N:
+            C[z, i, j] = alpha * acc + bias[j] if has_bias != 0 else alpha * acc
+
+    _FAULTS[("matmul", T)] = matmul_one_sum
+    return matmul_one_sum
+
+
+def linear_one_running_sum(x, W, b, *, poison=True):
+    """y = x W^T + b through the single-running-sum matmul."""
+    cfg = config()
+    T = cfg.tile
+    k = _fault_matmul(T)
+
+    def dev(d_x, d_W, d_b):
+        rows, n_in = d_x.shape
+        n_out = d_W.shape[0]
+        d_y = empty((1, rows, n_out), poison)
+        launch(k, (math.ceil(n_out / T), math.ceil(rows / T), 1), (T, T), d_x.reshape((1, rows, n_in)),
+               d_W.reshape((1, n_out, n_in)), d_b, d_y, 0, 1, 1, np.float32(1))
+        return d_y.reshape((rows, n_out))
+    return call(dev, (x,), (W, b))
+
+
+def attention_bwd_wrong_dK(Q, K, V, dy, *, poison=True):
+    """The plain attention backward with dK = c dS Q (not transposed): a classic wrong gradient."""
+    (q, k, v, g), sq = A._heads(Q, K, V, dy)
+    H, m, d = q.shape
+    c = F.scale_of(d)
+    S = matmul_dev(q, k, tb=True, alpha=c, poison=poison)
+    P = softmax_fwd_dev(S.reshape((H * m, m)), m=m, poison=poison).reshape((H, m, m))
+    dV = matmul_dev(P, g, ta=True, poison=poison)
+    dP = matmul_dev(g, v, tb=True, poison=poison)
+    dS = softmax_bwd_dev(S.reshape((H * m, m)), dP.reshape((H * m, m)), m=m, poison=poison).reshape((H, m, m))
+    dQ = matmul_dev(dS, k, alpha=c, poison=poison)
+    dK = matmul_dev(dS, q, ta=False, alpha=c, poison=poison)          # BUG: ta should be True
+    return A._back((dQ, dK, dV), sq, Q)
+
+
+def _fault_flash(T: int, D: int):
+    """The flash forward without the running maximum, and the dQ kernel with its accumulator sized for
+    d <= 4 T (64 at tile 16) instead of D."""
+    if ("flash", T, D) in _FAULTS:
+        return _FAULTS[("flash", T, D)]
+    ND = D // T
+    DP = D + 1
+    HALF_T = T // 2
+
+    @cuda.jit(device=True)
+    def row_sum(v):
+        m = HALF_T
+        while m > 0:
+            v += cuda.shfl_xor_sync(FULL_MASK, v, m)
+            m //= 2
+        return v
+
+    @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
+            "float32[:, ::1], float32, int32, int32)", threads=T * T)
+    def flash_fwd_no_max(Q, K, V, O, L, scale, causal, offset):
+        sQ = cuda.shared.array((T, DP), float32)
+        sK = cuda.shared.array((T, DP), float32)
+        sV = cuda.shared.array((T, DP), float32)
+        sS = cuda.shared.array((T, T), float32)
+        acc = cuda.local.array(ND, float32)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        hd = cuda.blockIdx.y
+        m = Q.shape[1]
+        d = Q.shape[2]
+        r0 = cuda.blockIdx.x * T
+        i = r0 + ty
+        for kk in range(tx, D, T):
+            sQ[ty, kk] = Q[hd, i, kk] if (i < m and kk < d) else float32(0)
+        for jj in range(ND):
+            acc[jj] = float32(0)
+        lrow = float32(0)
+        kv_end = m
+        if causal != 0:
+            kv_end = min(m, max(0, r0 + T - offset))
+        cuda.syncthreads()
+        for c0 in range(0, kv_end, T):
+            cr = c0 + ty
+            for kk in range(tx, D, T):
+                if cr < m and kk < d:
+                    sK[ty, kk] = K[hd, cr, kk]
+                    sV[ty, kk] = V[hd, cr, kk]
+                else:
+                    sK[ty, kk] = float32(0)
+                    sV[ty, kk] = float32(0)
+            cuda.syncthreads()
+            c = c0 + tx
+            s = float32(0)
+            for kk in range(d):
+                s += sQ[ty, kk] * sK[tx, kk]
+            s = s * scale
+            valid = i < m and c < m and (causal == 0 or c <= i - offset)
+            p = float32(math.exp(s)) if valid else float32(0)     # BUG: no running max subtracted
+            sS[ty, tx] = p
+            lrow += row_sum(p)
+            cuda.syncthreads()
+            for jj in range(ND):
+                kk = tx + jj * T
+                part = float32(0)
+                for cc in range(T):
+                    part += sS[ty, cc] * sV[cc, kk]
+                acc[jj] += part
+            cuda.syncthreads()
+        if i < m:
+            for jj in range(ND):
+                kk = tx + jj * T
+                if kk < d:
+                    O[hd, i, kk] = acc[jj] / lrow if lrow > float32(0) else float32(0)
+            if tx == 0:
+                L[hd, i] = float32(math.log(lrow)) if lrow > float32(0) else NEG_INF
+
+    @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
+            "float32[:, ::1], float32[:, ::1], float32[:, :, ::1], float32, int32, int32)", threads=T * T)
+    def flash_bwd_dq_small_acc(Q, K, V, dO, L, Di, dQ, scale, causal, offset):
+        sQ = cuda.shared.array((T, DP), float32)
+        sdO = cuda.shared.array((T, DP), float32)
+        sK = cuda.shared.array((T, DP), float32)
+        sV = cuda.shared.array((T, DP), float32)
+        sLse = cuda.shared.array(T, float32)
+        sDi = cuda.shared.array(T, float32)
+        sdS = cuda.shared.array((T, T), float32)
+        acc = cuda.local.array(4, float32)                 # BUG: sized for D <= 4 T, not ND = D / T
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        hd = cuda.blockIdx.y
+        m = Q.shape[1]
+        d = Q.shape[2]
+        r0 = cuda.blockIdx.x * T
+        i = r0 + ty
+        for kk in range(tx, D, T):
+            if i < m and kk < d:
+                sQ[ty, kk] = Q[hd, i, kk]
+                sdO[ty, kk] = dO[hd, i, kk]
+            else:
+                sQ[ty, kk] = float32(0)
+                sdO[ty, kk] = float32(0)
+        if tx == 0:
+            sLse[ty] = L[hd, i] if i < m else float32(0)
+            sDi[ty] = Di[hd, i] if i < m else float32(0)
+        for jj in range(ND):
+            acc[jj] = float32(0)
+        kv_end = m
+        if causal != 0:
+            kv_end = min(m, max(0, r0 + T - offset))
+        cuda.syncthreads()
+        for c0 in range(0, kv_end, T):
+            cr = c0 + ty
+            for kk in range(tx, D, T):
+                if cr < m and kk < d:
+                    sK[ty, kk] = K[hd, cr, kk]
+                    sV[ty, kk] = V[hd, cr, kk]
+                else:
+                    sK[ty, kk] = float32(0)
+                    sV[ty, kk] = float32(0)
+            cuda.syncthreads()
+            c = c0 + tx
+            s = float32(0)
+            dp = float32(0)
+            for kk in range(d):
+                s += sQ[ty, kk] * sK[tx, kk]
+                dp += sdO[ty, kk] * sV[tx, kk]
+            s = s * scale
+            valid = i < m and c < m and (causal == 0 or c <= i - offset)
+            p = float32(math.exp(s - sLse[ty])) if valid else float32(0)
+            sdS[ty, tx] = p * (dp - sDi[ty])
+            cuda.syncthreads()
+            for jj in range(ND):
+                kk = tx + jj * T
+                part = float32(0)
+                for cc in range(T):
+                    part += sdS[ty, cc] * sK[cc, kk]
+                acc[jj] += part
+            cuda.syncthreads()
+        if i < m:
+            for jj in range(ND):
+                kk = tx + jj * T
+                if kk < d:
+                    dQ[hd, i, kk] = scale * acc[jj]
+
+    real = F.build_flash(T, D)
+    _FAULTS[("flash", T, D)] = ns = type("FaultFlash", (), {"fwd_no_max": flash_fwd_no_max,
+                                                            "dq_small_acc": flash_bwd_dq_small_acc,
+                                                            "bwd_pre": real.bwd_pre, "bwd_dkdv": real.bwd_dkdv,
+                                                            "fwd": real.fwd})
+    return ns
+
+
+def flash_attention_fwd_no_max(Q, K, V, *, poison=True):
+    (q, k, v), sq = A._heads(Q, K, V)
+    cfg = config()
+    H, m, d = q.shape
+    T = cfg.attn_tile
+    F.check_flash_shape(H, m, d, T, backward=False)
+    ks = _fault_flash(T, F.head_dim_padded(d, T))
+    d_O, d_L = empty((H, m, d), poison), empty((H, m), poison)
+    launch(ks.fwd_no_max, (math.ceil(m / T), H), (T, T), q, k, v, d_O, d_L, F.scale_of(d), 0, 0)
+    return A._back(d_O, sq, Q)
+
+
+def flash_attention_bwd_small_dq_acc(Q, K, V, dy, *, poison=True):
+    """The flash backward with the dQ kernel whose accumulator holds 4 columns per thread."""
+    (q, k, v, g), sq = A._heads(Q, K, V, dy)
+    cfg = config()
+    H, m, d = q.shape
+    T = cfg.attn_tile
+    F.check_flash_shape(H, m, d, T, backward=True)
+    ks = _fault_flash(T, F.head_dim_padded(d, T))
+    d_O, d_L = F.flash_fwd_dev(q, k, v, poison=poison)
+    d_Di = empty((H, m), poison)
+    launch(ks.bwd_pre, max(1, min(math.ceil(H * m / cfg.block), cfg.grid_cap)), cfg.block, g, d_O, d_Di)
+    dQ, dK, dV = (empty((H, m, d), poison) for _ in range(3))
+    sc = F.scale_of(d)
+    launch(ks.bwd_dkdv, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dK, dV, sc, 0, 0)
+    launch(ks.dq_small_acc, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dQ, sc, 0, 0)
+    return A._back((dQ, dK, dV), sq, Q)
+
+
+def flash_attention_bwd_any_width(Q, K, V, dy, *, poison=True):
+    """The real flash backward kernels launched without the launcher's refusal of head widths whose
+    tiles do not fit the static shared memory (the launcher before this check existed: at tile 16 the
+    dK/dV kernel needs 51 584 bytes for d = 192)."""
+    (q, k, v, g), sq = A._heads(Q, K, V, dy)
+    cfg = config()
+    H, m, d = q.shape
+    T = cfg.attn_tile
+    ks = F.build_flash(T, F.head_dim_padded(d, T))               # BUG: no check_flash_shape
+    d_O, d_L = empty((H, m, d), poison), empty((H, m), poison)
+    sc = F.scale_of(d)
+    launch(ks.fwd, (math.ceil(m / T), H), (T, T), q, k, v, d_O, d_L, sc, 0, 0)
+    d_Di = empty((H, m), poison)
+    launch(ks.bwd_pre, max(1, min(math.ceil(H * m / cfg.block), cfg.grid_cap)), cfg.block, g, d_O, d_Di)
+    dQ, dK, dV = (empty((H, m, d), poison) for _ in range(3))
+    launch(ks.bwd_dkdv, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dK, dV, sc, 0, 0)
+    launch(ks.bwd_dq, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dQ, sc, 0, 0)
+    return A._back((dQ, dK, dV), sq, Q)
