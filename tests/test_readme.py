@@ -60,3 +60,25 @@ def test_prove_your_pytorch_backward_walkthrough_runs(tmp_path, monkeypatch):
             assert main(argv) == 0, command
     finally:
         sys.modules.pop("my_module", None)
+
+
+def language_table() -> str:
+    """What a spec may use, from ``core.language.PRIMITIVES``: the README's table must be this one."""
+    from vjpcert.core import language as L
+    lines = ["| family | primitive | keywords | meaning |", "|---|---|---|---|"]
+    for kind, prims in L.primitives_by_kind().items():
+        if not prims:
+            lines.append(f"| {L.KINDS[kind]} | | | |")
+        for k, prim in enumerate(prims):
+            kws = ", ".join(kw + (f" ({' or '.join(map(repr, prim.values[kw]))})" if kw in prim.values else "")
+                            for kw in sorted(prim.keywords))
+            lines.append(f"| {L.KINDS[kind] if k == 0 else ''} | `{prim.name}` | {kws} | {prim.doc} |")
+    return "\n".join(lines)
+
+
+def test_the_documented_spec_language_is_the_checked_one():
+    """The README's table of primitives is generated from core.language (a row added, dropped or
+    changed there and not here is red), and the table can fail: one row dropped is noticed."""
+    section = README.split("<!-- spec language: begin -->\n")[1].split("\n<!-- spec language: end -->")[0]
+    assert section == language_table(), "regenerate with: python -c 'import tests.test_readme as t; print(t.language_table())'"
+    assert "\n".join(l for l in section.splitlines() if "`pad`" not in l) != language_table()
