@@ -20,6 +20,7 @@ from vjpcert.symbolic.every_size.shape_trace import DerivationRefused
 from vjpcert.symbolic.fixed.evaluate import Evaluator, Tangent
 from vjpcert.symbolic.fixed.fields import SympyField
 from vjpcert.symbolic.fixed.prover import prove_claim
+from vjpcert.symbolic.modular import check as modular
 
 ROOT = Path(__file__).resolve().parents[1]
 z = sympy.Symbol("z")
@@ -103,6 +104,24 @@ def test_a_wrong_row_fails_the_proof_of_a_correct_op(monkeypatch):
     monkeypatch.setitem(RULES, "tanh", WRONG_TANH)
     cert = prove_claim(op, "vjp[x]", dims)
     assert cert.verdict == "failed", cert.verdict
+
+
+def test_a_wrong_row_fails_the_modular_check_of_a_correct_op(monkeypatch):
+    """The modular tier's dual numbers take f' from the table too: with tanh' = 1 + y^2 the correct
+    backward of gelu_tanh no longer matches J t mod p. The real point (central differences of the true
+    forward, no table) agrees with the backward, so the certificate is inconclusive, never checked."""
+    op, dims = builtin_ops()["gelu_tanh"], {"rows": 2, "n": 3}
+    d, params = modular.split_dims(op, dims)
+    monkeypatch.setattr(modular, "_MEMO", {})          # a fresh joint run each time
+    assert modular.check_vjps(op, d, params, trials=2)["claims"]["vjp[x]"]["status"] == "zero"
+    assert modular.check_modular(op, "vjp[x]", dims, trials=2).verdict == "checked-probabilistic"
+    monkeypatch.setitem(RULES, "tanh", WRONG_TANH)
+    monkeypatch.setattr(modular, "_MEMO", {})
+    assert modular.check_vjps(op, d, params, trials=2)["claims"]["vjp[x]"]["status"] == "nonzero"
+    cert = modular.check_modular(op, "vjp[x]", dims, trials=2)
+    assert cert.verdict == "inconclusive", cert.verdict
+    assert cert.evidence["nonzero_at"]["residual_mod_p"] != "0"
+    assert not cert.evidence["real_point"]["confirmed"]
 
 
 def test_a_wrong_row_is_refused_by_the_every_size_tier(monkeypatch):

@@ -16,10 +16,10 @@ so the randomised exact test of ``symbolic.modular`` needs no traced DAG. The se
   sqrt(2 pi) = sqrt(2) sqrt(pi), as in the ring (``RingField._sqrt_const``). sqrt(prime) is a true
   square root mod p (a prime where it has none is redrawn: ``NeedAnotherPrime``); pi = s^2 for a random
   s, so sqrt(pi) = s.
-- the tangent of every value is carried with it (dual numbers): d exp a = exp(a) da,
-  d sqrt a = da / (2 sqrt a), d erf a = 2/sqrt(pi) exp(-a^2) da, d tanh a = (1 - tanh^2 a) da,
-  d log a = da / a, d sin a = cos(a) da, d cos a = -sin(a) da -- the rules of
-  ``symbolic.fixed.evaluate.Tangent``, so J t is derived from the forward, never from the backward.
+- the tangent of every value is carried with it (dual numbers): d f(a) = f'(a) da with f' the row of
+  the one derivative table, ``core.derivatives``, evaluated in this field by ``_Ops`` (residues and
+  their bounds; a constant stays exact, 1 / (c sqrt(...)) is taken in the variable w = 1 / s), so
+  J t is derived from the forward, never from the backward.
 
 Arithmetic mod p (p in [2^59, 2^60)) is exact and vectorised: ``symbolic.modular.arith``.
 
@@ -39,6 +39,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from vjpcert.core.derivatives import MissingRule, derivative
 from vjpcert.core.registry import SpecError, refuse
 from vjpcert.symbolic.modular import bound as bnd
 from vjpcert.symbolic.modular import constructs  # noqa: F401  (registers the numpy functions)
@@ -47,8 +48,128 @@ from vjpcert.symbolic.modular.array import (HOOKS, ModArray, _desc, _new, _used,
 from vjpcert.symbolic.modular.arith import Pole  # noqa: F401
 from vjpcert.symbolic.modular.bound import ATOM, LEAF  # noqa: F401
 from vjpcert.symbolic.modular.constructs import stack
-from vjpcert.symbolic.modular.exact import exact_bound as _exact_bound, exact_sqrt as _exact_sqrt
+from vjpcert.symbolic.modular.exact import (exact_bound as _exact_bound, exact_inv as _exact_inv,
+                                            exact_mul as _exact_mul, exact_pow as _exact_pow,
+                                            exact_sqrt as _exact_sqrt)
 from vjpcert.symbolic.modular.field import CIRCLE_H, CIRCLE_N, Field, NeedAnotherPrime  # noqa: F401
+
+
+# ------------------------------------------------------------------------------ the table's field
+class _E:
+    """One value of a derivative row (``core.derivatives``) in the modular field: residues ``v``, their
+    bound ``b``, the exact form ``q`` of an exact scalar constant (``exact``), and for ``root``
+    scale * s with s the atoms of one ``B.sqrt`` call (``root`` its source), whose inverse is taken as
+    the variable w = 1 / s (``ModArray.inverse``). ``deep``: the bound has the argument's index arrays."""
+
+    __slots__ = ("v", "b", "q", "root", "scale", "deep")
+
+    def __init__(self, v, b, q=None, root=None, scale=None, deep=False):
+        self.v, self.b, self.q, self.root, self.scale, self.deep = v, b, q, root, scale, deep
+
+
+class _Ops:
+    """The field operations of ``core.derivatives`` over ``_E``, for the tangent of ``kind(a)`` with
+    value u: the residues are the field's, the bounds the rules of ``bound``, the pole degrees and
+    inverted roots counted in ``F`` as the false-pass bound needs them."""
+
+    def __init__(self, kind: str, a: ModArray, u):
+        self.kind, self.a, self.F, self.u = kind, a, a.F, u
+        self.nd = np.ndim(u)
+        self.A = _E(a.v, a.b, deep=True)   # the argument: ``derivative``'s a
+        self.atoms = 0                     # atoms of values other than a: numbered, so each has its own id
+
+    def _nd(self, *xs):
+        return self.nd if any(x.deep for x in xs) else 0
+
+    def _plain(self, *xs):
+        for x in xs:                       # a root entering arithmetic as s itself (``_used``)
+            if x.root is not None:
+                self.F.plain_atoms.add(x.root)
+
+    def _exact(self, q):
+        m = exact_const(self.F, q)
+        return _E(m.v, m.b, q=q)
+
+    def c(self, q):
+        return self._exact((Fraction(q), ()))
+
+    def pi(self):
+        return self._exact((Fraction(1), (("pi", 2),)))
+
+    def add(self, x, z):
+        if x.q is not None and z.q is not None and not x.q[1] and not z.q[1]:
+            return self.c(x.q[0] + z.q[0])
+        self._plain(x, z)
+        return _E(self.F.add(x.v, z.v), bnd.add(x.b, z.b, self._nd(x, z)), deep=x.deep or z.deep)
+
+    def neg(self, x):
+        if x.q is not None:
+            return self._exact((-x.q[0], x.q[1]))
+        scale = None if x.scale is None else (-x.scale[0], x.scale[1])
+        return _E(self.F.neg(x.v), x.b, root=x.root, scale=scale, deep=x.deep)
+
+    def mul(self, x, z):
+        if x.q is not None and z.q is not None:
+            return self._exact(_exact_mul(x.q, z.q))
+        if z.q is not None:
+            x, z = z, x
+        b = bnd.mul(x.b, z.b, self._nd(x, z))
+        if x.q is not None and z.root is not None:           # a constant times a root: still a root
+            return _E(self.F.mul(x.v, z.v), b, root=z.root, scale=_exact_mul(x.q, z.scale), deep=z.deep)
+        self._plain(x, z)
+        return _E(self.F.mul(x.v, z.v), b, deep=x.deep or z.deep)
+
+    def inv(self, x):
+        F = self.F
+        if x.q is not None:
+            return self._exact(_exact_inv(x.q))
+        if x.root is not None:
+            # 1 / (c s) = w / c in the variable w = 1 / s: a polynomial in w, one pole per entry of a
+            F.inverted_atoms.add(x.root)
+            F.pole_degree += self.a.v.size
+            b = bnd.mul(_exact_bound(_exact_inv(x.scale)), bnd.Bound(1, 0), 0)
+            return _E(F.inv(x.v), b, deep=x.deep)
+        F.pole_degree += x.b.n * self.a.v.size
+        return _E(F.inv(x.v), bnd.inv(x.b, self.a.shape), deep=True)
+
+    def pow(self, x, n: int):
+        if n < 0:
+            return self.pow(self.inv(x), -n)
+        if x.q is not None:
+            return self._exact(_exact_pow(x.q, n))
+        self._plain(x)
+        return _E(self.F.pow(x.v, n), bnd.pow_(x.b, n), deep=x.deep)
+
+    def sqrt(self, x):
+        root = _exact_sqrt(x.q) if x.q is not None else None
+        if root is None:
+            refuse(f"the derivative of B.{self.kind} takes the square root of a value that is no exact constant")
+        return self._exact(root)
+
+    def _atom(self, name: str, x):
+        """name(x), an atom keyed by x's value; the atom of the argument a itself is the one B.name(a)
+        makes (the same id), any other gets its own id from the row and its place in it."""
+        if x is self.A:
+            sid = derive(name, None, self.a)
+        else:
+            sid = derive(f"{self.kind}'", None if self.atoms == 0 else self.atoms, self.a)
+            self.atoms += 1
+        self._plain(x)
+        return self.F.atom(name, x.v, x.b, sid)
+
+    def exp(self, x):
+        return _E(self._atom("exp", x), ATOM)
+
+    def _circle(self, name, x):
+        v = self._atom(name, x)
+        self.F.pole_degree += 2 * np.size(v)
+        return _E(v, bnd.fresh_per_entry(CIRCLE_N, CIRCLE_H, 2, 1.0, np.shape(v)), deep=True)
+
+    def sin(self, x):
+        return self._circle("sin", x)
+
+    def cos(self, x):
+        return self._circle("cos", x)
 
 
 # ------------------------------------------------------------------------------ transcendental
@@ -67,9 +188,10 @@ def _unary(kind: str, a: ModArray) -> ModArray:
     if a.exact is not None and kind in ("exp", "cos") and a.exact[0] == 0:
         u = np.int64(1)
     nd = np.ndim(u)
-    circle = lambda: (F.__setattr__("pole_degree", F.pole_degree + 2 * np.size(u)),   # noqa: E731
-                      bnd.fresh_per_entry(CIRCLE_N, CIRCLE_H, 2, 1.0, np.shape(u)))[1]
-    out_b = circle() if kind in ("sin", "cos") else ATOM
+    out_b = ATOM
+    if kind in ("sin", "cos"):                  # sin, cos = rational functions of one circle atom
+        F.pole_degree += 2 * np.size(u)
+        out_b = bnd.fresh_per_entry(CIRCLE_N, CIRCLE_H, 2, 1.0, np.shape(u))
     src = None
     if kind == "sqrt" and np.ndim(u) == a.ndim:
         # a root's inverse (LayerNorm's, RMSNorm's 1 / sqrt(var + eps)) may be taken as the variable
@@ -83,33 +205,14 @@ def _unary(kind: str, a: ModArray) -> ModArray:
 
     if a.t is None:
         return tagged(ModArray(F, u, None, out_b, None))
-    # forward-mode rules of symbolic.fixed.evaluate.Tangent
-    if kind == "exp":
-        factor, fb = u, ATOM
-    elif kind == "log":
-        factor, fb = F.inv(a.v), bnd.inv(a.b, a.shape)
-        F.pole_degree += a.b.n * a.v.size
-    elif kind == "sqrt":
-        # 1 / (2 s) = w / 2 in the variable w = 1 / s (see ModArray.inverse)
-        factor, fb = F.inv(F.mul_scalar(u, 2)), bnd.mul(bnd.const(Fraction(1, 2)), bnd.Bound(1, 0), 0)
-        F.pole_degree += a.v.size
-        if src is not None:
-            F.inverted_atoms.add(src)
-        else:
-            fb = bnd.inv(bnd.mul(bnd.const(2), ATOM, 0), a.shape)
-    elif kind == "erf":
-        k = F.mul_scalar(np.int64(pow(F.sqrt_pi, -1, F.p)), 2)
-        e = F.atom("exp", F.neg(F.mul(a.v, a.v)), bnd.mul(a.b, a.b, nd), derive("erf'", None, a))
-        factor, fb = F.mul(e, k), bnd.mul(ATOM, _exact_bound((Fraction(2), (("pi", -1),))), 0)   # 2 e / sqrt(pi)
-    elif kind == "tanh":
-        factor, fb = F.sub(np.ones_like(u), F.mul(u, u)), bnd.add(bnd.ONE, bnd.mul(ATOM, ATOM, 0), 0)
-    elif kind == "sin":
-        factor, fb = F.atom("cos", a.v, a.b, derive("cos", None, a)), circle()
-    elif kind == "cos":
-        factor, fb = F.neg(F.atom("sin", a.v, a.b, derive("sin", None, a))), circle()
-    else:
-        raise SpecError(None, f"no derivative rule for {kind}")
-    return tagged(ModArray(F, u, F.mul(factor, a.t), out_b, bnd.mul(fb, a.tb, nd), None))
+    # d kind(a) = f'(a) da with f' the row of core.derivatives, in the operations of _Ops
+    ops = _Ops(kind, a, u)
+    Y = _E(u, ATOM, root=src, scale=None if src is None else (Fraction(1), ()))
+    try:
+        factor = derivative(ops, kind, ops.A, Y)
+    except MissingRule:
+        raise SpecError(None, f"no derivative rule for {kind}") from None
+    return tagged(ModArray(F, u, F.mul(factor.v, a.t), out_b, bnd.mul(factor.b, a.tb, nd), None))
 
 
 def _computed(out: ModArray) -> ModArray:
