@@ -184,9 +184,6 @@ def _conv_op(name, taps):
     return conv
 
 
-@pytest.mark.xfail(strict=True, reason="the trace refuses to add the nine strided slices: their pieces "
-                   "(the pad's zero rows and columns fall into different slices) are not aligned, "
-                   "align() cannot yet split a box into a common refinement")
 def test_a_strided_padded_conv2d_is_proved_for_every_size():
     conv = _conv_op("tl_conv2d", TAPS)
     for claim in ("vjp[x]", "vjp[w]"):
@@ -205,6 +202,52 @@ def test_a_wrong_conv2d_backward_is_refuted_with_a_counter_example():
     assert cert.verdict != "proved-general"
 
 
+CONV_DIMS = [{"C": 1, "K": 1, "Ho": 1, "Wo": 2}, {"C": 2, "K": 1, "Ho": 2, "Wo": 3}, {"C": 1, "K": 2, "Ho": 3, "Wo": 2}]
+
+
+def test_the_nine_strided_slices_are_cut_into_common_pieces_exactly():
+    """The forward adds nine strided slices of the padded input, each cut by the pad in other places:
+    their common refinement (rows {0}, {1..Ho-1} by columns {0}, {1..Wo-1}) agrees with numpy at
+    every size the cross-check tries, Ho = 1 (an empty cell) included."""
+    conv = _conv_op("tl_conv2d_cut", TAPS)
+    stmt = build_statement(conv, "vjp[w]", derive(conv, "vjp[w]"))
+    checked = cross_check(stmt, CONV_DIMS)
+    assert checked["status"] == "exact", checked
+
+
+def test_a_misaligned_cut_is_caught_by_the_cross_check(monkeypatch):
+    """Negative control of the refinement: a locate that finds the right piece but reads it at the
+    cell's own local indices (the offset between a cell and a larger piece dropped: a cut put in the
+    wrong place) derives a statement about another function, and the cross-check says so."""
+    from vjpcert.symbolic.every_size import symarray
+    right = symarray.locate
+
+    def off_by_one(ctx, maps, A):
+        for Q in A.pieces:
+            if right(ctx, maps, symarray.SymArray(A._shape, [Q], A.boolean)) is not None:
+                return Q.value
+        return None
+    monkeypatch.setattr(symarray, "locate", off_by_one)
+    conv = _conv_op("tl_conv2d_misaligned", TAPS)
+    stmt = build_statement(conv, "vjp[w]", derive(conv, "vjp[w]"))
+    checked = cross_check(stmt, CONV_DIMS)
+    assert checked["status"] != "exact", checked
+
+
+def test_adjacent_ranges_of_one_sum_are_joined_and_near_misses_are_not():
+    """The normal form joins a sum split at a pad's edge (the first or last entry apart from the rest)
+    back into one sum; an entry one place off (f[1] beside f[1..n-1], f[n] past the end) stays apart."""
+    import sympy as sp
+    from vjpcert.symbolic.every_size.normal import Normaliser
+    n, k, f = sp.Symbol("n", integer=True, positive=True), sp.Symbol("k", integer=True), sp.IndexedBase("f")
+    whole = sp.Sum(f[k], (k, 0, n - 1))
+    N = Normaliser([n])
+    assert N.is_zero(sp.Sum(f[k + 1], (k, 0, n - 2)) + f[0] - whole)[0]
+    assert N.is_zero(sp.Sum(f[k], (k, 0, n - 2)) + f[n - 1] - whole)[0]
+    assert not N.is_zero(sp.Sum(f[k + 1], (k, 0, n - 2)) + f[1] - whole)[0]
+    assert not N.is_zero(sp.Sum(f[k], (k, 0, n - 2)) + f[n] - whole)[0]
+
+
 def test_the_conv2d_float_reference_is_checked_with_a_dim_declared_as_2_ho():
     from vjpcert.core.reference import forward, infer_dims
     conv = _conv_op("tl_conv2d_ref", TAPS)
@@ -216,6 +259,31 @@ def test_the_conv2d_float_reference_is_checked_with_a_dim_declared_as_2_ho():
         infer_dims(conv, {"x": rng.standard_normal((2, 5, 4)), "w": w})     # 5 is no 2*Ho
     cert = check_reference(conv, conv.dims[1])
     assert cert.verdict == "checked", cert.evidence
+
+
+# ------------------------------------------------------------------------------ an input named y
+def _shift_op(name, rhs):
+    """A law over inputs x and y whose output (n, n) has another shape than y (n, 2m): the input y must
+    never be read as the output y."""
+    @op(name=name, inputs={"x": ("n", "2*m"), "y": ("n", "2*m")}, output=("n", "n"), dims=[{"n": 2, "m": 2}])
+    def f(B, x, y):
+        return x @ y.T
+
+    @f.law(name="shifted")
+    def _(B, x, y):
+        return x[:, 1:] - y[:, :-1], rhs(x, y)
+    f.every_size("shifted")
+    return f
+
+
+def test_a_law_over_an_input_named_y_reads_the_input_for_every_size():
+    cert = prove_general(_shift_op("tl_shift", lambda x, y: -(y[:, :-1] - x[:, 1:])), "shifted", budget=120)
+    assert cert.verdict == "proved-general", cert.evidence
+
+
+def test_a_wrong_law_over_an_input_named_y_is_refuted():
+    cert = prove_general(_shift_op("tl_shift_wrong", lambda x, y: x[:, 1:] - y[:, 1:]), "shifted", budget=120)
+    assert cert.verdict == "failed", cert.evidence
 
 
 # ------------------------------------------------------------------------------ |x| and the sigmoid

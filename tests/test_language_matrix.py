@@ -43,12 +43,7 @@ def _refusal_cells():
 
 
 # Cells known to be wrong, each a defect to fix, never hidden: strict, so a fix turns them red here.
-KNOWN_WRONG = {
-    ("getitem:slice", ((2, 3), (2, 3)), "every_size"):
-        "x[:, 1:] - y[:, :-1] at width 3 pairs x[0, 2] with y[0, 0]: the pieces of two differently "
-        "offset slices are misaligned at this size (its concrete-size cross-check is what stands "
-        "behind the tier's verdicts)",
-}
+KNOWN_WRONG: dict = {}
 
 
 @pytest.mark.parametrize("prim, case, shape_pair, interpreter", _cells())

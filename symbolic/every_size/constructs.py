@@ -15,7 +15,7 @@ from vjpcert.core.registry import refuse
 from vjpcert.symbolic.every_size.normal import Ind
 from vjpcert.symbolic.every_size.sizes import Dim, _Context, _size_expr, divide_exactly, residue, same
 from vjpcert.symbolic.every_size.symarray import (CONSTRUCTS, Piece, SymArray, _axes, _axis, _no_extra, _same_maps,
-                                                  broadcast_shape, broadcast_to, elementwise, lift)
+                                                  broadcast_shape, broadcast_to, elementwise, lift, on_grid)
 
 
 # ---------------------------------------------------------------------------- reductions
@@ -72,7 +72,7 @@ def _insert_axis(A: SymArray, ax: int) -> SymArray:
     return SymArray(A._shape[:ax] + (1,) + A._shape[ax:], pieces, A.boolean)
 
 
-def _reduce_axis(A: SymArray, ax: int, kind: str) -> SymArray:
+def _reduce_axis(A: SymArray, ax: int, kind: str, gridded: bool = False) -> SymArray:
     G = A.ctx.G
     groups: list[tuple[tuple, list]] = []
     for P in A.pieces:
@@ -98,7 +98,12 @@ def _reduce_axis(A: SymArray, ax: int, kind: str) -> SymArray:
     for i, (m1, _) in enumerate(groups):
         for m2, _ in groups[i + 1:]:
             if not any(_disjoint(A.ctx, x, y) for x, y in zip(m1, m2)):
-                refuse("a reduction over an axis whose pieces do not line up on the other axes")
+                # pieces that overlap on the other axes (a pad's zero column beside a block cut into
+                # rows): cut every piece along the grid of all the cut points once, then reduce that
+                grid = None if gridded else on_grid(A)
+                if grid is None:
+                    refuse("a reduction over an axis whose pieces do not line up on the other axes")
+                return _reduce_axis(grid, ax, kind, gridded=True)
     pieces = [Piece(maps, lambda idx, parts=parts: sp.Add(*[f(idx) for f in parts])) for maps, parts in groups]
     return SymArray(A._shape[:ax] + A._shape[ax + 1:], pieces, A.boolean)
 

@@ -167,11 +167,17 @@ class GeneralBuilder:
         return out
 
     def shape(self, name: str) -> tuple:
+        """The declared shape of an input (or ``dy``, the output's cotangent; ``y``, the output, unless
+        an input has that name: a law over inputs ``x, y`` means the input)."""
         op = self.op
-        decl = op.output if name in ("y", "dy") else {**op.inputs, **op.nondiff}.get(name)
+        arrays = {**op.inputs, **op.nondiff}
+        decl = arrays.get(name) if name in arrays else op.output if name in ("y", "dy") else None
         if decl is None:
             raise SpecError(op.name, f"general form: no array {name!r}")
         return tuple(self.size(e) for e in decl)
+
+    def output_shape(self) -> tuple:
+        return tuple(self.size(e) for e in self.op.output)
 
     def param(self, name: str):
         p = self.op.params.get(name)
@@ -250,7 +256,7 @@ class GeneralBuilder:
         if wrt not in self.op.inputs:
             raise SpecError(self.op.name, f"general form: {wrt!r} is not a differentiable input")
         self.array(wrt)
-        return GeneralVJP(wrt, self._pieces(forward, self.shape("y")), self._pieces(backward, self.shape(wrt)))
+        return GeneralVJP(wrt, self._pieces(forward, self.output_shape()), self._pieces(backward, self.shape(wrt)))
 
     def law(self, value, over=()) -> GeneralLaw:
         """value(*free) must be 0 (or a pair (lhs, rhs)) for free indices ranging over ``over``; or a

@@ -95,7 +95,8 @@ def normalise_statement(stmt: Statement) -> dict:
     results, proved = [], True
     try:
         layouts = {}
-        groups = ((("output", stmt.forward, G.shape("y")), (stmt.form.wrt, stmt.backward, G.shape(stmt.form.wrt)))
+        groups = ((("output", stmt.forward, G.output_shape()),
+                   (stmt.form.wrt, stmt.backward, G.shape(stmt.form.wrt)))
                   if stmt.kind == "vjp" else (("law", stmt.law, stmt.law_shape),))
         for label, pieces, shape in groups:
             lay = layout_proof(N, pieces, shape)

@@ -77,7 +77,7 @@ class Normaliser(SumForms):
     def is_zero(self, expr) -> tuple[bool, dict]:
         """(True, info) when the normal form of ``expr`` is the zero rational function in its atoms
         (after radical relations); (False, info) otherwise -- not a disproof."""
-        nf = self(expr)
+        nf = self.merge_ranges(self(expr))
         a = self.atomise(nf)
         info = {"atoms": len(a.free_symbols)}
         if rational_function_is_zero(a):            # fast and exact (python-flint)

@@ -209,7 +209,7 @@ def _statement(G, op: Op, claim: str):
         wrt = claim[4:-1]
         values = _values(G, op)
         y = _array(_run(op, op.forward, "forward", values), "the forward")
-        _check_shape(y, G.shape("y"), "the forward's output")
+        _check_shape(y, G.output_shape(), "the forward's output")
         dy = _input(G, "dy", G.shape("dy"))
         cots = _run(op, op.vjp, "backward", {**values, "dy": dy})
         if not isinstance(cots, (tuple, list)) or len(cots) != len(op.inputs):

@@ -1,6 +1,7 @@
 """Sums in the every-size normal form: expanded by linearity, flattened (Fubini over constant
 ranges), split into independent groups, Kronecker deltas evaluated where the index bounds prove the
-value in range, and the indices of what is left renamed canonically. A mixin of
+value in range, and the indices of what is left renamed canonically; ``merge_ranges`` joins two
+terms that are adjacent ranges of one sum (a piecewise array's cells summed apart) back into one. A mixin of
 ``symbolic.every_size.normal.Normaliser``, whose ranges, atoms and interval arithmetic it uses.
 """
 from __future__ import annotations
@@ -206,3 +207,57 @@ class SumForms:
             if best_key is None or key < best_key:
                 best, best_key = cand, key
         return best
+
+    def merge_ranges(self, e, max_merges: int = 64):
+        """Two terms that are adjacent ranges of one sum, joined back (a piecewise array's cells -- a
+        pad's first row and the rest -- summed apart on one side of an identity and whole on the other):
+        c Sum(B, (v, lo, hi), R) + c Sum(B[v := hi + 1], R) = c Sum(B, (v, lo, hi + 1), R), and
+        c Sum(B, (v, lo, hi), R) + c Sum(B[v := lo - 1], R) = c Sum(B[v := v - 1], (v, lo, hi + 1), R).
+        Exact whenever hi - lo + 1 >= 0, which ``norm_sum`` proved of every range it kept; the terms are
+        matched by their normal forms, so nothing is merged that is not literally that sum."""
+        for _ in range(max_merges):
+            terms = list(sp.Add.make_args(e))
+            merged = self._merge_once(terms)
+            if merged is None:
+                return e
+            e = merged
+        return e
+
+    def _merge_once(self, terms):
+        for pos, t in enumerate(terms):
+            factors = sp.Mul.make_args(t)
+            for i, S in enumerate(factors):
+                if isinstance(S, Sum):
+                    merged = self._merge_at(terms, pos, sp.Mul(*(factors[:i] + factors[i + 1:])), S)
+                    if merged is not None:
+                        return merged
+        return None
+
+    def _merge_at(self, terms, pos, c, S):
+        """Term ``pos`` = c * S (c free of S's indices) joined with the terms that extend one of S's
+        ranges by one at either end; None when no such terms are there."""
+        for k, (v, lo, hi) in enumerate(S.limits):
+            rest = S.limits[:k] + S.limits[k + 1:]
+            for at, body in ((hi + 1, S.function), (lo - 1, S.function.xreplace({v: v - 1}))):
+                # the edge lies outside v's range, where the body may be undefined (a 1/0 of a
+                # mask): then nothing is merged at that edge
+                edge = S.function.xreplace({v: at})
+                if edge.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
+                    continue
+                try:
+                    want = self(c * (Sum(edge, *rest) if rest else edge))
+                except (NormalFormError, ZeroDivisionError):
+                    continue
+                if want.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
+                    continue
+                want = sp.Add.make_args(want)
+                others = terms[:pos] + terms[pos + 1:]
+                for w in want:
+                    if w not in others:
+                        break
+                    others.remove(w)
+                else:
+                    whole = Sum(body, *(S.limits[:k] + ((v, lo, hi + 1),) + S.limits[k + 1:]))
+                    return sp.Add(self(c * whole), *others)
+        return None
+

@@ -10,6 +10,7 @@ through the tables below, which those modules fill when they are imported.
 """
 from __future__ import annotations
 
+import itertools
 import numbers
 from fractions import Fraction
 from typing import Callable
@@ -458,8 +459,68 @@ def align(arrays: list[SymArray]):
             break
         else:
             return out
+    out = _refine(ctx, arrays)
+    if out is not None:
+        return out
     refuse("the spec combines arrays whose layouts (a concatenation, an interleave) cannot be aligned "
            "for every size")
+
+
+def _axis_cuts(ctx: _Context, arrays, k: int, size):
+    """The cut points 0 = c_0 <= ... <= c_m = size of axis k that every piece of every array starts and
+    ends at, in an order that holds for every size; None when a piece is strided there (an interleave)
+    or two cuts compare differently at different sizes. The cells [c_i, c_{i+1}) partition the axis."""
+    cuts = [sp.Integer(0), sp.expand(size)]
+    for A in arrays:
+        for P in A.pieces:
+            a, b, z = P.maps[k]
+            if z != 1 and a != 1:
+                return None
+            cuts += [b, sp.expand(b + z)]
+    ordered: list = []
+    for c in cuts:
+        if any(same(c, d) for d in ordered):
+            continue
+        pos = None
+        for i, d in enumerate(ordered):
+            if ctx.nonneg(d - c):
+                pos = i
+                break
+            if not ctx.nonneg(c - d):
+                return None
+        ordered.insert(len(ordered) if pos is None else pos, c)
+    if not all(ctx.nonneg(d - c) for c, d in zip(ordered, ordered[1:])):
+        return None
+    return ordered
+
+
+def _refine(ctx: _Context, arrays):
+    """The common refinement of the arrays' pieces: the grid of the cut points of every axis, each cell
+    located in one piece of every array; None when an axis cannot be cut for every size or a cell
+    straddles a piece (then nothing is aligned)."""
+    shape = arrays[0]._shape
+    per_axis = []
+    for k, size in enumerate(shape):
+        cuts = _axis_cuts(ctx, arrays, k, size)
+        if cuts is None:
+            return None
+        per_axis.append([(1, c, sp.expand(d - c)) for c, d in zip(cuts, cuts[1:])])
+    out = []
+    for maps in itertools.product(*per_axis):
+        row = [locate(ctx, maps, A) for A in arrays]
+        if any(at is None for at in row):
+            return None
+        out.append((tuple(maps), row))
+    return out
+
+
+def on_grid(A: SymArray):
+    """A with its pieces re-cut into the grid of its own cut points (every piece a product of cells of
+    each axis, so two pieces either share an axis's cell or are disjoint there); None when it cannot be."""
+    cells = _refine(_ctx(), [A])
+    if cells is None:
+        return None
+    return SymArray(A._shape, [Piece(maps, row[0]) for maps, row in cells], A.boolean)
 
 
 def elementwise(f: Callable, *operands, boolean: bool = False) -> SymArray:
