@@ -1,4 +1,4 @@
-"""Benchmark of the whole blocks (issue 18): compositional proofs at realistic dims, cold.
+"""Benchmark of the whole blocks: compositional proofs at realistic dims, cold.
 
 - the Llama-style block (RMSNorm, causal GQA with RoPE, SwiGLU MLP): every claim proved-compositional
   at its compositional_dims, cold (node every-size proofs included), target <= 60 s on 2 cores;
@@ -75,7 +75,7 @@ def main(names):
         print(rows[-1], flush=True)
     out = ROOT / "reports" / "benchmarks"
     atomic_write(out / "blocks.json", json.dumps(rows, indent=2) + "\n")
-    lines = ["# Whole blocks benchmark (issue 18)", "",
+    lines = ["# Whole blocks benchmark", "",
              "Command: `python benchmarks/blocks_bench.py` (2 cores, one process).", "",
              "| what | target | seconds | result |", "|---|---|---|---|"]
     lines += [f"| {r['what']} | {r['target']} | {r['seconds']} | {r['detail']} |" for r in rows]

@@ -24,7 +24,7 @@ and timing loops shorten themselves to what is left):
      launch rate, not the kernel, bounded the measurement (flagged ``launch_bound``).
   3. checks: ``cuda_kernels.check.check_kernel_claim`` for every kernel at the registry's GPU sizes
      and every input case, while time remains (smallest sizes first), each a certificate.
-Then a short table, last. Targets (issue 17): memory-bound kernels >= 80% of copy bandwidth and at
+Then a short table, last. Targets: memory-bound kernels >= 80% of copy bandwidth and at
 least PyTorch's speed; attention forward + backward fp32 >= 0.5x SDPA's speed.
 
 Exit codes: 0 everything ran and no check failed; 1 a check failed or a section raised; 2 no GPU

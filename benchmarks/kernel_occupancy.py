@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Registers, spills, shared memory and theoretical occupancy of every kernel on sm_90, before and after
-the kernel work of issue 17 (GPU timings need a GPU: benchmarks/gpu_run.py).
+the kernel work on resources and occupancy (GPU timings need a GPU: benchmarks/gpu_run.py).
 
 "Before" is reports/kernels/baseline_resources.json, the sm_90 resource report committed with the
 kernels as they were (main at 0e94827: shared-memory tree reductions, flash row statistics by one
@@ -46,7 +46,7 @@ def main() -> int:
 
     def cell(r, key, fmt="{}"):
         return fmt.format(r[key]) if r else "-"
-    lines = ["# Kernel resources and occupancy on sm_90, before and after issue 17", "",
+    lines = ["# Kernel resources and occupancy on sm_90, before and after the occupancy work", "",
              "Compiled without a GPU (`numba.cuda.compile_ptx` for sm_90, linked with nvJitLink; "
              "`benchmarks/kernel_occupancy.py`). Occupancy: resident warps / 64 per SM, limited by registers, "
              "threads or shared memory (228 KiB per SM, 1 KiB reserved per block). Before: main at 0e94827 "

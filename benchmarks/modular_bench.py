@@ -5,7 +5,7 @@
   the GPT-2-small block (1024 tokens, width 768, 12 heads, MLP 3072; target <= 30 s) and a small
   Llama-style block (512 tokens, width 512, 8 query heads, 2 KV heads, SwiGLU 1376), with the peak
   memory of the process and the false-pass bound one trial states;
-- issue 18's four named mutants at production size, each beside its correct op (a negative control: the
+- the blocks' four named mutants at production size, each beside its correct op (a negative control: the
   correct backward must vanish at the same dims): a GQA backward that forgets to sum shared heads, a
   bottom-right causal mask applied top-left, a cross-entropy backward that ignores ignore_index, a
   SwiGLU backward with sigmoid' in place of silu'.
@@ -216,7 +216,7 @@ def render(data):
         lines.append(f"| {r['case']} (`{name}`) | {r['dims']} | {', '.join(map(str, x['seconds_per_trial']))} | "
                      f"{r.get('target_seconds_per_trial') or '-'} | {_peer(r, x)} | {r['peak_rss_gib']} GiB | {residual} | "
                      f"{x['false_pass_per_trial']}, {x['false_pass_total']} ({x['trials']} trials) | {x['degree_bound']} |")
-    lines += ["", "## Issue 18's mutants at production size", "",
+    lines += ["", "## The blocks' named mutants at production size", "",
               "| mutant | dims | correct op | mutant | seconds per trial (correct, mutant) | peak memory |",
               "|---|---|---|---|---|---|"]
     for r in data["results"]:

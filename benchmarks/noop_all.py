@@ -1,4 +1,4 @@
-"""A no-op `vjpcert all` (every certificate current), before and after the stamps of issue 14, in
+"""A no-op `vjpcert all` (every certificate current), before and after the plot and resource stamps, in
 one run on one machine.
 
 "before": reports/stamps.json removed, so every finite-difference plot is redrawn and the kernel
@@ -65,7 +65,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     (out / "noop_all.json").write_text(json.dumps(row, indent=1) + "\n")
     (out / "noop_all.md").write_text(
-        "# No-op `vjpcert all` (issue 14)\n\n"
+        "# No-op `vjpcert all`\n\n"
         f"Command: `python benchmarks/noop_all.py {' '.join(sys.argv[1:])}`. Ops: {' '.join(args.ops)}. "
         "Before: no stamps (every plot redrawn, kernel resources recompiled); after: with "
         "`reports/stamps.json`.\n\n| run | seconds |\n|---|---|\n"

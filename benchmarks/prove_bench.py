@@ -7,7 +7,7 @@
 
 Writes reports/benchmarks/prove.json and prove.md. Run: python benchmarks/prove_bench.py
 
-With ``--general``, only the every-size proofs (issue 12): `vjpcert prove --jobs 2`, cold, with
+With ``--general``, only the every-size proofs: `vjpcert prove --jobs 2`, cold, with
 ``--no-general`` and without, and per every-size claim the time to derive its statement from the spec
 (the shape-polymorphic trace), to normalise it, to cross-check it at concrete sizes and to prove the
 spec there with the fixed-dims prover, read from the certificates of that run. Writes

@@ -1,4 +1,4 @@
-"""Screenshots of the HTML report as headless Chromium draws it (issue 14): CI installs only Python
+"""Screenshots of the HTML report as headless Chromium draws it: CI installs only Python
 packages, so the browser test (tests/test_report_browser.py) skips there; this script makes the
 committed screenshots instead.
 

@@ -1,4 +1,4 @@
-"""Issue 18's specs against PyTorch, its named mutants, and the blocks at realistic dims.
+"""The transformer blocks' specs against PyTorch, its named mutants, and the blocks at realistic dims.
 
 The symbolic tier proves each backward is the transposed Jacobian of the spec's own forward; these tests
 pin the *forwards* to what PyTorch computes -- scaled_dot_product_attention with m_q != m_k, a scale,

@@ -1,4 +1,4 @@
-"""The command line's rough edges (issue 14), each with a test: FILE::op, --impl from the current
+"""The command line's rough edges, each with a test: FILE::op, --impl from the current
 directory, a bad scheduler address, the resume hint, `kernels FILE` without kernels, IPython for the
 session."""
 import subprocess
@@ -42,12 +42,12 @@ def test_file_colon_colon_an_unknown_op_is_one_line_exit_2(tmp_path, spec, capsy
 
 
 def test_impl_imports_from_the_current_directory(tmp_path, monkeypatch):
-    (tmp_path / "issue14_impl.py").write_text(
+    (tmp_path / "edges_impl.py").write_text(
         "import numpy as np\n"
         "def bwd(dy, x):\n    return (np.cos(x) * dy,)\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
-    assert main(["check", "gelu_tanh", "--impl", "issue14_impl:bwd", "--quiet"]) == 1
+    assert main(["check", "gelu_tanh", "--impl", "edges_impl:bwd", "--quiet"]) == 1
     # a wrong backward for gelu_tanh, but imported and checked: its certificate is in reports/adhoc/
     assert list((tmp_path / "reports" / "adhoc" / "certificates" / "gelu_tanh").glob("implementation__*.json"))
 

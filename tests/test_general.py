@@ -17,7 +17,7 @@ from vjpcert.symbolic.every_size.general import general_claims, general_dims, pr
 from vjpcert.symbolic.every_size.normal import Ind, Log, Normaliser
 from vjpcert.symbolic.fixed.prover import prove_claim
 
-# What issue 8 asked to be proved for every size, and the laws issue 12 adds (derived, not transcribed).
+# The claims proved for every size, VJPs and laws (derived from the spec's code, not transcribed).
 REQUIRED = {
     "softmax": {"vjp[x]", "cotangent_sums_to_zero", "shift_invariance"},
     "rmsnorm": {"vjp[x]", "vjp[gamma]", "dx_orthogonal_to_x"},

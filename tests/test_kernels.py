@@ -4,7 +4,7 @@ simulator's launch configuration and in the GPU's own; bitwise deterministic, ev
 written (NaN poison), its runtime laws holding, the shared-memory race detector clean (simulator),
 and compiled for sm_90 without spills, over-limit shared memory or float64 instructions. Then the
 negative controls: each check goes red on a kernel built to break it, among them the faults of
-issue 17 (overflow, cancellation, summation order, accumulator sizes, shapes that do not link).
+the adversarial kernel checks (overflow, cancellation, summation order, accumulator sizes, shapes that do not link).
 
 In the simulator (no GPU here) the whole file takes a few minutes on two cores.
 """
@@ -221,14 +221,14 @@ CONTROL_CASES = [
     ("skips_last", "gelu_erf", {"rows": 7, "n": 33}, None, None, "NaN poison", None),
     ("wrong_dK", "attention", {"m": 7, "d": 3}, None, None, "tolerance", None),
     ("nondeterministic", "gelu_erf", {"rows": 7, "n": 33}, None, None, "determinism", None),
-    # issue 17: overflow and cancellation, which standard-normal inputs never show
+    # overflow and cancellation, which standard-normal inputs never show
     ("softmax_no_max", "softmax", {"rows": 7, "n": 33}, None, ("random", "large_offset"), "NaN poison", "large_offset"),
     ("flash_fwd_no_running_max", "attention", {"m": 7, "d": 3}, None, None, "NaN poison", "large_magnitude"),
     ("layernorm_one_pass_variance", "layernorm", {"rows": 7, "n": 33}, None, None, "tolerance", "large_offset"),
-    # issue 17: what only the GPU's launch configuration shows
+    # what only the GPU's launch configuration shows
     ("flash_dq_accumulator_too_small", "attention", {"m": 17, "d": 128}, "gpu", None, "kernel raised", "random"),
     ("flash_any_head_width", "attention", {"m": 17, "d": 192}, "gpu", None, "kernel raised", "random"),
-    # issue 17: summation order and small RoPE faults, red under the error model (not k x numpy's error)
+    # summation order and small RoPE faults, red under the error model (not k x numpy's error)
     ("matmul_one_running_sum", "linear", {"rows": 64, "n_in": 1024, "n_out": 16}, "gpu", None, "tolerance", "random"),
     ("rmsnorm_sequential_sum_of_squares", "rmsnorm", {"rows": 64, "n": 4096}, "gpu", None, "tolerance", "random"),
     ("rope_angle_shifted", "rope_half", {"rows": 7, "d": 34}, None, None, "tolerance", "random"),
@@ -264,7 +264,7 @@ def test_negative_control_goes_red(control, op, dims, launch, cases, check, kind
         assert w["error"] > 10 * w["bound"]          # ~1e-4 against a bound of a few u |x|
 
 
-def test_the_faults_of_issue_17_hide_from_what_the_checks_were_before():
+def test_the_adversarial_kernel_faults_hide_from_what_the_checks_were_before():
     """Why the cases and the GPU's launch configuration: the overflow fault passes on standard normal
     inputs, the undersized dQ accumulator passes at every size of the simulator's configuration and at
     d = 64 in the GPU's, the sequential sum of squares passes at the simulator's block of 32."""

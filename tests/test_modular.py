@@ -283,7 +283,7 @@ def test_float64_cancellation_in_a_correct_backward_is_never_failed():
     assert float(wrong.evidence["witness"]["real_point"]["mpmath"]["relative_residual"]) > 1e-4
 
 
-# ------------------------------------------------------------------------------ issue 18's mutants
+# ------------------------------------------------------------------------------ the blocks' named mutants
 NAMED_MUTANTS = [
     # op, mutant, small dims (default run), production dims (--slow; as benchmarks/modular_bench.py)
     ("gqa_causal", "shared_heads_not_summed", {"hk": 2, "g": 2, "mq": 5, "mk": 5, "d": 3, "dv": 2},
@@ -308,13 +308,13 @@ def _kills(name, mutant, dims):
 
 
 @pytest.mark.parametrize("name,mutant,small,_", NAMED_MUTANTS, ids=[m[1] for m in NAMED_MUTANTS])
-def test_issue_18_mutants_are_killed_and_their_ops_checked(name, mutant, small, _):
+def test_the_blocks_named_mutants_are_killed_and_their_ops_checked(name, mutant, small, _):
     _kills(name, mutant, small)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,mutant,_,production", NAMED_MUTANTS, ids=[m[1] for m in NAMED_MUTANTS])
-def test_issue_18_mutants_are_killed_at_production_size(name, mutant, _, production):
+def test_the_blocks_named_mutants_are_killed_at_production_size(name, mutant, _, production):
     _kills(name, mutant, production)
 
 

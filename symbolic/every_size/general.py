@@ -33,7 +33,7 @@ What guards the derivation:
     refused or fail with a witness; hand-written statements about another formula must be refused
     by the cross-check.
 
-``prove_general(op, claim, form=builder)`` proves a hand-written statement instead (``general_form``
+``prove_general(op, claim, form=builder)`` proves a hand-written statement instead (``form``
 describes the builder ``G``); the tests use it for negative controls, and its certificate says it
 was not derived from the spec.
 

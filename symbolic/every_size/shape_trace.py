@@ -13,7 +13,7 @@ over an axis (keepdims), ``@``, ``.T``, basic indexing (``x[0]``, ``x[:, h:]``, 
 (RoPE's interleave), ``np.where`` with a mask built from shapes (``np.ones``, ``np.tril``,
 ``np.triu``), ``np.arange`` of a dim (an index-valued array, usable as a number only) and ``x.shape``.
 A layout that splits an axis (a concatenation, an interleave) makes the array *pieces*: each piece
-is a box of local indices p with an affine map  j = a p + b  per axis (``general_form`` proves that
+is a box of local indices p with an affine map  j = a p + b  per axis (``form`` proves that
 the pieces of the final arrays tile them).
 
 What cannot pass: a dim (``x.shape[-1]``) is a ``Dim`` that refuses ``==``, ``<``, ``%``, ``bool()``,

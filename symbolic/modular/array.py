@@ -96,7 +96,7 @@ class ModArray:
 
     def __init__(self, F: Field, v, t=None, b=LEAF, tb=None, exact=None, leaf=True):
         self.F, self._v, self._t, self.exact = F, np.asarray(v, dtype=np.int64), t, exact
-        # bounds of the value and of the tangent (``modular_bound``): index arrays with this array's axes
+        # bounds of the value and of the tangent (``bound``): index arrays with this array's axes
         self.b, self.tb = bnd.align(b, self._v.ndim), bnd.align(tb, self._v.ndim)
         self.qa = None          # an exact rational array (B.array of ints, arithmetic on it): exponents
         self.atom = None        # the source id of an array of atoms, as B.sqrt returned it (``inverse``)

@@ -23,7 +23,7 @@ arguments of equal value at the point (or opposite ones for the odd kinds, or an
 fold such as exp(0) = 1): for each pair that is the numerator of the arguments' difference vanishing,
 at most (its degree) / p by Schwartz-Zippel in the ideal variables, plus the chance that p divides
 all its coefficients. In the ideal trial the residual is R = N / D with the degrees and coefficient
-sizes that ``modular_bound`` tracks (denominators by provenance, so a shared 1/Z or 1/sqrt is counted
+sizes that ``bound`` tracks (denominators by provenance, so a shared 1/Z or 1/sqrt is counted
 once); D(point) != 0 because a point where an inverted value vanishes is redrawn (probability at most
 the pole degree / p, by which the rest is divided); so R(point) = 0 iff N(point) = 0, which for
 N != 0 has probability at most deg N HASH_BIAS / p, or N vanishes mod p as a polynomial (p divides
@@ -34,7 +34,7 @@ Trials draw independent primes and points, so the total is the per-trial bound t
 
 Verdicts: ``checked-probabilistic`` (method ``modp-vectorised``) when R = 0 in every trial, with the
 stated false-pass probability (``false_pass_bound``); ``failed`` with the trial, the prime and the
-residual when R != 0 -- where atoms enter, only once a float64 point agrees (``modular_confirm``: with
+residual when R != 0 -- where atoms enter, only once a float64 point agrees (``confirm``: with
 atoms independent, a backward resting on exp(a + b) = exp(a) exp(b) is nonzero too; unconfirmed, the
 verdict is ``inconclusive``);
 ``inconclusive`` when the bound is vacuous or every point hit a pole. A construct the backend cannot

@@ -27,7 +27,7 @@ CIRCLE_N, CIRCLE_H = 2, 1.0     # sin, cos = 2u / (1 + u^2), (1 - u^2) / (1 + u^
 
 # ------------------------------------------------------------------------------ the field
 class Field(ModP):
-    """The arithmetic mod p of one trial (``modular_arith.ModP``) and its keyed atom hashes."""
+    """The arithmetic mod p of one trial (``arith.ModP``) and its keyed atom hashes."""
 
     def __init__(self, p: int, keys: dict, sqrt_pi: int):
         super().__init__(p)

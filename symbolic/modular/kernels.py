@@ -4,7 +4,7 @@ by Numba (once, cached on disk).
 Each operation is written once, for one entry (``_mulmod1``, ``_recombine3_1``, ``_karatsuba5_1``),
 and run two ways: as a Numba ufunc (numpy's broadcasting, one thread) and, for the large contiguous
 arrays a block at production size makes, as a ``prange`` loop over the flat array on every core
-(``run``). Why each one is exact is in ``modular_arith``'s docstring.
+(``run``). Why each one is exact is in ``arith``'s docstring.
 
 int64 multiplication and shifts wrap here (LLVM's mul and shl without overflow flags): the exactness
 arguments take remainders in wrapping arithmetic whose true value lies in (-p, 2p).
