@@ -42,15 +42,8 @@ def _refusal_cells():
             for case in CASES if case.refusal is not None for interp in INTERPRETERS]
 
 
-# Cells known to be wrong, each a defect to fix, never hidden: strict, so a fix turns them red here.
-KNOWN_WRONG: dict = {}
-
-
 @pytest.mark.parametrize("prim, case, shape_pair, interpreter", _cells())
 def test_cell(prim, case, shape_pair, interpreter):
-    known = KNOWN_WRONG.get((case.id if case else None, shape_pair, interpreter))
-    if known:
-        pytest.xfail(known)
     if case is None:
         pytest.fail(f"primitive {prim!r} of core.language.PRIMITIVES has no case in tests/language_cases.py")
     reason = check_cell(case, shape_pair, interpreter)
