@@ -45,7 +45,8 @@ def test_a_control_page_without_a_failure_draws_no_red(tmp_path):
     spec.write_text(OPS.replace("(2 * x * x * dy,)", "(3 * x * x * dy,)"))
     reports = tmp_path / "reports"
     assert main(["prove", str(spec), "--reports", str(reports), "--quiet"]) == 0
-    # the verdict legend has one red cell ("failed"); a failure adds the matrix's and the claim's
+    # the verdict legend has one red cell ("failed"); a failure adds its count in the totals, the
+    # matrix's cell and the claim's (its op's claims are open when one failed)
     (_, _), ok = _pixels(screenshot(reports / "index.html", tmp_path / "ok.png", width=1000, height=900))
     spec.write_text(OPS)
     assert main(["prove", str(spec), "--reports", str(reports), "--quiet"]) == 1
