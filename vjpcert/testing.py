@@ -14,8 +14,10 @@ raise ``CertificationError`` (an AssertionError) that shows the witness and the 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -26,6 +28,91 @@ class CertificationError(AssertionError):
     pass
 
 
+def _hide_certification_failures(excinfo) -> bool:
+    """pytest's ``__tracebackhide__``: a failed certification is about the user's op or kernel, so
+    its traceback stops at the user's test; any other error (a bug, a bad spec file) keeps these frames."""
+    return excinfo.errisinstance(CertificationError)
+
+
+def _short_sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+class CertificateCache:
+    """Certificates a test suite derived, kept in a folder and reused while they are current.
+
+    Whether a kept certificate is current is the planner's own rule (``vjpcert.plan.is_current``, what
+    resuming `vjpcert all` uses): intact (its digest), the certificate of this very task, and issued for
+    the spec, data and checker code there is now. On top of that a certificate is trusted only as this
+    cache wrote it: beside each one lies the sha256 of its file, so a record edited by hand, even with
+    its digest made again, or one copied in from elsewhere, is derived again instead. Only decided
+    verdicts are kept (passed or failed): an inconclusive run (a budget ran out, the checker crashed)
+    is tried again next time."""
+
+    def __init__(self, root):
+        self.root = Path(root)
+        self.reused = 0
+        self.derived = 0
+
+    def _path(self, task, op) -> Path:
+        from vjpcert.plan import task_identity, task_relpath
+        ref = task.op
+        # two spec files may define ops of the same name, and tests may ask for the same claim with
+        # other options (digits, budget) where a report directory keeps one: each gets its own file
+        where = json.dumps([ref.name, ref.file, ref.mutant, ref.frontend, ref.collection])
+        folder = f"{op.base_name}-{_short_sha(where)}"
+        rel = task_relpath(task, op.base_name)
+        name = f"{rel.stem}__{_short_sha(json.dumps(task_identity(task, op), sort_keys=True))}{rel.suffix}"
+        return self.root / folder / rel.with_name(name)
+
+    @staticmethod
+    def _seal(path: Path) -> Path:
+        return path.with_name(path.name + ".sha256")
+
+    def _kept(self, path: Path) -> dict | None:
+        try:
+            data = path.read_bytes()
+            seal = self._seal(path).read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        if hashlib.sha256(data).hexdigest() != seal:
+            return None
+        try:
+            return json.loads(data.decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+
+    def run(self, tasks, op) -> list:
+        """The certificate of each task: the kept one when current, else derived now (and kept)."""
+        from vjpcert import runner
+        from vjpcert.core.certificate import Certificate, atomic_write
+        from vjpcert.plan import is_current
+        out = []
+        for task in tasks:
+            path = self._path(task, op)
+            record = self._kept(path)
+            if record is not None and is_current(record, task, op):
+                try:
+                    out.append(Certificate.from_dict(record))
+                    self.reused += 1
+                    continue
+                except (TypeError, ValueError):
+                    pass
+            cert = runner.execute(task)
+            self.derived += 1
+            if cert.passed or cert.verdict == "failed":
+                text = cert.to_json()
+                atomic_write(path, text)
+                atomic_write(self._seal(path), hashlib.sha256(text.encode("utf-8")).hexdigest() + "\n")
+            out.append(cert)
+        return out
+
+
+def _run(tasks, op, cache: CertificateCache | None) -> list:
+    if cache is not None:
+        return cache.run(tasks, op)
+    from vjpcert import runner
+    return [runner.execute(t) for t in tasks]
 
 
 def _explain(certs) -> str:
@@ -45,25 +132,29 @@ def _explain(certs) -> str:
     return "\n".join(lines)
 
 
-def assert_proved(op, claims=None, dims: dict | None = None, budget: float = 60.0, general: bool = True):
+def assert_proved(op, claims=None, dims: dict | None = None, budget: float = 60.0, general: bool = True,
+                  cache: CertificateCache | None = None):
     """Prove every claim (or those named) exactly, as `vjpcert prove` plans them (its dims ladder,
-    compositional and every-size proofs; ``dims`` as `--dims`); raise with the witnesses otherwise."""
+    compositional and every-size proofs; ``dims`` as `--dims`); raise with the witnesses otherwise.
+    ``cache``: reuse the current certificates kept there (the pytest fixture's)."""
+    __tracebackhide__ = _hide_certification_failures
     from vjpcert.plan import plan_op
-    from vjpcert.runner import execute
-    certs = [execute(t) for t in plan_op(op, ("symbolic",), dims=dims, claims=claims, budget=budget,
-                                         general=general)]
+    op = resolve(op)
+    certs = _run(plan_op(op, ("symbolic",), dims=dims, claims=claims, budget=budget, general=general), op, cache)
     if not all(c.verdict.startswith("proved") for c in certs):
         raise CertificationError("not proved:\n" + _explain([c for c in certs if not c.verdict.startswith("proved")]
                                                               or certs))
     return certs
 
 
-def assert_checked(op, claims=None, dims: dict | None = None, dps: int = 50):
+def assert_checked(op, claims=None, dims: dict | None = None, dps: int = 50,
+                   cache: CertificateCache | None = None):
     """Check every claim in mpmath as `vjpcert check` plans them (its dims, the float references);
-    raise with the witnesses otherwise."""
+    raise with the witnesses otherwise. ``cache``: as for ``assert_proved``."""
+    __tracebackhide__ = _hide_certification_failures
     from vjpcert.plan import plan_op
-    from vjpcert.runner import execute
-    certs = [execute(t) for t in plan_op(op, ("numeric",), dims=dims, claims=claims, dps=dps)]
+    op = resolve(op)
+    certs = _run(plan_op(op, ("numeric",), dims=dims, claims=claims, dps=dps), op, cache)
     if not all(c.passed for c in certs):
         raise CertificationError("not checked:\n" + _explain(certs))
     return certs
@@ -76,6 +167,7 @@ def assert_matches_spec(op, impl, *, kind: str = "backward", dims: dict | None =
     is checked with its backward) against the spec, under the tolerance rule of
     ``vjpcert.core.tolerance`` at ``dtype``, with the spec at ``params`` (e.g. ``{"eps": 1e-6}``; an
     implementation that takes a parameter by name is given the same value)."""
+    __tracebackhide__ = _hide_certification_failures
     op = resolve(op)
     if kind == "backward":
         from vjpcert.impl import check_backward
@@ -104,6 +196,7 @@ def assert_triton_matches(op, launcher, *, kind: str = "backward", dims=None, se
     and the op's params) and returns numpy arrays; allocate with ``vjpcert.triton_kernels.harness``
     (``device_tensor``, ``empty``) so inputs are fenced and outputs NaN-poisoned. ``dims``: one dims
     dict or a list (default: the op's check dims). Returns the certificates; raises with the witness."""
+    __tracebackhide__ = _hide_certification_failures
     from vjpcert.triton_kernels.check import check_triton_claim, unavailable_reason
     from vjpcert.triton_kernels.registry import TritonKernel
     why = unavailable_reason()
@@ -125,6 +218,7 @@ def assert_triton_matches(op, launcher, *, kind: str = "backward", dims=None, se
 def _check_forward(op, impl, dims, dtype, seed, params=None):
     """The forward against the spec: the reference is the spec in mpmath (50 digits) rounded to
     float64, the baseline the spec at ``dtype`` (as for backwards)."""
+    __tracebackhide__ = _hide_certification_failures
     from vjpcert.core import tolerance
     from vjpcert.core.reference import forward
     from vjpcert.impl import _accepted, _dtype_leak, spec_params, truth_forward
