@@ -31,16 +31,31 @@ def op_mutants(proof=None):
             for m in op.mutants]
 
 
-def mutants_by_default(pairs):
-    """(op, mutant) pairs as pytest params: every mutant of a leaf op always runs; a composite's first
-    mutant stands for it by default (each of the others evaluates the whole block again), --slow runs
-    them all. The committed kill matrix, which CI checks is current, holds every mutant in every tier."""
-    seen, out = set(), []
-    for name, mutant in pairs:
-        slow = bool(OPS[name].nodes) and name in seen
-        seen.add(name)
-        out.append(pytest.param(name, mutant, marks=pytest.mark.slow if slow else ()))
+def standing_mutants(name) -> set[str]:
+    """The mutants that stand for an op in the default run: for a composite (an op with nodes) its
+    first one (each mutant evaluates the whole block again); for a leaf op, a few mutants that
+    between them kill every claim (a greedy cover, so each claim's negative control goes red in every
+    run), and every mutant of a kind with a path of its own (refused, evading the standard inputs,
+    below any finite precision). --slow runs them all, and the committed kill matrix, which CI checks
+    is current, holds every mutant in every tier."""
+    o = OPS[name]
+    if o.nodes and "monolithic" not in o.proofs:
+        return {o.mutants[0].name} if o.mutants else set()
+    out = {m.name for m in o.mutants if m.refused or m.evades or m.exact_only}
+    left = set(o.claims())
+    while left:                         # greedy cover: the mutant that kills the most claims not yet killed
+        best = max(o.mutants, key=lambda m: len(left & set(m.kills)))
+        if not left & set(best.kills):
+            break                       # a claim no mutant kills: test_every_claim_has_a_negative_control fails
+        out.add(best.name)
+        left -= set(best.kills)
     return out
+
+
+def mutants_by_default(pairs):
+    """(op, mutant) pairs as pytest params, those that do not stand for their op marked slow."""
+    return [pytest.param(name, mutant, marks=() if mutant in standing_mutants(name) else pytest.mark.slow)
+            for name, mutant in pairs]
 
 
 @pytest.fixture(scope="session")

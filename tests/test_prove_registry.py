@@ -2,7 +2,7 @@
 makes exactly the claims it names fail -- with a witness -- and no others (no false kills)."""
 import pytest
 
-from conftest import OPS, op_claims, op_mutants
+from conftest import OPS, mutants_by_default, op_claims, op_mutants
 from vjpcert.core.registry import SpecError
 from vjpcert.core.validate import validate
 from vjpcert.symbolic.fixed.prover import prove_claim
@@ -18,7 +18,7 @@ def test_every_claim_is_proved_at_every_default_dims(name, claim):
         assert "vacuous" not in cert.evidence, "a proof that both sides are 0 proves nothing"
 
 
-@pytest.mark.parametrize("name,mutant", op_mutants("monolithic"))
+@pytest.mark.parametrize("name,mutant", mutants_by_default(op_mutants("monolithic")))
 def test_mutant_fails_exactly_the_claims_it_names(name, mutant):
     op = OPS[name]
     m = next(m for m in op.mutants if m.name == mutant)
