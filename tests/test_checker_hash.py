@@ -65,7 +65,7 @@ def before(tmp_path_factory):
 def test_comment_and_docstring_edits_of_every_checker_file_and_of_core_change_no_checker_hash(tmp_path, before):
     root = _copy(tmp_path)
     for folder in ("vjpcert", "core", "frontends", "symbolic", "numeric", "cuda_kernels", "triton_kernels"):
-        for path in (root / folder).glob("*.py"):
+        for path in (root / folder).rglob("*.py"):
             _edit_text_only(path)
     assert _hashes(root) == before
 

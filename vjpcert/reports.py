@@ -111,7 +111,7 @@ def render_resources(res: dict) -> str:
              "`cuda.core`); the tests fail on any spill, on more than 48 KiB of static shared memory and on "
              "any `.f64` instruction in a float32 kernel. Occupancy: resident warps / 64 per SM for blocks of "
              "the threads shown (registers, threads and shared memory; `cuda_kernels.resources.occupancy`). "
-             "Before and after the kernel work of issue 17: [occupancy.md](occupancy.md).", "",
+             "Before and after the kernel tuning: [occupancy.md](occupancy.md).", "",
              "| kernel | registers | spill bytes | static shared bytes | .f64 instructions | threads | blocks / SM "
              "| occupancy |",
              "|---|---|---|---|---|---|---|---|"]
