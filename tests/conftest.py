@@ -58,6 +58,16 @@ def mutants_by_default(pairs):
             for name, mutant in pairs]
 
 
+# Two one-line ops for the report tests: cube with a wrong backward (one failed claim), square right.
+REPORT_OPS = ('from vjpcert.core.registry import op\n'
+       '@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 3}])\n'
+       'def cube(B, x):\n    """x cubed, with a wrong backward."""\n    return x * x * x\n'
+       '@cube.defvjp\ndef _(B, x, dy):\n    return (2 * x * x * dy,)\n'
+       '@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 3}])\n'
+       'def square(B, x):\n    """x squared."""\n    return x * x\n'
+       '@square.defvjp\ndef _(B, x, dy):\n    return (2 * x * dy,)\n')
+
+
 @pytest.fixture(scope="session")
 def ops():
     return OPS

@@ -5,17 +5,11 @@ committed screenshot, reports/screenshots/index.png."""
 import pytest
 
 from vjpcert.browser import find_chromium, screenshot
+from conftest import REPORT_OPS as OPS
 from vjpcert.cli import main
 
 pytestmark = pytest.mark.skipif(find_chromium() is None, reason="no Chromium (apt-get install chromium)")
 
-OPS = ('from vjpcert.core.registry import op\n'
-       '@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 3}])\n'
-       'def cube(B, x):\n    """x cubed, with a wrong backward."""\n    return x * x * x\n'
-       '@cube.defvjp\ndef _(B, x, dy):\n    return (2 * x * x * dy,)\n'
-       '@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 3}])\n'
-       'def square(B, x):\n    """x squared."""\n    return x * x\n'
-       '@square.defvjp\ndef _(B, x, dy):\n    return (2 * x * dy,)\n')
 PROVED, FAILED = (217, 242, 217), (249, 208, 208)        # .v-proved and .v-failed in vjpcert/html.py
 
 

@@ -12,18 +12,12 @@ from pathlib import Path
 import pytest
 
 from vjpcert.browser import dump_dom, find_chromium, screenshot
+from conftest import REPORT_OPS as OPS
 from vjpcert.cli import main
 from vjpcert.core.certificate import Certificate
 from vjpcert.html import render_html
 from vjpcert.witness import witness_rows
 
-OPS = ('from vjpcert.core.registry import op\n'
-       '@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 3}])\n'
-       'def cube(B, x):\n    """x cubed, with a wrong backward."""\n    return x * x * x\n'
-       '@cube.defvjp\ndef _(B, x, dy):\n    return (2 * x * x * dy,)\n'
-       '@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 3}])\n'
-       'def square(B, x):\n    """x squared."""\n    return x * x\n'
-       '@square.defvjp\ndef _(B, x, dy):\n    return (2 * x * dy,)\n')
 RIGHT = OPS.replace("(2 * x * x * dy,)", "(3 * x * x * dy,)")
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 FOLDING = {"details", "summary", "template", "script", "style", "section", "table", "tr"}
