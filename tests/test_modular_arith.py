@@ -95,15 +95,21 @@ def test_elementwise_and_sums_are_exact(p):
                                            ("karatsuba", "KARATSUBA_MAX_CONTRACTION")])
 def test_a_contraction_too_long_for_float64_goes_wrong(method, limit, monkeypatch):
     """The negative control, for each product: with chunks longer than its limit, the limb sums pass
-    2^53 and the comparison with Python's integers catches the rounding."""
+    2^53 and the comparison with Python's integers catches the rounding.
+
+    The residues are random and large: with one repeated residue every limb product is the same
+    number v, and a BLAS that sums in power-of-two blocks only ever forms 2^k * m * v, which float64
+    can hold exactly for this K (64 * 2730 = 2^7 * 1365), so the rounding would go unseen on some
+    machines and not on others."""
     p = PRIMES[-1]
     K = 64 * ma.MAX_CONTRACTION
-    a = np.full((1, K), p - 1, dtype=np.int64)
-    b = np.full((K, 1), p - 1, dtype=np.int64)
+    rng = np.random.default_rng(53)
+    a = rng.integers(p // 2, p, size=(2, K), dtype=np.int64)
+    b = rng.integers(p // 2, p, size=(K, 2), dtype=np.int64)
     monkeypatch.setattr(ma, "KARATSUBA_MIN_CONTRACTION", METHODS[method])
     monkeypatch.setattr(ma, limit, 10 ** 9)
-    got = ma.ModP(p).matmul(a, b)
-    assert int(got[0, 0]) != int(_exact_matmul(a, b, p)[0, 0])
+    got = np.asarray(ma.ModP(p).matmul(a, b), dtype=object)
+    assert (got != _exact_matmul(a, b, p)).all()
 
 
 def test_a_prime_outside_the_range_is_refused():
