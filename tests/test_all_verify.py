@@ -2,6 +2,7 @@
 stale, edited, malformed or missing certificate; the committed reports are current."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,6 +90,33 @@ def test_verify_passes_then_names_a_stale_certificate_after_the_spec_is_edited(t
     assert main(verify) == 1
     out = capsys.readouterr().out
     assert out.count("stale") == 2 and "spec changed (my_ops.py)" in out
+
+
+def test_verify_in_a_user_project_checks_the_spec_files_its_reports_record(tmp_path, tmp_path_factory, capsys,
+                                                                         monkeypatch):
+    """No --spec: the report folder's ops.json names each user op's spec file (relative to the folder),
+    so a plain `vjpcert verify` checks the project's certificates, never asks for the built-in ops',
+    still sees an edit, and names an op whose spec file is gone."""
+    spec, reports = _prove_user(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["verify", "--no-missing"]) == 0, capsys.readouterr()
+    assert main(["verify"]) == 1                  # `prove` wrote no numeric certificates: those are missing
+    out = capsys.readouterr().out
+    missing = [line for line in out.splitlines() if line.startswith("missing")]
+    assert missing and all("square_scale" in line for line in missing), out
+    moved = tmp_path_factory.mktemp("moved") / "project"     # the project moves as a whole: the
+    shutil.copytree(tmp_path, moved)                          # recorded paths are relative
+    monkeypatch.chdir(moved)
+    assert main(["verify", "--no-missing"]) == 0, capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    spec.write_text(USER_OP.replace('"""y = x^2 w."""', '"""y = x^2 w (edited)."""'))
+    assert main(["verify", "--no-missing"]) == 1
+    assert "spec changed (my_ops.py)" in capsys.readouterr().out
+    spec.unlink()
+    assert main(["verify", "--no-missing"]) == 1
+    out = capsys.readouterr().out
+    assert "recorded spec file is gone" in out and "orphan" in out
 
 
 def test_verify_names_edited_malformed_truncated_and_missing(tmp_path, capsys):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from vjpcert.core.registry import SpecError
@@ -27,6 +28,15 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNDECIDED, EXIT_INTERRUPTED = 0, 1, 2
 
 
 # ------------------------------------------------------------------------------ arguments
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml), without importing the package's tiers."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("vjpcert")
+    except PackageNotFoundError:          # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def _targets(p):
     p.add_argument("targets", nargs="*", metavar="OP|FILE",
                    help="built-in op names, paths of spec files, FILE::op (one op of a file), or "
@@ -78,6 +88,7 @@ def _modular_option(p):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vjpcert", description="Certificates for backward passes.")
+    parser.add_argument("--version", action="version", version=f"vjpcert {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("all", help="every tier for every op: proofs, numeric checks, kernel checks")
     _targets(p)
@@ -178,12 +189,39 @@ def _freeze(v):
     return tuple(_freeze(x) for x in v) if isinstance(v, list) else v
 
 
+def check_writable_dir(path: Path, option: str = "--reports") -> None:
+    """Refuse, before any work, a report folder that cannot be written: a file, a folder under a file,
+    a folder (or the nearest existing parent of one to be made) that refuses a new file. Nothing is
+    left behind: the probe file is removed, and a missing folder is not made here."""
+    import errno
+    import tempfile
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise SpecError(None, f"{option} {path} exists and is not a directory")
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise SpecError(None, f"{option} {path} cannot be made: {probe} is a file")
+    try:
+        with tempfile.TemporaryFile(dir=probe, prefix=".vjpcert-probe-"):
+            pass
+    except OSError as exc:
+        reason = errno.errorcode.get(exc.errno, "") + (f" ({exc.strerror})" if exc.strerror else "")
+        where = path if probe == path else f"{path} (its parent {probe})"
+        raise SpecError(None, f"{option} {where} is not writable: {reason.strip() or exc}") from None
+
+
 def _plan(args, tiers: tuple[str, ...]):
     """Select ops, expand dims and claims per tier, and validate every spec before anything is
     written. Returns (tasks, ops by name)."""
     from vjpcert.ops import frontend_declaration, parse_dims, select_ops
     from vjpcert.plan import kernel_unavailable, tier_tasks
 
+    if getattr(args, "reports", None) is not None and not getattr(args, "read_only", False):
+        check_writable_dir(Path(args.reports))
     if getattr(args, "dims_alias", None):
         args.dims = args.dims_alias
     if "numeric" in tiers:
@@ -200,7 +238,8 @@ def _plan(args, tiers: tuple[str, ...]):
             raise SpecError(None, kernel_missing)
         print(f"vjpcert: {kernel_missing}; the other tiers run without it", file=sys.stderr)
         tiers = tuple(t for t in tiers if t != "kernel")
-    selected = select_ops(args.targets, frontend_declaration(args))
+    with _deadline(getattr(args, "timeout", None), "loading the spec files"):
+        selected = select_ops(args.targets, frontend_declaration(args))
     overrides = parse_dims(args.dims)
     if overrides:
         known = set().union(*(op.dim_names() for _, op in selected))
@@ -215,15 +254,45 @@ def _plan(args, tiers: tuple[str, ...]):
         fixed, raw = _load_point(args.point, selected[0][1])
         point = tuple(sorted((k, _freeze(v)) for k, v in raw.items()))
     tasks, ops = [], {}
+    budget = getattr(args, "timeout", None)
     for ref, op in selected:
         ops[op.name] = op
-        for tier in tiers:
-            tasks += tier_tasks(tier, ref, op, overrides=overrides, large=args.large, seed=args.seed,
-                                budget=getattr(args, "timeout", None), dps=getattr(args, "dps", 50),
-                                method=getattr(args, "method", "mpmath-diff"), point=point, fixed_dims=fixed,
-                                general=getattr(args, "general", False),
-                                modular=getattr(args, "modular", False) and tier == "symbolic")
+        with _deadline(budget, f"planning {op.name} (tracing its spec at its dims)"):
+            for tier in tiers:
+                tasks += tier_tasks(tier, ref, op, overrides=overrides, large=args.large, seed=args.seed,
+                                    budget=budget, dps=getattr(args, "dps", 50),
+                                    method=getattr(args, "method", "mpmath-diff"), point=point, fixed_dims=fixed,
+                                    general=getattr(args, "general", False),
+                                    modular=getattr(args, "modular", False) and tier == "symbolic")
     return tasks, ops
+
+
+class OutOfBudget(BaseException):
+    """Work before the claims (loading a spec file, planning, tracing a spec) took longer than
+    --timeout: undecided. A BaseException, so a spec's or a loader's ``except Exception`` cannot turn
+    it into an ordinary error (or swallow it)."""
+
+
+@contextmanager
+def _deadline(seconds: float | None, what: str):
+    """Bound the work inside by a wall-clock alarm: a spec whose forward loops forever, or dims too
+    large to trace, costs --timeout (exit 3, nothing written), as a claim would. No bound without
+    --timeout, or off the main thread (signals are delivered there only)."""
+    import signal
+    import threading
+    if seconds is None or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum, frame):
+        raise OutOfBudget(f"{what} took longer than --timeout {seconds:g} s: nothing was run or written")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _executor(args):
@@ -401,6 +470,7 @@ def cmd_check(args) -> int:
         # a --point or --impl result is not part of the plan of `vjpcert all`: kept apart by default, so
         # it can neither change the pages of the planned certificates nor make `verify` see an extra
         args.reports = str(Path("reports") / ADHOC) if (args.point or args.impl) else "reports"
+    check_writable_dir(Path(args.reports))
     if args.impl:
         from vjpcert.impl import check_impl_command
         return check_impl_command(args)
@@ -419,11 +489,27 @@ def cmd_kernels(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    import os
+
     from vjpcert.specs import builtin_ops
     from vjpcert.core.registry import load_file
     from vjpcert.plan import task_relpath
     from vjpcert.verify import NotAReportDir, Problem, verify
 
+    root = Path(args.reports)
+    if not (root / "certificates").is_dir():          # before any planning: says so at once
+        return _fail_bad_input(f"{root} is not a report directory (it has no certificates/ folder)")
+    if args.sample is not None and (args.sample < 1 or not args.replay):
+        return _fail_bad_input("--sample K needs --replay and K >= 1")
+    gone = []
+    if not args.spec:
+        # a user project's report folder names its ops' spec files (ops.json): check those by default
+        from vjpcert.report_data import recorded_spec_files
+        files, gone = recorded_spec_files(root)
+        args.spec = [str(f) for f in files]
+        if files:
+            print("vjpcert verify: the spec files recorded in " + str(root / "ops.json") + ": "
+                  + ", ".join(os.path.relpath(f) for f in files))
     builtins = builtin_ops()
     ops = dict(builtins)
     for f in args.spec:
@@ -435,14 +521,15 @@ def cmd_verify(args) -> int:
         present = {p.parent.name for p in Path(args.reports).glob("certificates/*/*.json")}
         targets = [*args.spec] + ([] if args.spec and not (present & set(builtins)) else list(builtins))
         plan_args = build_parser().parse_args(["all", *targets, "--reports", args.reports])
+        plan_args.read_only = True            # verify plans what `all` would write, and writes nothing
         tasks, _ = _plan(plan_args, ("symbolic", "numeric", "kernel"))
         expected = [task_relpath(t, ops[t.op.name].base_name) for t in tasks]
-    if args.sample is not None and (args.sample < 1 or not args.replay):
-        return _fail_bad_input("--sample K needs --replay and K >= 1")
     try:
-        problems = verify(Path(args.reports), ops, expected)
+        problems = verify(root, ops, expected)
     except NotAReportDir as exc:
         return _fail_bad_input(str(exc))
+    problems += [Problem("orphan", f"ops.json: {name}", "its recorded spec file is gone (its certificates "
+                                                         "cannot be checked)") for name in gone]
     if not args.no_pages:
         from vjpcert.reports import stale_pages
         spec_ops = {o.name: o for f in args.spec for o in load_file(f)}
@@ -494,11 +581,13 @@ def cmd_render(args) -> int:
 
 def cmd_frameworks(args) -> int:
     from vjpcert.frameworks import SUBDIR, run
+    check_writable_dir(Path(args.reports))
     return run(Path(args.reports) / SUBDIR, jobs=args.jobs, force=args.force, only=args.only, quiet=args.quiet)
 
 
 def cmd_mutate(args) -> int:
     from vjpcert.mutate import run_mutate
+    check_writable_dir(Path(args.reports))
     return run_mutate(args)
 
 
@@ -580,6 +669,9 @@ def main(argv=None) -> int:
         return commands[args.command](args)
     except SpecError as exc:
         return _fail_bad_input(str(exc))
+    except OutOfBudget as exc:
+        print(f"vjpcert: undecided: {exc}", file=sys.stderr)
+        return EXIT_UNDECIDED
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ Both renderers (``reports`` for Markdown, ``html``) import this; neither imports
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -60,6 +61,7 @@ def load_resources(root: Path) -> dict | None:
 
 
 # ------------------------------------------------------------------------------ what pages say of ops
+HTML_OP_PAGES = "ops"     # the folder of the per-op HTML pages (index.html links to them)
 OPS_FILE = "ops.json"     # the docstring and spec file of each user op the reports hold (built-ins: specs/)
 
 
@@ -70,6 +72,29 @@ def op_info(op) -> dict:
         name = Path(op.module.__file__).name
         spec_file = f"specs/{name}" if op.module.__name__.startswith("vjpcert.specs.") else name
     return {"doc": (op.doc or "").strip(), "spec_file": spec_file}
+
+
+def _spec_path(op, root: Path) -> str | None:
+    """Where the op's spec file lies, relative to the report folder: what ``vjpcert verify`` loads by
+    default, so it checks a user project's certificates from its own folder, wherever that is moved."""
+    f = getattr(op.module, "__file__", None) if op.module is not None else None
+    return Path(os.path.relpath(Path(f).resolve(), Path(root).resolve())).as_posix() if f else None
+
+
+def recorded_spec_files(root: Path) -> tuple[list[Path], list[str]]:
+    """The spec files of the user ops ``OPS_FILE`` records (existing ones, deduplicated), and the
+    names of the ops whose recorded spec file is gone."""
+    files, gone = {}, []
+    for name, info in sorted(read_ops_file(root).items()):
+        rel = info.get("spec_path")
+        if not isinstance(rel, str):
+            continue
+        path = (Path(root) / rel).resolve()
+        if path.is_file():
+            files.setdefault(path, None)
+        else:
+            gone.append(name)
+    return list(files), gone
 
 
 def read_ops_file(root: Path) -> dict:
@@ -99,7 +124,8 @@ def user_ops_record(root: Path, ops: dict) -> str | None:
     builtins = builtin_ops()
     before = read_ops_file(root)
     after = dict(before)
-    after.update({name: op_info(op) for name, op in ops.items() if name not in builtins})
+    after.update({name: {**op_info(op), "spec_path": _spec_path(op, root)}
+                  for name, op in ops.items() if name not in builtins})
     if not after or after == before:
         return None
     return json.dumps(after, indent=1, sort_keys=True) + "\n"
