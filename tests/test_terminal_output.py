@@ -44,11 +44,19 @@ def test_a_failed_user_op_prints_its_witness_dims_and_certificate(tmp_path, caps
     assert "cube vjp[x] [n=3]" in block, f"the claim name or its dims were eaten as markup:\n{block}"
     assert sides in block and re.search(r"dims\s+n=3", block)
     assert str(reports / cert) in block, "the certificate's path is printed whole, on one line"
-    assert "np.int64" not in err and len(block.splitlines()) <= 8
+    assert "np.int64" not in err and len(block.splitlines()) <= 10
     # the witness on the terminal is the certificate's
     witness = json.loads((reports / cert).read_text())["evidence"]["witness"]
     if variant == "symbolic":
         assert f"{witness['backward']} vs {witness['J^T dy']}" in block
+    # the input point it failed at, as the certificate holds it (a rerun needs nothing else)
+    at_x = re.search(r"at x\s+(.+)", block)
+    assert at_x, block
+    shown = at_x.group(1)
+    if variant == "symbolic":                 # one exact rational per entry, x[0], x[1], x[2]
+        assert all(f"{k[1:]}={v}" in shown for k, v in witness["point"].items() if k.startswith("x[")), shown
+    else:                                     # the float64 vector, to 6 digits
+        assert shown.strip() == "[" + ", ".join(f"{v:.6g}" for v in witness["point"]["x"]) + "]", shown
 
 
 def test_quiet_still_shows_failures_and_nothing_else(tmp_path, capsys):

@@ -54,9 +54,43 @@ def short(value, limit: int = LONG) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+POINT_KEYS = ("point", "inputs")    # where a tier writes the input values it failed at
+POINT_ROWS = 4                      # inputs shown on the terminal; the certificate holds them all
+
+
+_ENTRY = re.compile(r"^([^\[\]]+)(\[[^\]]*\])$")
+
+
+def _index_order(item):
+    return [int(i) if i.strip().lstrip("-").isdigit() else i for i in item[0].strip("[]").split(",")]
+
+
+def point_rows(w: dict) -> list[tuple[str, str]]:
+    """The input point the claim failed at, one row per input (values elided past a few), so a
+    reader can rerun it (``vjpcert check --point``) without opening the certificate."""
+    point = next((w[k] for k in POINT_KEYS if isinstance(w.get(k), dict) and w[k]), None)
+    if point is None:
+        return []
+    grouped: dict[str, object] = {}
+    for key, value in point.items():       # the exact tier names each entry: x[0], x[1], ...
+        entry = _ENTRY.match(str(key))
+        if entry:
+            grouped.setdefault(entry[1], {})[entry[2]] = value
+        else:
+            grouped[str(key)] = value
+    for name, value in grouped.items():
+        if isinstance(value, dict):
+            grouped[name] = ", ".join(f"{i}={short(v, 30)}" for i, v in sorted(value.items(), key=_index_order))
+    names = list(grouped)
+    rows = [(f"at {name}", short(grouped[name], 90)) for name in names[:POINT_ROWS]]
+    if len(names) > POINT_ROWS:
+        rows.append(("at ...", f"{len(names) - POINT_ROWS} more input(s) in the certificate"))
+    return rows
+
+
 def witness_rows(witness: dict) -> list[tuple[str, str]]:
-    """(label, value) rows: where, the two sides, the size of the disagreement; then anything else
-    small that a tier wrote (an error message, a violation count)."""
+    """(label, value) rows: where, the two sides, the size of the disagreement, the input point;
+    then anything else small that a tier wrote (an error message, a violation count)."""
     w = plain(witness)
     rows, used = [], set()
     where = [f"{k} {short(w[k], 60)}" for k in WHERE if k in w]
@@ -71,6 +105,7 @@ def witness_rows(witness: dict) -> list[tuple[str, str]]:
     used.update(k for k in SIZE if k in w)
     if size:
         rows.append(("size", ", ".join(size)))
+    rows += point_rows(w)
     for k, v in w.items():
         if k in used or k in BULKY:
             continue
