@@ -39,7 +39,7 @@ def copy(built, tmp_path, monkeypatch):
 
 def test_prove_and_check_point_leave_every_page_unchanged(copy, tmp_path, capsys):
     before = _files(copy)
-    assert "x cubed, entrywise" in before["cube.md"].decode() and "x cubed" in before["index.html"].decode()
+    assert "x cubed, entrywise" in before["cube.md"].decode() and "x cubed" in before["ops/cube.html"].decode()
     assert main(["prove", "softmax"]) == 0                     # every certificate current: nothing runs
     assert _files(copy) == before
     point = tmp_path / "p.json"
@@ -99,4 +99,4 @@ def test_an_op_without_a_docstring_gets_no_empty_block(tmp_path):
     reports = tmp_path / "reports"
     assert main(["prove", str(spec), "--reports", str(reports), "--quiet"]) == 0
     assert "```text\n\n```" not in (reports / "cube.md").read_text()
-    assert "<pre></pre>" not in (reports / "index.html").read_text()
+    assert "<pre></pre>" not in (reports / "ops" / "cube.html").read_text()

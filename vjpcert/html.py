@@ -1,10 +1,11 @@
-"""One self-contained HTML report (no network needed to view it). At the top what a reader acts on:
-the totals per verdict, then every failed claim with its witness shown, then the verdict matrix with a
-small inline filter (op, verdict, tier). Below, one section per op: its formulas rendered from SymPy
-(as MathML, which browsers draw natively), the finite-difference plot (embedded), its assumptions
-stated once, and every claim with its trust level. An op's claims and plot wait in a closed
-``<details>`` until opened (a link to the op opens it), so a page of a thousand claims draws only what
-is at the top."""
+"""The HTML report (no network needed to view it): ``index.html`` and one page per op under ``ops/``,
+each self-contained. At the top of the index what a reader acts on: the totals per verdict, then every
+failed claim with its witness shown, then the verdict matrix with a small inline filter (op, verdict,
+tier), each op linking to its page. An op's page holds its formulas rendered from SymPy (as MathML,
+which browsers draw natively), the finite-difference plot (embedded), its assumptions stated once, and
+every claim with its trust level. The index stays small however many claims and plots there are.
+``render_html`` renders the same as one page (an op's section in a closed ``<details>``), for a caller
+that wants a single file."""
 from __future__ import annotations
 
 import base64
@@ -14,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from vjpcert.core.certificate import TRUST, VERDICTS, Certificate
-from vjpcert.report_data import SEVERITY, evidence_brief, load_resources, summary, tiers_present
+from vjpcert.report_data import HTML_OP_PAGES, SEVERITY, evidence_brief, load_resources, summary, tiers_present
 from vjpcert.tiers import TIERS
 
 CSS = """
@@ -185,7 +186,7 @@ def _in_page(name: str) -> str:
 
 
 def _own_page(name: str) -> str:
-    return f"ops/{html.escape(name)}.html"
+    return f"{HTML_OP_PAGES}/{html.escape(name)}.html"
 
 
 def _failures(certs, link=_in_page) -> str:
@@ -338,7 +339,7 @@ def render_html_pages(certs: list[Certificate], infos: dict[str, dict], root: Pa
     pages = {Path("index.html"): "\n".join([_head("vjpcert report"), *_top(certs, by_op, root, _own_page),
                                             f"<script>{JS}</script></body></html>"])}
     for name in sorted(by_op):
-        pages[Path("ops") / f"{name}.html"] = "\n".join([
+        pages[Path(HTML_OP_PAGES) / f"{name}.html"] = "\n".join([
             _head(f"{name}: vjpcert report"), "<p><a href='../index.html'>all ops</a></p>",
             _op_section(name, by_op[name], infos.get(name) or {}, root, up="../"), "</body></html>"])
     return pages

@@ -9,7 +9,7 @@ from pathlib import Path
 from vjpcert.core.certificate import CERTIFICATE_SCHEMA, SCHEMA_VERSION, TRUST, Certificate, atomic_write
 from vjpcert.core.registry import Op
 
-from vjpcert.report_data import (OPS_FILE, SEVERITY, ReportError, dims_text, evidence_brief,  # noqa: F401
+from vjpcert.report_data import (HTML_OP_PAGES, OPS_FILE, SEVERITY, ReportError, dims_text, evidence_brief,  # noqa: F401
                                  load_certificates, load_resources, page_ops, summary, tiers_present,
                                  user_ops_record)
 from vjpcert.witness import witness_rows
@@ -130,7 +130,8 @@ def render_index(certs: list[Certificate], has_resources: bool = False) -> str:
     lines = ["# vjpcert reports", "",
              f"Rendered from {len(certs)} certificates. The JSON certificates under `certificates/` are the source of truth",
              f"(schema: `schema/certificate-v{SCHEMA_VERSION}.schema.json`); this page, the per-op pages and",
-             "`index.html` (self-contained) are rendered from them. `vjpcert verify` checks that every",
+             "`index.html` with one page per op under `ops/` (each self-contained) are rendered from them.",
+             "`vjpcert verify` checks that every",
              "certificate still matches the spec and checker code that issued it.", "",
              "| op | " + " | ".join(tiers_present(certs)) + " |", "|---|" + "---|" * len(tiers_present(certs))]
     for name in sorted(by_op):
@@ -165,9 +166,16 @@ def render_reports(root: Path, ops: dict[str, Op] | None = None, html: bool = Tr
     pages[Path("README.md")] = render_index(certs, has_resources=bool(resources))
     pages[Path("schema") / f"certificate-v{SCHEMA_VERSION}.schema.json"] = json.dumps(CERTIFICATE_SCHEMA, indent=2) + "\n"
     if html:
-        from vjpcert.html import render_html
-        pages[Path("index.html")] = render_html(certs, infos, root)
+        from vjpcert.html import render_html_pages
+        pages.update(render_html_pages(certs, infos, root))
     return pages
+
+
+def _orphan_html_pages(root: Path, pages: dict[Path, str]) -> list[Path]:
+    """Per-op HTML pages on disk that no certificate renders to any more (an op whose certificates
+    were all removed): removed by a render, named by `verify`."""
+    return sorted(p.relative_to(root) for p in (Path(root) / HTML_OP_PAGES).glob("*.html")
+                  if p.relative_to(root) not in pages)
 
 
 def write_reports(root: Path, ops: dict[str, Op] | None = None, command: str | None = None, html: bool = True) -> None:
@@ -178,7 +186,11 @@ def write_reports(root: Path, ops: dict[str, Op] | None = None, command: str | N
     record = user_ops_record(root, ops or {})
     if record is not None:
         atomic_write(root / OPS_FILE, record)
-    for rel, text in render_reports(root, ops, html=html).items():
+    pages = render_reports(root, ops, html=html)
+    if html:
+        for rel in _orphan_html_pages(root, pages):
+            (root / rel).unlink(missing_ok=True)
+    for rel, text in pages.items():
         path = root / rel
         try:
             if path.read_text(encoding="utf-8") == text:
@@ -190,8 +202,9 @@ def write_reports(root: Path, ops: dict[str, Op] | None = None, command: str | N
 
 def stale_pages(root: Path, ops: dict[str, Op] | None = None) -> list[tuple[Path, str]]:
     """(page, why) for every rendered page that is not what the certificates on disk render to."""
-    out = []
-    for rel, text in render_reports(root, ops).items():
+    pages = render_reports(root, ops)
+    out = [(rel, "no certificate renders to it (re-rendering removes it)") for rel in _orphan_html_pages(root, pages)]
+    for rel, text in pages.items():
         try:
             current = (Path(root) / rel).read_text(encoding="utf-8")
         except FileNotFoundError:
