@@ -33,12 +33,16 @@ def op_mutants(proof=None):
 
 def standing_mutants(name) -> set[str]:
     """The mutants that stand for an op in the default run: for a composite (an op with nodes) its
-    first one (each mutant evaluates the whole block again); for a leaf op, a few mutants that
+    first one (each mutant evaluates the whole block again), and none for a composite of composites
+    (a stack of blocks: one mutant costs a minute, and exercises only what its blocks' mutants do);
+    for a leaf op, a few mutants that
     between them kill every claim (a greedy cover, so each claim's negative control goes red in every
     run), and every mutant of a kind with a path of its own (refused, evading the standard inputs,
     below any finite precision). --slow runs them all, and the committed kill matrix, which CI checks
     is current, holds every mutant in every tier."""
     o = OPS[name]
+    if o.nodes and any(node.nodes for node in o.nodes.values()):
+        return set()         # a stack of blocks: its checks are its blocks', which stand for it
     if o.nodes and "monolithic" not in o.proofs:
         return {o.mutants[0].name} if o.mutants else set()
     out = {m.name for m in o.mutants if m.refused or m.evades or m.exact_only}

@@ -31,16 +31,6 @@ def test_kernel_fails_readably(vjpcert):
 '''
 
 
-def test_failures_show_the_witness_and_the_residual(pytester):
-    pytester.makepyfile(wrong_ops=WRONG, test_user=TESTS)
-    result = pytester.runpytest_subprocess("-q")          # the plugin comes from its entry point
-    result.assert_outcomes(failed=2)
-    out = result.stdout.str()
-    assert "CertificationError" in out and "failed" in out
-    assert "witness" in out and "residual" in out and '"x[' in out
-    assert "error" in out and "> bound" in out and "softmax forward" in out
-
-
 def test_the_plugin_is_registered_by_entry_point():
     from importlib import metadata
     eps = [e for e in metadata.entry_points(group="pytest11") if e.name == "vjpcert"]
@@ -105,7 +95,10 @@ def _run(pytester, *args):
     return pytester.runpytest_subprocess("-q", "-p", "no:randomly", *args)
 
 
-def test_a_second_run_with_nothing_changed_derives_nothing(pytester):
+def test_a_second_run_derives_nothing_and_an_edited_spec_is_derived_again(pytester):
+    """One user's day: a run, the same run again (nothing derived), the same run without the cache
+    (everything derived: the negative control of the reuse), an edit that makes the backward wrong
+    (derived again, failed), and that failing run again (the failed certificates reused, still failed)."""
     pytester.makepyfile(user_ops=RIGHT, test_user=FIVE, conftest=SPY)
     first = _run(pytester)
     first.assert_outcomes(passed=5)
@@ -124,6 +117,16 @@ def test_a_second_run_with_nothing_changed_derives_nothing(pytester):
     _run(pytester, "--vjpcert-no-cache").assert_outcomes(passed=5)
     uncached = _calls(pytester)[2]
     assert len(uncached) == int(said[1]) + int(said[2]) and set(uncached) == set(derived)
+    spec = pytester.path / "user_ops.py"
+    spec.write_text(WRONG)                       # a wrong backward, written into the same file at once
+    edited = _run(pytester)
+    edited.assert_outcomes(failed=5)
+    assert _calls(pytester)[3], "the edited spec's claims are derived again"
+    assert "witness" in edited.stdout.str()
+    # the very same failing run again reuses the failed certificates, and fails
+    again = _run(pytester)
+    again.assert_outcomes(failed=5)
+    assert _calls(pytester)[4] == [] and "witness" in again.stdout.str()
 
 
 def test_the_cache_folder_is_configurable_and_named(pytester):
@@ -141,21 +144,6 @@ def test_the_cache_folder_is_configurable_and_named(pytester):
     shutil.rmtree(pytester.path / ".pytest_cache")
     _run(pytester, "-p", "no:cacheprovider").assert_outcomes(passed=1)
     assert not (pytester.path / ".pytest_cache").exists()
-
-
-def test_an_edited_spec_is_derived_again_and_fails(pytester):
-    pytester.makepyfile(user_ops=RIGHT, test_user=FIVE, conftest=SPY)
-    _run(pytester).assert_outcomes(passed=5)
-    spec = pytester.path / "user_ops.py"
-    spec.write_text(WRONG)                       # a wrong backward, written into the same file at once
-    second = _run(pytester)
-    second.assert_outcomes(failed=5)
-    assert _calls(pytester)[1], "the edited spec's claims are derived again"
-    assert "witness" in second.stdout.str()
-    # negative control: the very same failing run again reuses the failed certificates and fails
-    third = _run(pytester)
-    third.assert_outcomes(failed=5)
-    assert _calls(pytester)[2] == [] and "witness" in third.stdout.str()
 
 
 def _tamper(cache, forge: bool) -> int:
@@ -193,10 +181,12 @@ def test_a_tampered_certificate_is_not_trusted(pytester):
 
 def test_a_failure_shows_the_users_test_and_the_witness_not_the_plugin(pytester):
     pytester.makepyfile(wrong_ops=WRONG, test_user=TESTS)
-    result = _run(pytester)
+    result = _run(pytester)                       # a subprocess: the plugin comes from its entry point
     result.assert_outcomes(failed=2)
     out = result.stdout.str()
-    assert "witness" in out and '"x[' in out and "> bound" in out
+    assert "CertificationError" in out and "failed" in out
+    assert "witness" in out and "residual" in out and '"x[' in out
+    assert "error" in out and "> bound" in out and "softmax forward" in out
     assert "test_user.py" in out and "vjpcert.proved(OPS" in out
     assert "pytest_plugin.py" not in out and "testing.py" not in out, out
 
