@@ -91,7 +91,16 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a full matrix or realistic size; run with --slow")
 
 
+# The files whose tests take a minute or more (whole-block mutants, end-to-end commands, subprocess
+# pytest runs), measured with --durations. They run first, so under pytest-xdist the short tests come
+# last and fill both workers to the end, instead of one long test running alone after the rest.
+LONG_FIRST = ("test_numeric.py", "test_composition.py", "test_readme.py", "test_adding_an_op.py",
+              "test_plugin.py", "test_all_verify.py", "test_notebook.py", "test_frameworks.py",
+              "test_kernels.py", "test_soundness.py", "test_every_size_language.py", "test_dask.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.path.name not in LONG_FIRST)      # stable: the order within stays
     if config.getoption("--slow"):
         return
     skip = pytest.mark.skip(reason="a full matrix or realistic size: pytest --slow")
