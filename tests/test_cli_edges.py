@@ -92,3 +92,31 @@ def test_the_session_shell_without_ipython_is_one_line_exit_2(tmp_path):
                           env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert proc.returncode == 2 and "pip install -e '.[session]'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_run_with_every_certificate_current_derives_a_sample_again(tmp_path):
+    """A fresh clone's first command has nothing to derive: it derives a few certificates again and
+    shows each verdict beside its certificate's; a certificate forged with a fresh digest (an
+    `inconclusive` where the proof holds) is caught, not shown as the same."""
+    import io
+    import json
+
+    from rich.console import Console
+
+    from vjpcert.cli import _rederive_sample
+    from vjpcert.core.certificate import record_digest
+    from vjpcert.specs import builtin_ops
+    reports = tmp_path / "reports"
+    assert main(["prove", "softmax", "--no-general", "--reports", str(reports), "--quiet"]) == 0
+    out = io.StringIO()
+    assert _rederive_sample(reports, builtin_ops(), Console(file=out, width=200), seed=0)
+    text = out.getvalue()
+    assert "symbolic softmax" in text and "same as its certificate" in text and "vjpcert all --force" in text
+    for path in (reports / "certificates").rglob("*.json"):
+        record = json.loads(path.read_text())
+        record["verdict"], record["trust"] = "inconclusive", "no evidence either way"
+        record["digest"] = record_digest(record)
+        path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    out = io.StringIO()
+    assert not _rederive_sample(reports, builtin_ops(), Console(file=out, width=200), seed=0)
+    assert "DIFFERS from its certificate" in out.getvalue()

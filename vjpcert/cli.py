@@ -421,7 +421,49 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     console.print(table)
     console.print(f"reports: {root}/README.md and {root}/index.html")
     code = exit_code(final, proof_tier_only=proof_only)
+    if not done and current and command == "vjpcert all" and not args.targets and not args.quiet:
+        # a fresh clone: every committed certificate is current, so nothing would be shown being made
+        if not _rederive_sample(root, ops, console, args.seed):
+            return EXIT_FAILED
     return EXIT_FAILED if not resources_ok and code in (EXIT_OK, EXIT_UNDECIDED) else code
+
+
+TOUR_SAMPLE = 4               # certificates re-derived when a run finds all of them current (one per tier)
+FULL_RUN = "about 40 minutes on 2 cores with --jobs 2"   # `vjpcert all --force`, measured on the built-in ops
+
+
+def _rederive_sample(root: Path, ops: dict, console, seed: int) -> bool:
+    """Derive a few current certificates again (one per tier where possible), print each verdict
+    beside its certificate's, and say how to re-derive everything. False if one differs."""
+    from rich.markup import escape
+
+    import random
+
+    from vjpcert.ops import OpRef
+    from vjpcert.verify import replay
+    # one certificate per tier, of leaf ops (a whole block's proof takes a minute or more)
+    by_tier: dict[str, list] = {}
+    for path in sorted((root / "certificates").rglob("*.json")):
+        op = ops.get(path.parent.name)
+        if op is not None and not op.nodes:
+            by_tier.setdefault(path.name.split("__", 1)[0].split("-", 1)[0], []).append(path.relative_to(root))
+    rng = random.Random(seed)
+    paths = [rng.choice(group) for _, group in sorted(by_tier.items())][:TOUR_SAMPLE]
+    console.print(f"every certificate is current; deriving {len(paths)} of them again to show the checkers "
+                  f"at work (vjpcert verify --replay checks more):")
+
+    def shown(rel, record, fresh):
+        same = fresh.verdict == record["verdict"] and fresh.method == record["method"]
+        mark = "[green]same as its certificate[/green]" if same else "[red]DIFFERS from its certificate[/red]"
+        dims = ", ".join(f"{k}={v}" for k, v in sorted(record["dims"].items())) or "every size"
+        console.print(f"  {fresh.tier:8} {escape(record['op'])} {escape(record['claim'])} {escape(f'[{dims}]')}: "
+                      f"{fresh.verdict} ({escape(fresh.method)}, {fresh.seconds:.1f}s), {mark}", soft_wrap=True)
+    refs = {name: OpRef(name) for name in ops}
+    problems = replay(root, refs, paths, on_result=shown)
+    for p in problems:
+        console.print(f"[red]{escape(str(p))}[/red]", soft_wrap=True)
+    console.print(f"to derive every certificate again from zero: vjpcert all --force ({FULL_RUN})")
+    return not problems
 
 
 def _kernel_resources(root: Path, console) -> bool:
