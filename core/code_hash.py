@@ -14,6 +14,9 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import json
+import os
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -21,7 +24,16 @@ _PACKAGE = "vjpcert"
 _COVERS: dict[str, str] = {}       # hash -> the sentence that says what it covers
 
 
+@lru_cache(maxsize=None)
 def _module_file(name: str) -> Path | None:
+    """The file of a vjpcert module, or None when ``name`` names none. Only packages are imported to
+    answer (a name under a plain module, such as a function's, is no module: asking importlib would
+    import that module, and a checker's hash must not cost importing the checker)."""
+    parent = name.rpartition(".")[0]
+    if parent:
+        parent_file = _module_file(parent)
+        if parent_file is None or parent_file.name != "__init__.py":
+            return None
     try:
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError, AttributeError):
@@ -30,24 +42,25 @@ def _module_file(name: str) -> Path | None:
     return Path(origin).resolve() if origin and origin.endswith(".py") else None
 
 
-def _imported(tree: ast.AST, modname: str, is_package: bool) -> set[str]:
-    """Names of the vjpcert modules a module imports, anywhere in its code."""
+def _candidates(tree: ast.AST, modname: str, is_package: bool) -> list[str]:
+    """Names a module imports that may be vjpcert modules, anywhere in its code (``from m import f``
+    gives m and m.f: which of them are modules is asked when the closure is built)."""
     package = modname if is_package else modname.rpartition(".")[0]
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) \
-                if node.level else (node.module or "")
+            try:
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) \
+                    if node.level else (node.module or "")
+            except ImportError:
+                continue
             names = [base] + [f"{base}.{a.name}" for a in node.names]
         else:
             continue
-        for name in names:
-            if name == _PACKAGE or name.startswith(_PACKAGE + "."):
-                if _module_file(name) is not None:
-                    out.add(name)
-    return out
+        out.update(n for n in names if n == _PACKAGE or n.startswith(_PACKAGE + "."))
+    return sorted(out)
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
@@ -60,12 +73,72 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
+# What parsing a file gives, kept on disk by the sha256 of the file's bytes (and the module name,
+# which decides what its relative imports name): parsing and normalising every checker module took
+# seconds at each start of the command and of every test worker. A key is the content itself, so an
+# edit is never served an old answer, whatever the clocks and file systems say.
+_CACHE_VERSION = f"1 {sys.version_info[:2]}"       # ast.dump differs between Python versions
+
+
+def _cache_file() -> Path:
+    root = os.environ.get("VJPCERT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "vjpcert")
+    return Path(root) / "code-hash.json"
+
+
+@lru_cache(maxsize=1)
+def _disk() -> dict:
+    try:
+        data = json.loads(_cache_file().read_text(encoding="utf-8"))
+        return data["entries"] if data.get("version") == _CACHE_VERSION else {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+_NEW: dict = {}
+
+
+def _save() -> None:
+    """Add this process's new entries to the cache file (best effort: a cache that cannot be written
+    only costs the parsing next time)."""
+    if not _NEW:
+        return
+    path = _cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+            entries = old["entries"] if old.get("version") == _CACHE_VERSION else {}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            entries = {}
+        entries.update(_NEW)
+        if len(entries) > 20000:                     # old versions of files pile up: start again
+            entries = dict(_NEW)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"version": _CACHE_VERSION, "entries": entries}), encoding="utf-8")
+        os.replace(tmp, path)
+        _NEW.clear()
+    except OSError:
+        pass
+
+
 @lru_cache(maxsize=None)
-def _parsed(path: Path, modname: str) -> tuple[str, frozenset]:
-    """(normalised code, imported vjpcert modules) of one file."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    imports = frozenset(_imported(tree, modname, path.name == "__init__.py"))
-    return ast.dump(_without_docstrings(tree), include_attributes=False), imports
+def _parsed(path: Path, modname: str) -> tuple[str, tuple]:
+    """(sha256 of the normalised code, candidate vjpcert imports) of one file."""
+    raw = path.read_bytes()
+    key = hashlib.sha256(raw + b"\0" + modname.encode()).hexdigest()
+    hit = _disk().get(key) or _NEW.get(key)
+    if hit is None:
+        tree = ast.parse(raw.decode("utf-8"), filename=str(path))
+        imports = _candidates(tree, modname, path.name == "__init__.py")
+        code = hashlib.sha256(ast.dump(_without_docstrings(tree), include_attributes=False).encode()).hexdigest()
+        hit = _NEW[key] = [code, imports]
+    return hit[0], tuple(hit[1])
+
+
+def _imported(path: Path, modname: str) -> list[str]:
+    """The vjpcert modules a file imports (its candidates that name a module)."""
+    return [n for n in _parsed(path, modname)[1] if _module_file(n) is not None]
 
 
 def closure(entry: str) -> dict[str, Path]:
@@ -83,7 +156,7 @@ def closure(entry: str) -> dict[str, Path]:
         parent = name.rpartition(".")[0]
         if parent.startswith(_PACKAGE) and parent not in out:
             todo.append(parent)             # a submodule's import runs its package's __init__
-        todo.extend(_parsed(path, name)[1])
+        todo.extend(_imported(path, name))
     return out
 
 
@@ -101,6 +174,7 @@ def checker_code_sha256(entry: str, *, discovered: str | None = None) -> str:
     for name in sorted(modules):
         h.update(name.encode() + b"\0" + _parsed(modules[name], name)[0].encode() + b"\0")
     digest = h.hexdigest()
+    _save()
     _COVERS[digest] = (f"the code of {entry} and the {len(modules) - 1} vjpcert modules it imports"
                        + (f" (and every module of {discovered}, whose files are found at run time)"
                           if discovered else "")

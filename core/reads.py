@@ -15,6 +15,8 @@ classifies every frame of every access by it.
 """
 from __future__ import annotations
 
+import functools
+
 import hashlib
 import json
 import os
@@ -46,7 +48,12 @@ INSTALLED = _installed_roots()
 
 def is_spec_code(path: Path) -> bool:
     """A file whose code can decide a verdict and is not hashed by a tier's checker hash."""
-    path = Path(path).resolve()
+    return _is_spec_code(Path(path))
+
+
+@functools.lru_cache(maxsize=None)
+def _is_spec_code(path: Path) -> bool:
+    path = path.resolve()
     text = str(path)
     if not text.endswith(".py") or text.startswith(INSTALLED):
         return False

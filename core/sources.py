@@ -35,6 +35,10 @@ _SNAPSHOT: dict[str, str] = {}
 _IMPORTS: dict[tuple, set] = {}              # (file, module name) -> files it imports
 _FILE_MODULES: dict[Path, str] = {}          # resolved file -> a module loaded from it
 _FILE_MODULES_KEY: tuple | None = None
+# code_files answers, kept while nothing they depend on can have changed: the files' import statements
+# (cleared by ``forget``, which counts _EPOCH up) and which modules are loaded (sys.modules' size)
+_CODE_FILES: dict[tuple, list] = {}
+_EPOCH = 0
 
 
 def _module_file(name: str, package: str | None = None) -> Path | None:
@@ -112,11 +116,18 @@ def code_files(modules=(), functions=()) -> list[Path]:
     for m in modules:
         f = getattr(m, "__file__", None)
         if f:
-            start.add(Path(f).resolve())
+            start.add(resolved(f))
     for fn in functions:
         f = getattr(sys.modules.get(getattr(fn, "__module__", None) or ""), "__file__", None)
         if f:
-            start.add(Path(f).resolve())
+            start.add(resolved(f))
+    key = (frozenset(start), _EPOCH, len(sys.modules))
+    if key not in _CODE_FILES:
+        _CODE_FILES[key] = _reachable(start)
+    return list(_CODE_FILES[key])
+
+
+def _reachable(start: set[Path]) -> list[Path]:
     seen: set[Path] = set()
     todo = [p for p in start if is_spec_code(p)]
     while todo:
@@ -132,7 +143,7 @@ def code_files(modules=(), functions=()) -> list[Path]:
             if isinstance(owner, str):
                 f = getattr(sys.modules.get(owner), "__file__", None)
                 if f:
-                    found.add(Path(f).resolve())
+                    found.add(resolved(f))
         todo.extend(p for p in found if p not in seen and is_spec_code(p))
     return sorted(seen)
 
@@ -149,7 +160,10 @@ def forget(paths) -> None:
     """Forget the snapshots of these files (they are being loaded again), and what they read: a module
     loaded again reads again. Its generation counts up, so an in-process cache keyed by
     ``Op.spec_sha256`` never serves a result computed by the module loaded before."""
+    global _EPOCH
     resolved_paths = [Path(p).resolve() for p in paths]
+    _EPOCH += 1
+    _CODE_FILES.clear()
     forget_reads(resolved_paths)
     for rp in resolved_paths:
         _SNAPSHOT.pop(str(rp), None)

@@ -175,12 +175,14 @@ _JAX_DIRS: list[str] = []
 
 
 # ------------------------------------------------------------------------------ the checked trace
-def trace_checked(fn, shapes, n_diff, params, *, constants: str, op_name: str, dtype: str | None):
+def trace_checked(fn, shapes, n_diff, params, *, constants: str, op_name: str, dtype: str | None,
+                  compare: bool = True):
     """The jaxpr proved: traced at ``dtype`` (float64 when None), refused if the function's jaxpr at
     another dtype (when none is given) or with the backend answered "gpu" differs."""
     def one(d, as_gpu):
         probe = BackendProbe(as_gpu)
         g = trace(fn, shapes, n_diff, params, constants=constants, op_name=op_name, dtype=d, probe=probe)
         return g, probe.reads, probe.fixed
-    return checked_paths(one, canonical, dtype=dtype, op_name=op_name, name=who(fn, op_name), fork=False)
+    return checked_paths(one, canonical, dtype=dtype, op_name=op_name, name=who(fn, op_name), fork=False,
+                         compare=compare)
 

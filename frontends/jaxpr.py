@@ -60,8 +60,9 @@ def from_jax(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tupl
     dtype = check_dtype(name, dtype)
     n_diff = len(inputs)
 
-    def tracer(shapes, param_values):
-        return trace_checked(fn, shapes, n_diff, param_values, constants=constants, op_name=name, dtype=dtype)
+    def tracer(shapes, param_values, compare=True):
+        return trace_checked(fn, shapes, n_diff, param_values, constants=constants, op_name=name, dtype=dtype,
+                             compare=compare)
     return FrontendOp(name=name, framework="JAX", framework_version=jax_version(), tracer=tracer, fn=fn,
                       dtype=dtype,
                       module=module if module is not None else inspect.getmodule(fn), inputs=inputs,

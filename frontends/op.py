@@ -43,8 +43,10 @@ def _jsonable(v):
 class FrontendOp(Op):
     """An op whose forward and backward are a framework's, traced into graphs.
 
-    ``tracer(shapes, params) -> graph`` traces at one list of input shapes (differentiable inputs,
-    then non-differentiable ones) and one set of parameter values; a graph has ``evaluate(B, arrays,
+    ``tracer(shapes, params, compare=True) -> graph`` traces at one list of input shapes
+    (differentiable inputs, then non-differentiable ones) and one set of parameter values (with
+    ``compare`` False: at the op's dtype only, its graph at the other dtypes not compared, for the
+    output's shape and the op's identity); a graph has ``evaluate(B, arrays,
     part)`` (part "forward" or "backward"), ``output_shape``, ``code`` (its text, for the op's
     identity) and ``assumptions`` (its constants, casts, decompositions, in words)."""
 
@@ -61,7 +63,9 @@ class FrontendOp(Op):
         self.name = check_name("op", name)
         self._fn = fn                   # the framework function (its module's code is the op's code)
         self._tracer = tracer
-        self._graphs: dict = {}
+        self._graphs: dict = {}         # graphs to prove: compared at every dtype the op is held to
+        self._traced: dict = {}         # graphs at the op's dtype alone: their shape and code
+        self._uncompared = False        # while the claims are listed (``uses_max_shift``)
         self.framework = framework
         self.framework_version = framework_version
         self.constants = constants
@@ -100,22 +104,39 @@ class FrontendOp(Op):
     def _shapes(self, values: Mapping) -> tuple:
         return tuple(tuple(np.shape(values[n])) for n in [*self.inputs, *self._user_nondiff])
 
+    @staticmethod
+    def _key(shapes: tuple, params: Mapping) -> tuple:
+        return shapes, tuple(sorted((k, _freeze(v)) for k, v in params.items()))
+
     def graph(self, shapes: tuple, params: Mapping):
-        key = (shapes, tuple(sorted((k, _freeze(v)) for k, v in params.items())))
+        """The graph to prove at these shapes and parameter values."""
+        key = self._key(shapes, params)
         g = self._graphs.get(key)
         if g is None:
             g = self._graphs[key] = self._tracer([list(s) for s in shapes], dict(params))
         return g
 
+    def traced(self, shapes: tuple, params: Mapping):
+        """The graph at the op's dtype, compared with nothing (its output shape and code are those of
+        ``graph``, which also compares the other dtypes): what the op's declaration and identity need,
+        so listing an op's certificates (``vjpcert verify``) traces each op once, not once per dtype."""
+        key = self._key(shapes, params)
+        g = self._graphs.get(key) or self._traced.get(key)
+        if g is None:
+            g = self._traced[key] = self._tracer([list(s) for s in shapes], dict(params), compare=False)
+        return g
+
+    def _shapes_at(self, dims: Mapping) -> tuple:
+        dims = self.resolve_dims(dims)
+        return tuple(self.shape(d, dims) for d in [*self.inputs.values(), *self._user_nondiff.values()])
+
     def graph_at(self, dims: Mapping, params: Mapping | None = None):
         """The traced graph at some dims (default parameter values unless given)."""
-        dims = self.resolve_dims(dims)
-        shapes = tuple(self.shape(d, dims) for d in [*self.inputs.values(), *self._user_nondiff.values()])
-        return self.graph(shapes, {**self.param_values(), **(params or {})})
+        return self.graph(self._shapes_at(dims), {**self.param_values(), **(params or {})})
 
     def _evaluate(self, B, values: Mapping, part: str):
         params = {k: values[k] for k in self.params}
-        g = self.graph(self._shapes(values), params)
+        g = (self.traced if self._uncompared else self.graph)(self._shapes(values), params)
         arrays = [values[n] for n in [*self.inputs, *self._user_nondiff]]
         if part != "forward":
             arrays.append(values["dy"])
@@ -124,7 +145,7 @@ class FrontendOp(Op):
     def _first_graph(self, inputs, params, dims):
         shapes = tuple(tuple(dim_size(e, dims, self.name) for e in d)
                        for d in [*inputs.values(), *self._user_nondiff.values()])
-        return self.graph(shapes, {k: p.default for k, p in params.items()})
+        return self.traced(shapes, {k: p.default for k, p in params.items()})
 
     def _traced_output_decl(self, first, dims) -> tuple:
         """Output shape entries read from the traced graph at each dims (exact), labelled with the dim
@@ -136,6 +157,16 @@ class FrontendOp(Op):
         return tuple(_OutputSize(self, axis, names.get(int(size), [None])[0]
                                  if len(names.get(int(size), [])) == 1 else None)
                      for axis, size in enumerate(out))
+
+    def uses_max_shift(self) -> bool:
+        """As for a spec: whether the graph, evaluated with a free shift, calls ``B.max_shift``. Which
+        claims an op has does not depend on the other dtypes' graphs, so listing them (``vjpcert
+        verify``) evaluates the graph at the op's dtype alone (``traced``)."""
+        self._uncompared = True
+        try:
+            return super().uses_max_shift()
+        finally:
+            self._uncompared = False
 
     # ------------------------------------------------------------------ the spec law
     def _add_spec_law(self, spec: Op):
@@ -253,7 +284,7 @@ class FrontendOp(Op):
                     "constants": self.constants, "output": [str(e) for e in self.output]}
             h.update(json.dumps(_jsonable(decl), sort_keys=True, default=str).encode())
             h.update(files_sha256(self.source_files).encode())
-            h.update(self.graph_at(self.dims[0]).code.encode())
+            h.update(self.traced(self._shapes_at(self.dims[0]), self.param_values()).code.encode())
             self._sha = h.hexdigest()
         return self._sha
 
@@ -268,7 +299,7 @@ class _OutputSize:
         self.op, self.axis, self.label = op, axis, label
 
     def __call__(self, dims):
-        return self.op.graph_at(dims).output_shape[self.axis]
+        return self.op.traced(self.op._shapes_at(dims), self.op.param_values()).output_shape[self.axis]
 
     def __str__(self):
         return self.label or f"traced[{self.axis}]"

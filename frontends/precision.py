@@ -167,14 +167,18 @@ def who(fn, op_name: str | None) -> str:
     return full if not op_name or op_name in full else f"{full} (op {op_name})"
 
 
-def checked_paths(one, canonical, *, dtype: str | None, op_name: str, name: str, fork: bool):
+def checked_paths(one, canonical, *, dtype: str | None, op_name: str, name: str, fork: bool,
+                  compare: bool = True):
     """The graph to prove, traced at ``dtype`` (float64 when None) by ``one(dtype, as_cuda) -> (graph,
     device reads, reads that cannot be answered as on CUDA)``; refused (``SpecError``) when, with no
     dtype given, the graph at a lower precision is not the same modulo casts (``canonical(graph, at)
     -> (outputs, terms)``), or when the code reads the device and the graph traced with those reads
     answered as on CUDA is not the same. The graph records what was compared (``explicit``,
-    ``compared``, ``device_reads``) for the assumptions."""
+    ``compared``, ``device_reads``) for the assumptions. With ``compare`` False, the graph at ``dtype``
+    alone, compared with nothing: its shape and code (an op's identity), never a graph to prove."""
     at = dtype or DEFAULT
+    if not compare:
+        return one(at, False)[0]
 
     def same_on_cuda(g, reads, fixed, d):
         if fixed:

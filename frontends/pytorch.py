@@ -69,8 +69,9 @@ def from_torch(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tu
     dtype = check_dtype(name, dtype)
     n_diff = len(inputs)
 
-    def tracer(shapes, param_values):
-        return trace_checked(fn, shapes, n_diff, param_values, constants=constants, op_name=name, dtype=dtype)
+    def tracer(shapes, param_values, compare=True):
+        return trace_checked(fn, shapes, n_diff, param_values, constants=constants, op_name=name, dtype=dtype,
+                             compare=compare)
     return FrontendOp(name=name, framework="PyTorch", framework_version=torch_version(), tracer=tracer, fn=fn,
                       dtype=dtype,
                       module=module if module is not None else inspect.getmodule(fn), inputs=inputs,

@@ -6,6 +6,7 @@ node over a backend ``B``. One trace at one dtype: ``vjpcert.frontends.torch_pat
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Callable, Mapping
 
 import numpy as np
@@ -147,9 +148,17 @@ def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants
         return _trace(torch, fn, shapes, n_diff, params, constants, op_name, dtype)
 
 
+@functools.lru_cache(maxsize=None)
+def _core_decompositions() -> dict:
+    """PyTorch's core ATen decompositions as a plain dict, made once per process: the table torch
+    returns materialises itself again (about 80 ms) at every lookup of a fresh copy."""
+    from torch._decomp import core_aten_decompositions
+    return dict(core_aten_decompositions().items())
+
+
 def _trace(torch, fn, shapes, n_diff, params, constants, op_name, dtype) -> TorchGraph:
     # PyTorch is optional and slow to import: its tracing machinery is loaded with it, at the first trace
-    from torch._decomp import core_aten_decompositions, decomposition_table
+    from torch._decomp import decomposition_table
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -183,7 +192,7 @@ def _trace(torch, fn, shapes, n_diff, params, constants, op_name, dtype) -> Torc
         return (out, *[torch.zeros_like(x) if g is None else g for x, g in zip(xs, grads)])
 
     examples = [torch.zeros(s, dtype=tdt) for s in shapes] + [torch.zeros(out_shape, dtype=tdt)]
-    core = core_aten_decompositions()
+    core = _core_decompositions()
     table: dict = {}
     decomposed: set[str] = set()
     origin: dict[str, str] = {}          # an op that appeared through a decomposition -> where from

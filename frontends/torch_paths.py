@@ -181,7 +181,8 @@ _TORCH_DIR = ["\0"]
 
 
 # ------------------------------------------------------------------------------ the checked trace
-def trace_checked(fn, shapes, n_diff, params, *, constants: str, op_name: str, dtype: str | None):
+def trace_checked(fn, shapes, n_diff, params, *, constants: str, op_name: str, dtype: str | None,
+                  compare: bool = True):
     """The graph proved: traced at ``dtype`` (float64 when None), refused if the function's graph at
     another dtype (when none is given) or as on CUDA (when its code reads the device) differs."""
 
@@ -191,4 +192,5 @@ def trace_checked(fn, shapes, n_diff, params, *, constants: str, op_name: str, d
         return g, probe.reads, []
     # in a forked child: a CUDA-only path may make a fake CUDA tensor, and autograd on one aborts
     # the process in a build without CUDA
-    return checked_paths(one, canonical, dtype=dtype, op_name=op_name, name=who(fn, op_name), fork=True)
+    return checked_paths(one, canonical, dtype=dtype, op_name=op_name, name=who(fn, op_name), fork=True,
+                         compare=compare)

@@ -94,6 +94,22 @@ def test_the_session_shell_without_ipython_is_one_line_exit_2(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_only_a_fresh_clone_s_first_no_op_run_derives_a_sample():
+    """The sample is shown when a run finds every certificate current and nothing has run in this
+    clone yet (no times recorded); a second no-op run, a run of named ops, --quiet or a run that
+    derived something shows none."""
+    from types import SimpleNamespace
+
+    from vjpcert.cli import _shows_the_checkers
+    plain = SimpleNamespace(targets=[], quiet=False)
+    assert _shows_the_checkers("vjpcert all", plain, [], ["c"], fresh_clone=True)
+    assert not _shows_the_checkers("vjpcert all", plain, [], ["c"], fresh_clone=False)
+    assert not _shows_the_checkers("vjpcert all", plain, ["d"], ["c"], fresh_clone=True)
+    assert not _shows_the_checkers("vjpcert prove", plain, [], ["c"], fresh_clone=True)
+    assert not _shows_the_checkers("vjpcert all", SimpleNamespace(targets=["softmax"], quiet=False), [], ["c"], True)
+    assert not _shows_the_checkers("vjpcert all", SimpleNamespace(targets=[], quiet=True), [], ["c"], True)
+
+
 def test_a_run_with_every_certificate_current_derives_a_sample_again(tmp_path):
     """A fresh clone's first command has nothing to derive: it derives a few certificates again and
     shows each verdict beside its certificate's; a certificate forged with a fresh digest (an
@@ -109,9 +125,11 @@ def test_a_run_with_every_certificate_current_derives_a_sample_again(tmp_path):
     reports = tmp_path / "reports"
     assert main(["prove", "softmax", "--no-general", "--reports", str(reports), "--quiet"]) == 0
     out = io.StringIO()
+    (reports / "timings.json").unlink()          # as on a fresh clone: no times recorded yet
     assert _rederive_sample(reports, builtin_ops(), Console(file=out, width=200), seed=0)
     text = out.getvalue()
     assert "symbolic softmax" in text and "same as its certificate" in text and "vjpcert all --force" in text
+    assert (reports / "timings.json").exists()       # shown once: the next no-op run does nothing
     for path in (reports / "certificates").rglob("*.json"):
         record = json.loads(path.read_text())
         record["verdict"], record["trust"] = "inconclusive", "no evidence either way"

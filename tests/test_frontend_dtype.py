@@ -12,6 +12,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from vjpcert.cli import main  # noqa: E402
 from vjpcert.core.registry import SpecError  # noqa: E402
+from vjpcert.core.validate import validate  # noqa: E402
 from vjpcert.frontends.pytorch import from_torch  # noqa: E402
 from vjpcert.specs import resolve_op  # noqa: E402
 from vjpcert.symbolic.fixed.prover import prove_claim  # noqa: E402
@@ -124,6 +125,15 @@ def op_of(fn, **kw):
     return from_torch(fn, name=fn.__name__, inputs=XW, dims=[DIMS], **kw)
 
 
+def planned(fn, **kw):
+    """The op as planning sees it: validated (its graph traced and compared at every dtype and device
+    it is held to). A refusal is raised here, when the op is planned, not when it is declared: one
+    refused op in a file does not take its neighbours with it."""
+    op = op_of(fn, **kw)
+    validate(op)
+    return op
+
+
 def verdicts(op):
     return [prove_claim(op, c, DIMS).verdict for c in op.claims()]
 
@@ -131,12 +141,12 @@ def verdicts(op):
 # ------------------------------------------------------------------------------ the dtype
 def test_a_fused_low_precision_path_is_refused_at_the_default_dtype(user):
     with pytest.raises(SpecError, match=r"square_mul.*depends on the dtype.*float32.*dtype="):
-        op_of(user.square_mul)
+        planned(user.square_mul)
 
 
 def test_a_path_taken_in_bfloat16_only_is_refused_too(user):
     with pytest.raises(SpecError, match=r"depends on the dtype.*bfloat16"):
-        op_of(user.square_mul_half)
+        planned(user.square_mul_half)
 
 
 def test_the_cli_refuses_it_as_bad_input_naming_the_function(tmp_path, user, capsys):
@@ -190,7 +200,7 @@ def test_a_function_with_one_graph_at_every_dtype_is_proved_at_the_default(user)
 def test_operands_swapped_where_the_math_commutes_are_one_graph_and_elsewhere_are_not(user):
     assert verdicts(op_of(user.swapped_sum)) == ["proved", "proved"]
     with pytest.raises(SpecError, match="swapped_difference.*depends on the dtype"):
-        op_of(user.swapped_difference)
+        planned(user.swapped_difference)
 
 
 def test_pytorch_rms_norm_rounds_eps_to_the_dtype_and_is_still_one_graph():
@@ -235,12 +245,12 @@ def test_the_cli_rejects_dtype_for_an_op_declared_in_its_module(tmp_path, monkey
 @pytest.mark.parametrize("name", ["on_device", "on_device_type", "on_device_and_dtype"])
 def test_a_device_dependent_path_is_refused(user, name):
     with pytest.raises(SpecError, match=rf"{name}.*depends on the device"):
-        op_of(getattr(user, name))
+        planned(getattr(user, name))
 
 
 def test_the_device_is_not_hidden_by_an_explicit_dtype(user):
     with pytest.raises(SpecError, match="depends on the device"):
-        op_of(user.on_device_and_dtype, dtype="float32")
+        planned(user.on_device_and_dtype, dtype="float32")
 
 
 def test_reading_the_device_without_changing_the_graph_is_proved_and_stated(user):
@@ -349,7 +359,7 @@ def jax_user(tmp_path, monkeypatch):
 def test_jax_custom_vjp_taken_below_float64_is_refused_then_failed_at_float32(jax_user):
     from vjpcert.frontends.jaxpr import from_jax
     with pytest.raises(SpecError, match=r"square_mul.*depends on the dtype.*float32.*dtype="):
-        from_jax(jax_user.square_mul, name="square_mul", inputs=XW, dims=[DIMS])
+        validate(from_jax(jax_user.square_mul, name="square_mul", inputs=XW, dims=[DIMS]))
     op = from_jax(jax_user.square_mul, name="square_mul", inputs=XW, dims=[DIMS], dtype="float32")
     cert = prove_claim(op, "vjp[x]", DIMS)
     assert cert.verdict == "failed" and cert.evidence["witness"]["point"]
@@ -374,4 +384,4 @@ def test_jax_one_graph_at_every_dtype_is_proved_and_its_constant_read_as_printed
 def test_jax_code_that_asks_the_backend_is_refused(jax_user, name):
     from vjpcert.frontends.jaxpr import from_jax
     with pytest.raises(SpecError, match=rf"{name}.*depends on the device.*jax[.](default_backend|devices)"):
-        from_jax(getattr(jax_user, name), name=name, inputs=XW, dims=[DIMS], dtype="float32")
+        validate(from_jax(getattr(jax_user, name), name=name, inputs=XW, dims=[DIMS], dtype="float32"))

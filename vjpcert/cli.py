@@ -217,6 +217,7 @@ def check_writable_dir(path: Path, option: str = "--reports") -> None:
 def _plan(args, tiers: tuple[str, ...]):
     """Select ops, expand dims and claims per tier, and validate every spec before anything is
     written. Returns (tasks, ops by name)."""
+    from vjpcert.core.validate import check_claim_files
     from vjpcert.ops import frontend_declaration, parse_dims, select_ops
     from vjpcert.plan import kernel_unavailable, tier_tasks
 
@@ -253,7 +254,7 @@ def _plan(args, tiers: tuple[str, ...]):
             raise SpecError(None, "--point needs exactly one op")
         fixed, raw = _load_point(args.point, selected[0][1])
         point = tuple(sorted((k, _freeze(v)) for k, v in raw.items()))
-    tasks, ops = [], {}
+    tasks, ops, deferred = [], {}, []
     budget = getattr(args, "timeout", None)
     for ref, op in selected:
         ops[op.name] = op
@@ -263,8 +264,27 @@ def _plan(args, tiers: tuple[str, ...]):
                                     budget=budget, dps=getattr(args, "dps", 50),
                                     method=getattr(args, "method", "mpmath-diff"), point=point, fixed_dims=fixed,
                                     general=getattr(args, "general", False),
-                                    modular=getattr(args, "modular", False) and tier == "symbolic")
+                                    modular=getattr(args, "modular", False) and tier == "symbolic",
+                                    check=(lambda op, dims: None) if getattr(args, "read_only", False)
+                                    else (lambda op, dims: (check_claim_files(op), deferred.append((op, dims)))))
+    args.validate_later = deferred
     return tasks, ops
+
+
+def _validate_todo(args, todo) -> None:
+    """Validate, before anything is written, the specs of the ops that have claims to run, at every
+    dims planning named (``tiers.Planning.check``). An op whose every certificate is current is not
+    traced again: its certificates were issued by this very spec and checker code, which passed the
+    same validation then."""
+    from vjpcert.core.validate import validate
+    running = {t.op.name for t in todo}
+    seen = set()
+    for op, dims in getattr(args, "validate_later", ()):
+        key = (op.name, tuple(sorted(dims.items())))
+        if op.name in running and key not in seen:
+            seen.add(key)
+            with _deadline(getattr(args, "timeout", None), f"planning {op.name} (tracing its spec at its dims)"):
+                validate(op, dims)
 
 
 class OutOfBudget(BaseException):
@@ -320,7 +340,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
 
     from vjpcert.core.certificate import Certificate, remove_orphaned_temporaries
     from vjpcert.plan import read_record, split_current
-    from vjpcert.reports import TIERS, record_timings, summary, write_certificate, write_reports
+    from vjpcert.reports import TIERS, TIMINGS, record_timings, summary, write_certificate, write_reports
     from vjpcert.runner import exit_code, run_tasks
     from vjpcert.stamps import Stamps, plot_inputs, resources_inputs
     from vjpcert.witness import witness_lines
@@ -328,12 +348,14 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
 
     root = Path(args.reports)
     resources_ok = True
+    fresh_clone = not (root / TIMINGS).exists()      # no run has recorded its times here yet
     if root.exists() and not root.is_dir():
         raise SpecError(None, f"--reports {root} exists and is not a directory")
     if root.is_dir():
         remove_orphaned_temporaries(root)          # left by a run killed with SIGKILL mid-write
     console = Console(stderr=True, soft_wrap=True)     # paths and witness lines are never broken
     todo, current = (tasks, []) if args.force else split_current(tasks, ops, root)
+    _validate_todo(args, todo)
     executor, client = _executor(args)
     done = []
     colour = {"failed": "red", "inconclusive": "yellow", "checked": "cyan"}
@@ -399,7 +421,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
         console.print("nothing to do: no claims for the selected ops and tiers")
         return EXIT_OK
     record_timings(root, done)
-    write_reports(root, ops, command)
+    write_reports(root, ops, command, reuse=not done)
     # the verdicts of this plan: the fresh results, and the current certificates that were skipped
     final = done + [Certificate.from_dict(read_record(root / _rel(t, ops))) for t in current]
     table = Table(title=f"{command}: {len(final)} claims ({len(done)} run, {len(final) - len(done)} current)")
@@ -421,11 +443,18 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     console.print(table)
     console.print(f"reports: {root}/README.md and {root}/index.html")
     code = exit_code(final, proof_tier_only=proof_only)
-    if not done and current and command == "vjpcert all" and not args.targets and not args.quiet:
-        # a fresh clone: every committed certificate is current, so nothing would be shown being made
+    if _shows_the_checkers(command, args, done, current, fresh_clone):
         if not _rederive_sample(root, ops, console, args.seed):
             return EXIT_FAILED
     return EXIT_FAILED if not resources_ok and code in (EXIT_OK, EXIT_UNDECIDED) else code
+
+
+def _shows_the_checkers(command: str, args, done: list, current: list, fresh_clone: bool) -> bool:
+    """A fresh clone's first `vjpcert all`: every committed certificate is current, so nothing would be
+    shown being made; derive a sample again instead. Once: the sample's times are recorded
+    (``timings.json``, not committed), so the next run with nothing to do does nothing."""
+    return (fresh_clone and not done and bool(current) and command == "vjpcert all" and not args.targets
+            and not args.quiet)
 
 
 TOUR_SAMPLE = 4               # certificates re-derived when a run finds all of them current (one per tier)
@@ -434,8 +463,11 @@ FULL_RUN = "about 40 minutes on 2 cores with --jobs 2"   # `vjpcert all --force`
 
 def _rederive_sample(root: Path, ops: dict, console, seed: int) -> bool:
     """Derive a few current certificates again (one per tier where possible), print each verdict
-    beside its certificate's, and say how to re-derive everything. False if one differs."""
+    beside its certificate's, and say how to re-derive everything; record how long each took (so
+    this is shown once per clone). False if one differs."""
     from rich.markup import escape
+
+    from vjpcert.reports import record_timings
 
     import random
 
@@ -459,7 +491,10 @@ def _rederive_sample(root: Path, ops: dict, console, seed: int) -> bool:
         console.print(f"  {fresh.tier:8} {escape(record['op'])} {escape(record['claim'])} {escape(f'[{dims}]')}: "
                       f"{fresh.verdict} ({escape(fresh.method)}, {fresh.seconds:.1f}s), {mark}", soft_wrap=True)
     refs = {name: OpRef(name) for name in ops}
-    problems = replay(root, refs, paths, on_result=shown)
+    fresh_certs = []
+    problems = replay(root, refs, paths, on_result=lambda rel, record, fresh: (fresh_certs.append(fresh),
+                                                                               shown(rel, record, fresh)))
+    record_timings(root, fresh_certs)
     for p in problems:
         console.print(f"[red]{escape(str(p))}[/red]", soft_wrap=True)
     console.print(f"to derive every certificate again from zero: vjpcert all --force ({FULL_RUN})")

@@ -24,12 +24,12 @@ import numpy as np
 from vjpcert.numeric.sampling import cotangent, sample_point
 from vjpcert.core import tolerance
 from vjpcert.core.backends import MpmathBackend
-from vjpcert.core.certificate import Certificate, atomic_write, sources_sha256
+from vjpcert.core.certificate import Certificate, atomic_write, checker_code_sha256
 from vjpcert.core.reference import forward as reference_forward
 from vjpcert.core.reference import vjp as reference_vjp
 from vjpcert.core.registry import Op, SpecError
 
-CHECKER_SHA256 = sources_sha256([Path(__file__), Path(tolerance.__file__)])
+CHECKER_SHA256 = checker_code_sha256(__name__)
 
 
 def spec_params(op: Op, params: Mapping | None) -> dict:

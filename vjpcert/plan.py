@@ -43,16 +43,19 @@ def kernel_unavailable() -> str | None:
 
 def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, seed: int,
                budget: float | None = None, dps: int = 50, method: str = "mpmath-diff",
-               point=None, fixed_dims=None, general: bool = False, modular: bool = False) -> list[Task]:
-    """Every task of one tier for one op, validating the spec at each dims. Each task carries the
-    code hashes it was planned with (``Task.expect``)."""
+               point=None, fixed_dims=None, general: bool = False, modular: bool = False,
+               check=None) -> list[Task]:
+    """Every task of one tier for one op, validating the spec at each dims (or calling ``check(op,
+    dims)`` instead: see ``tiers.Planning.check``). Each task carries the code hashes it was planned
+    with (``Task.expect``)."""
     import dataclasses
 
     from vjpcert.tiers import Planning
     from vjpcert.tiers import tier as tier_of
     tasks = tier_of(tier).plans(ref, op, Planning(overrides=overrides, large=large, seed=seed, budget=budget,
                                                   dps=dps, method=method, point=point, fixed_dims=fixed_dims,
-                                                  general=general, modular=modular))
+                                                  general=general, modular=modular,
+                                                  **({"check": check} if check is not None else {})))
     # after planning, which ran the spec (validation): the data its code read is known here too
     from vjpcert.core.sources import planned_reads
     code, reads = (op.identity_sha256, planned_reads(op)) if tasks else (None, None)

@@ -111,7 +111,9 @@ def page_ops(root: Path, ops: dict | None = None) -> dict[str, dict]:
     renders every other op's page exactly as a full run would: the pages depend on what is on disk,
     never on which command wrote it."""
     from vjpcert.specs import builtin_ops
-    info = read_ops_file(root)
+    # what the pages show of an op, whether it comes from the file or from this run (the file's
+    # spec_path is for `verify`, not for the pages)
+    info = {name: {k: v for k, v in entry.items() if k != "spec_path"} for name, entry in read_ops_file(root).items()}
     info.update({name: op_info(op) for name, op in builtin_ops().items()})
     info.update({name: op_info(op) for name, op in (ops or {}).items()})
     return info

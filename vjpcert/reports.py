@@ -178,14 +178,40 @@ def _orphan_html_pages(root: Path, pages: dict[Path, str]) -> list[Path]:
                   if p.relative_to(root) not in pages)
 
 
-def write_reports(root: Path, ops: dict[str, Op] | None = None, command: str | None = None, html: bool = True) -> None:
+def pages_inputs(root: Path, ops: dict[str, Op] | None = None) -> str:
+    """Everything the pages are rendered from (``render_reports``): every file under certificates/,
+    the plots, the kernel resources, the ops' words (``page_ops``) and the renderers' code."""
+    import hashlib
+
+    from vjpcert.core.certificate import checker_code_sha256
+    root = Path(root)
+    h = hashlib.sha256(checker_code_sha256("vjpcert.reports").encode())
+    for folder in ("certificates", "plots", "kernels"):
+        for path in sorted((root / folder).rglob("*")):
+            if path.is_file():
+                h.update(f"\0{path.relative_to(root).as_posix()}\0".encode() + hashlib.sha256(path.read_bytes()).digest())
+    h.update(json.dumps(page_ops(root, ops), sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def write_reports(root: Path, ops: dict[str, Op] | None = None, command: str | None = None, html: bool = True,
+                  reuse: bool = False) -> None:
     """Re-render every page from everything on disk (``render_reports``), after recording this
     run's user ops (their docstrings) for later runs. ``command`` is not shown: a page must not
-    depend on which command wrote it."""
+    depend on which command wrote it. With ``reuse`` (a run that may have changed nothing), pages
+    whose inputs (``pages_inputs``) are those they were last rendered from, and that are on disk as
+    rendered then, are not rendered again (``reports/stamps.json``)."""
+    import hashlib
+
+    from vjpcert.stamps import Stamps
     root = Path(root)
     record = user_ops_record(root, ops or {})
     if record is not None:
         atomic_write(root / OPS_FILE, record)
+    stamps = Stamps(root)
+    inputs = pages_inputs(root, ops) if html else None
+    if reuse and inputs is not None and stamps.pages_current(inputs):
+        return
     pages = render_reports(root, ops, html=html)
     if html:
         for rel in _orphan_html_pages(root, pages):
@@ -198,6 +224,9 @@ def write_reports(root: Path, ops: dict[str, Op] | None = None, command: str | N
         except (OSError, UnicodeDecodeError):
             pass
         atomic_write(path, text)
+    if inputs is not None:
+        stamps.record_pages(inputs, {rel.as_posix(): hashlib.sha256(text.encode()).hexdigest()
+                                     for rel, text in pages.items()})
 
 
 def stale_pages(root: Path, ops: dict[str, Op] | None = None) -> list[tuple[Path, str]]:

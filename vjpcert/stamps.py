@@ -50,7 +50,8 @@ def resources_inputs() -> str:
 
 
 class Stamps:
-    """``reports/stamps.json``: {"plots": {op: hash}, "resources": hash}."""
+    """``reports/stamps.json``: {"plots": {op: hash}, "resources": hash, "pages": {"inputs": hash,
+    "files": {page: hash}}}."""
 
     def __init__(self, root: Path):
         self.path = Path(root) / STAMPS
@@ -65,6 +66,24 @@ class Stamps:
         section, _, name = key.partition("/")
         recorded = self.data.get(section, {}).get(name) if name else self.data.get(section)
         return recorded == inputs and all(Path(p).is_file() for p in outputs)
+
+    def pages_current(self, inputs: str) -> bool:
+        """Whether the pages were last rendered from ``inputs`` and each is on disk as rendered then."""
+        pages = self.data.get("pages")
+        if not isinstance(pages, dict) or pages.get("inputs") != inputs or not pages.get("files"):
+            return False
+        root = self.path.parent
+        try:
+            return all(hashlib.sha256((root / rel).read_bytes()).hexdigest() == h
+                       for rel, h in pages["files"].items())
+        except OSError:
+            return False
+
+    def record_pages(self, inputs: str, files: dict) -> None:
+        """The pages were rendered from ``inputs``: {page: sha256 of its text}."""
+        if self.data.get("pages") != {"inputs": inputs, "files": files}:
+            self.data["pages"] = {"inputs": inputs, "files": files}
+            atomic_write(self.path, json.dumps(self.data, indent=1, sort_keys=True) + "\n")
 
     def record(self, key: str, inputs: str | None) -> None:
         """Remember ``inputs`` for ``key`` (None forgets it: made with an error, make it again)."""

@@ -43,6 +43,11 @@ class Planning:
     fixed_dims: dict | None     # the dims a --point fixes
     general: bool               # every-size proofs too
     modular: bool = False       # the randomised exact test at the ops' production dims (--modular)
+    # what a planner does with each (op, dims) its claims run at: validate the spec there (bad input
+    # before anything is written), or hand the pair to the command, which validates only the ops it
+    # will run (a current certificate was issued by the same spec and checker code, which the same
+    # validation passed), or nothing (`verify` lists what `all` would write and runs none)
+    check: Callable = validate
 
 
 @dataclass(frozen=True)
@@ -54,9 +59,13 @@ class Tier:
     plans: Callable             # (ref, op, Planning) -> [Task], validating the spec at every dims
     requires: str = ""          # what to install when the checker does not import
     methods: tuple = ()         # (method option, checker module): methods with a checker of their own
+    discovered: str | None = None   # the package whose every file the checker finds at run time
 
     def checker_sha256(self, method: str | None = None) -> str:
-        return importlib.import_module(dict(self.methods).get(method, self.checker)).CHECKER_SHA256
+        """The checker module's ``CHECKER_SHA256``, computed from its code without importing it (a
+        checker loads SymPy, python-flint, Numba or Triton; listing certificates needs none of them)."""
+        from vjpcert.core.code_hash import checker_code_sha256
+        return checker_code_sha256(dict(self.methods).get(method, self.checker), discovered=self.discovered)
 
     def available(self) -> bool:
         try:
@@ -131,7 +140,7 @@ def _plan_symbolic(ref, op, p: Planning):
                       for claim in op.claims() if claim.startswith("vjp[")]
     ladder = [p.fixed_dims] if p.fixed_dims is not None else dims_ladder(op, p.overrides, p.large)
     for dims in ladder:
-        validate(op, dims)
+        p.check(op, dims)
         for claim in op.claims():
             if "monolithic" in op.proofs or not claim.startswith("vjp["):
                 tasks.append(make_task("symbolic", ref, claim, dims, **opts))
@@ -163,7 +172,7 @@ def _plan_numeric(ref, op, p: Planning):
     opts = {"seed": p.seed, "dps": p.dps, "method": p.method, **({"point": p.point} if p.point is not None else {})}
     tasks = []
     for dims in ladder:
-        validate(op, dims)
+        p.check(op, dims)
         tasks += [make_task("numeric", ref, claim, dims, **opts) for claim in numeric_claims(op)]
     return tasks
 
@@ -199,9 +208,9 @@ TIERS: dict[str, Tier] = {t.name: t for t in (
                   ("modular", "vjpcert.symbolic.modular.check"))),
     Tier("numeric", "numeric", "vjpcert.numeric_tier", _run_numeric, _plan_numeric),
     Tier("kernel", "kernel", "vjpcert.cuda_kernels.check", _run_kernel, _plan_kernel,
-         requires="pip install -e '.[cuda]'"),
+         requires="pip install -e '.[cuda]'", discovered="vjpcert.cuda_kernels"),
     Tier("triton", "triton", "vjpcert.triton_kernels.check", _run_triton, _plan_triton,
-         requires="pip install -e '.[triton]'"),
+         requires="pip install -e '.[triton]'", discovered="vjpcert.triton_kernels"),
     Tier("implementation", "implementation", "vjpcert.impl", _run_implementation, _plan_nothing),
 )}
 PLANNED = ("symbolic", "numeric", "kernel")        # the tiers `vjpcert all` plans
