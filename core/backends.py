@@ -20,7 +20,7 @@ from vjpcert.core.errors import SpecError, refuse
 from vjpcert.core.language import refuse_branch, refuse_comparison, refuse_float
 from vjpcert.core.spec_array import in_spec_code, plain, running, wrap
 
-# Everything a spec may ask of its backend (README: "Certify your own op"). Nothing else is visible
+# Everything a spec may ask of its backend (docs/spec-language.md). Nothing else is visible
 # to spec code: a spec that could read the backend's name, precision or dtype could take one path in
 # the exact and mpmath backends (where it is proved and checked) and another in floats (what kernels
 # and implementations are compared with).

@@ -129,6 +129,22 @@ class Certificate:
     def relpath(self) -> Path:
         return cert_relpath(self.op, self.variant, self.claim, self.dims)
 
+    # ---- how a certificate shows itself in Python: one line, one small table (the record is in to_json)
+    def __repr__(self) -> str:
+        dims = ", ".join(f"{k}={v}" for k, v in sorted(self.dims.items())) or "every size"
+        more = "; its witness: .evidence['witness']" if self.verdict == "failed" else ""
+        return f"<certificate {self.op} {self.claim} {self.tier} [{dims}]: {self.verdict} ({self.method}){more}>"
+
+    def _repr_html_(self) -> str:
+        from html import escape
+        dims = ", ".join(f"{k}={v}" for k, v in sorted(self.dims.items())) or "every size"
+        rows = [("op", self.op), ("claim", self.claim), ("tier", self.tier), ("dims", dims),
+                ("verdict", self.verdict), ("trust", self.trust), ("method", self.method)]
+        rows += [("assumes", a) for a in self.assumptions]
+        return ("<table>" + "".join(f"<tr><th style='text-align:left'>{escape(k)}</th><td style='text-align:left'>"
+                                    f"{'<b>' + escape(str(v)) + '</b>' if k == 'verdict' else escape(str(v))}</td></tr>"
+                                    for k, v in rows) + "</table>")
+
     def to_json(self) -> str:
         record = json.loads(json.dumps(asdict(self), default=str))
         record.pop("seconds")
@@ -265,12 +281,26 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _new_file_mode(path: Path) -> int:
+    """The mode a file written here gets: the one it has, else what ``open`` would give a new file
+    (0666 less the umask: 0644 under the usual 022), not mkstemp's private 0600, so a colleague or a
+    web server can read the reports."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write via a temporary file and rename: a crash leaves the old file, never half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _new_file_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

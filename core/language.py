@@ -45,7 +45,7 @@ def _p(name, kind, keywords=(), doc="", **values):
     return Primitive(name, kind, frozenset(keywords), values, doc)
 
 
-# The families, in the order README lists them.
+# The families, in the order docs/spec-language.md lists them.
 KINDS = {
     "arithmetic": "exact arithmetic: + - * / and ** with a constant exponent, as operators or ufuncs",
     "backend": "the number system: B.exp, B.log, B.sqrt, B.erf, B.tanh, B.sin, B.cos, B.pi, B.c, "
@@ -153,7 +153,7 @@ def check_call(name: str, kwargs: dict | None = None, args: tuple = ()) -> Primi
     Every interpreter calls this before it runs a construct, so all refuse alike."""
     prim = PRIMITIVES.get(name)
     if prim is None:
-        refuse(f"np.{name} is not part of the spec language (README: what a spec may use), so no "
+        refuse(f"np.{name} is not part of the spec language (docs/spec-language.md: what a spec may use), so no "
                f"checker could follow it the same way")
     for key, value in (kwargs or {}).items():
         if key not in prim.keywords:

@@ -12,13 +12,12 @@ def op_claims(proof=None):
 
 
 def representative(name, claim) -> bool:
-    """A composite's (an op with nodes) first input's and last parameter's VJP and its laws stand for
-    it in the default run; every claim of a leaf op is always run. --slow runs them all."""
-    o = OPS[name]
-    if not o.nodes or not claim.startswith("vjp["):
-        return True
-    vjps = [c for c in o.claims() if c.startswith("vjp[")]
-    return claim in (vjps[0], vjps[-1])
+    """The claim that stands for an op in the default run's per-claim matrices: its first input's VJP
+    (--slow runs every claim). The default run's matrices say each op still goes through each
+    checker, and each mutant standing for it still goes red; that every claim of every op holds is
+    what the committed certificates say, which CI verifies are current (same spec, same checker
+    code), all passing, and replays a sample of."""
+    return claim == next(c for c in OPS[name].claims() if c.startswith("vjp["))
 
 
 def by_default(pairs):
@@ -87,8 +86,51 @@ def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", help="also run the slow tests (the full matrices)")
 
 
+# What a test needs, as markers, so a contributor can run the part they touch (`pytest -m "not cuda"`,
+# `pytest -m torch`): read off the test files' imports and importorskip calls (module level: every test
+# of the file; inside a test function: that test), so the markers cannot drift from the code.
+NEEDS = {"torch": ("torch", "vjpcert.frontends.pytorch", "vjpcert.numeric.torch_bridge"),
+         "jax": ("jax", "vjpcert.frontends.jaxpr", "vjpcert.numeric.jax_bridge"),
+         "triton": ("triton", "liger_kernel", "vjpcert.triton_kernels"),
+         "cuda": ("numba", "vjpcert.cuda_kernels"),
+         "dask": ("distributed", "dask")}
+
+
+def _needs_of(tree) -> set[str]:
+    import ast
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "importorskip" and node.args \
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            names.append(node.args[0].value)
+    return {need for need, prefixes in NEEDS.items()
+            for n in names for p in prefixes if n == p or n.startswith(p + ".")}
+
+
+_NEEDS_CACHE: dict = {}
+
+
+def needs(path, function: str | None) -> set[str]:
+    """What the test module at ``path`` needs at module level, plus what ``function`` needs."""
+    import ast
+    if path not in _NEEDS_CACHE:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top = ast.Module(body=[n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.ClassDef))],
+                         type_ignores=[])
+        _NEEDS_CACHE[path] = (_needs_of(top), {n.name: _needs_of(n) for n in tree.body
+                                               if isinstance(n, ast.FunctionDef)})
+    top, functions = _NEEDS_CACHE[path]
+    return top | functions.get(function, set())
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a full matrix or realistic size; run with --slow")
+    for need in NEEDS:
+        config.addinivalue_line("markers", f"{need}: needs {need} (read off the test file's imports)")
 
 
 # The files whose tests take a minute or more (whole-block mutants, end-to-end commands, subprocess
@@ -101,6 +143,10 @@ LONG_FIRST = ("test_numeric.py", "test_composition.py", "test_readme.py", "test_
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path.name not in LONG_FIRST)      # stable: the order within stays
+    for item in items:
+        function = getattr(getattr(item, "function", None), "__name__", None)
+        for need in sorted(needs(item.path, function)):
+            item.add_marker(need)
     if config.getoption("--slow"):
         return
     skip = pytest.mark.skip(reason="a full matrix or realistic size: pytest --slow")

@@ -24,3 +24,26 @@ def test_prove_returns_renderable_certificates():
     assert [c.verdict for c in certs] == ["proved"] * 3
     assert "proved" in certs[0]._repr_markdown_()
     assert forward("softmax", rows=1, n=2).shape == (1, 2)
+
+
+def test_certificates_print_as_a_short_table_with_the_witness_of_a_failure():
+    """In a terminal (python -c, IPython) a result prints as a table of one line per claim, a failure
+    followed by its witness in a few lines; in Jupyter it is one HTML table. The record itself (its
+    evidence: strategy logs, points) stays in the certificate."""
+    from vjpcert.session import Certificates
+    from vjpcert.specs import resolve_op
+    from vjpcert.symbolic.fixed.prover import prove_claim
+    op = resolve_op("rmsnorm")
+    twin = op.with_mutant(next(m for m in op.mutants if m.name == "eps_outside_sqrt"))
+    certs = Certificates([prove_claim(twin, "vjp[x]", op.dims[0]), prove_claim(op, "vjp[x]", op.dims[0])])
+    text = repr(certs)
+    lines = text.splitlines()
+    assert lines[0].split() == ["op", "claim", "tier", "dims", "verdict", "method"]
+    assert "failed" in lines[1] and "proved" in text and "1 failed, 1 proved" in lines[-1]
+    assert "backward vs J^T dy" in text and "certificate" in text          # the witness, in a few lines
+    assert len(lines) < 20 and len(text) < 2500
+    one = repr(certs[0])
+    assert one.startswith("<certificate rmsnorm vjp[x] symbolic") and "failed" in one and len(one) < 200
+    html = certs._repr_html_()
+    assert html.startswith("<table>") and "failed" in html and "backward vs J^T dy" in html
+    assert "<table>" in certs[1]._repr_html_() and "proved" in certs[1]._repr_html_()

@@ -138,3 +138,24 @@ def test_a_run_with_every_certificate_current_derives_a_sample_again(tmp_path):
     out = io.StringIO()
     assert not _rederive_sample(reports, builtin_ops(), Console(file=out, width=200), seed=0)
     assert "DIFFERS from its certificate" in out.getvalue()
+
+
+def test_the_shell_completes_commands_and_options(tmp_path):
+    """With argcomplete installed (the `completion` extra), `eval "$(register-python-argcomplete
+    vjpcert)"` completes subcommands and their options; without it the command runs as before."""
+    pytest.importorskip("argcomplete", reason="pip install -e '.[completion]'")
+    import os
+    import shutil
+    exe = shutil.which("vjpcert", path=str(Path(sys.executable).parent))
+    assert exe, "the vjpcert console script is installed beside this Python"
+
+    def complete(line):
+        out = tmp_path / "completions"
+        env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+               "_ARGCOMPLETE_STDOUT_FILENAME": str(out)}
+        proc = subprocess.run([exe], env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return out.read_text().split()
+    assert complete("vjpcert ver") == ["verify"]
+    assert "--modular" in complete("vjpcert all --mo")
+    assert set(complete("vjpcert ")) >= {"all", "prove", "check", "verify", "render", "mutate"}

@@ -52,20 +52,26 @@ def test_there_is_cuda_to_run_on():
     assert MODE in ("simulator", "gpu")
 
 
+def _default_size(name, dims) -> bool:
+    """The one size each kernel is checked at in the default run: the first of its ladder that
+    crosses a warp (a dim above 32) with several rows or queries, or its only one."""
+    sizes = [d for n, d, launch in CASES if n == name and not launch]
+    crossing = [d for d in sizes if max(d.values()) > 32 and min(d.values()) > 1]
+    return dims == (crossing or sizes)[0]
+
+
 def _slow(name, dims, launch) -> bool:
-    """Attention kernels in the simulator run one Python thread per CUDA thread over m x m scores:
-    the default run checks them at m = 7 and the flash kernels at the GPU's launch (m = 17, d = 64),
-    the matmul at its GPU launch and below n_in = 1025; --slow at every size (the committed kernel
-    certificates hold every size)."""
+    """In the simulator (one Python thread per CUDA thread) the default run checks each kernel at one
+    size that crosses a warp (attention at m = 7: m x m scores) and each op's forward kernels at the
+    GPU's launch (a backward there is seconds of simulated block reductions); --slow at every size
+    and launch (the committed kernel certificates hold every size)."""
     if MODE == "gpu":
         return False
-    if KERNELS[name].op == "linear":          # the tiled matmul crosses its tiles at n_in = 260 already
-        return dims.get("n_in", 0) > 1000 and not launch
-    if not KERNELS[name].op.startswith("attention"):
-        return False
-    if launch:
-        return not (name.startswith("flash") and dims.get("d") == 64)
-    return dims.get("m") != 7
+    if launch:      # plain attention at the GPU's launch is m x m threads: its flash twin stands for it
+        return name.endswith("_bwd") or (KERNELS[name].op.startswith("attention") and not name.startswith("flash"))
+    if KERNELS[name].op.startswith("attention"):
+        return dims.get("m") != 7
+    return not _default_size(name, dims)
 
 
 @pytest.mark.parametrize("name,dims,launch", [pytest.param(*c, marks=pytest.mark.slow if _slow(*c) else ())

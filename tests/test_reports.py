@@ -64,3 +64,25 @@ def test_every_certificate_validates_against_the_published_schema():
         pass
     else:
         raise AssertionError("the schema accepted a failed certificate without a witness")
+
+
+def test_written_files_are_readable_by_others_under_the_usual_umask(tmp_path):
+    """Certificates and pages are written through a temporary file (mkstemp: mode 0600) and renamed;
+    they get the mode a plain open would give (0644 under umask 022, 0640 under 027), and a file
+    that exists keeps its own mode."""
+    import os
+    import stat
+
+    from vjpcert.core.certificate import atomic_write
+    old = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "page.html", "<p>1</p>")
+        assert stat.S_IMODE((tmp_path / "page.html").stat().st_mode) == 0o644
+        os.umask(0o027)
+        atomic_write(tmp_path / "other.json", "{}")
+        assert stat.S_IMODE((tmp_path / "other.json").stat().st_mode) == 0o640
+        os.chmod(tmp_path / "page.html", 0o600)                   # the user's choice is kept
+        atomic_write(tmp_path / "page.html", "<p>2</p>")
+        assert stat.S_IMODE((tmp_path / "page.html").stat().st_mode) == 0o600
+    finally:
+        os.umask(old)

@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK   (shell completion: pip install -e '.[completion]', see README "The commands")
 """The ``vjpcert`` command.
 
     vjpcert all     [OP|FILE ...]   every tier for every op (the README's main job)
@@ -315,6 +316,27 @@ def _deadline(seconds: float | None, what: str):
         signal.signal(signal.SIGALRM, previous)
 
 
+def _unreachable(address: str) -> str | None:
+    """Why nothing listens at a ``tcp://host:port`` address (connection refused, no such host), or
+    None: reachable, slow to answer, or an address of another kind (Dask tries those itself)."""
+    import socket
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(address)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if parts.scheme != "tcp" or not host or not port:
+        return None
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except (ConnectionRefusedError, socket.gaierror) as exc:
+        return exc.strerror or type(exc).__name__
+    except OSError:
+        return None
+    return None
+
+
 def _executor(args):
     """A Dask cluster's executor for --scheduler (any concurrent.futures executor works)."""
     if not getattr(args, "scheduler", None):
@@ -323,6 +345,9 @@ def _executor(args):
         from distributed import Client
     except ImportError:
         raise SpecError(None, "--scheduler needs Dask: pip install -e '.[dask]'") from None
+    refused = _unreachable(args.scheduler)
+    if refused:           # at once: the client would retry for its whole timeout before saying so
+        raise SpecError(None, f"cannot reach the scheduler at {args.scheduler!r}: {refused}")
     try:
         client = Client(args.scheduler, timeout="10s")
     except Exception as exc:      # OSError, TimeoutError, ValueError for an address Dask cannot parse
@@ -467,20 +492,10 @@ def _rederive_sample(root: Path, ops: dict, console, seed: int) -> bool:
     this is shown once per clone). False if one differs."""
     from rich.markup import escape
 
-    from vjpcert.reports import record_timings
-
-    import random
-
     from vjpcert.ops import OpRef
-    from vjpcert.verify import replay
-    # one certificate per tier, of leaf ops (a whole block's proof takes a minute or more)
-    by_tier: dict[str, list] = {}
-    for path in sorted((root / "certificates").rglob("*.json")):
-        op = ops.get(path.parent.name)
-        if op is not None and not op.nodes:
-            by_tier.setdefault(path.name.split("__", 1)[0].split("-", 1)[0], []).append(path.relative_to(root))
-    rng = random.Random(seed)
-    paths = [rng.choice(group) for _, group in sorted(by_tier.items())][:TOUR_SAMPLE]
+    from vjpcert.reports import record_timings
+    from vjpcert.verify import quick_to_derive, replay, sample_paths
+    paths = sample_paths(root, TOUR_SAMPLE, seed, keep=quick_to_derive(ops))
     console.print(f"every certificate is current; deriving {len(paths)} of them again to show the checkers "
                   f"at work (vjpcert verify --replay checks more):")
 
@@ -734,10 +749,25 @@ def _poll():
     """Nothing: calling a Python function is a point where pending signal handlers run."""
 
 
+def _complete(parser) -> None:
+    """Shell completion by argcomplete, where it is installed (the ``completion`` extra): when the
+    shell asks for completions it answers and exits here; otherwise this does nothing."""
+    import os
+    if "_ARGCOMPLETE" not in os.environ:
+        return
+    try:
+        import argcomplete
+    except ImportError:
+        return
+    argcomplete.autocomplete(parser)
+
+
 def main(argv=None) -> int:
     if argv is None:                      # first: an interrupt during parsing or planning is clean too
         _interruptible()
     parser = build_parser()
+    if argv is None:
+        _complete(parser)
     args = parser.parse_args(argv)
     commands = {"all": cmd_all, "prove": cmd_prove, "check": cmd_check, "kernels": cmd_kernels,
                 "verify": cmd_verify, "render": cmd_render, "mutate": cmd_mutate, "frameworks": cmd_frameworks,

@@ -23,6 +23,24 @@ import vjpcert.triton_kernels  # noqa: F401,E402
 _CACHE = pytest.StashKey()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config):
+    """vjpcert's own modules are no test code, yet pytest marks every module of a plugin's
+    distribution for assertion rewriting: parsing and rewriting the hundred-odd modules a test
+    imports cost a second or more in every test process (nothing is cached under
+    PYTHONDONTWRITEBYTECODE). Unmark ours; the user's tests and conftests are rewritten as ever.
+    Written against pytest's internals: where they differ, rewriting stays as it was."""
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        from _pytest.config import _iter_rewritable_modules
+        marked = early_config.pluginmanager.rewrite_hook._must_rewrite
+        ours = set(_iter_rewritable_modules(str(f) for f in distribution("vjpcert").files or ()))
+    except (ImportError, AttributeError, PackageNotFoundError):
+        return
+    marked.difference_update(ours)
+
+
 def _hide(excinfo) -> bool:
     from vjpcert.testing import _hide_certification_failures
     return _hide_certification_failures(excinfo)

@@ -21,8 +21,50 @@ OPS = builtin_ops()
 globals().update(OPS)
 
 
+_COLUMNS = ("op", "claim", "tier", "dims", "verdict", "method")
+
+
+def _cells(c) -> tuple:
+    dims = ", ".join(f"{k}={v}" for k, v in sorted(c.dims.items())) or "every size"
+    return (c.op, c.claim, c.tier, dims, c.verdict, c.method)
+
+
 class Certificates(list):
-    """A list of certificates that renders as one table in Jupyter."""
+    """A list of certificates that prints as a short table (a failure followed by its witness, in the
+    few lines the terminal shows) and renders as one HTML table in Jupyter."""
+
+    def __repr__(self) -> str:
+        if not self:
+            return "Certificates([])"
+        from vjpcert.witness import witness_lines
+        rows = [_COLUMNS] + [_cells(c) for c in self]
+        width = [max(len(str(r[i])) for r in rows) for i in range(len(_COLUMNS))]
+        lines = []
+        for r, c in zip(rows, [None, *self]):
+            lines.append("  ".join(str(v).ljust(w) for v, w in zip(r, width)).rstrip())
+            if c is not None and c.verdict == "failed":
+                lines += witness_lines(c)
+        counts = {}
+        for c in self:
+            counts[c.verdict] = counts.get(c.verdict, 0) + 1
+        lines.append(f"{len(self)} certificate(s): " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        from vjpcert.witness import witness_rows
+        colour = {"failed": "#b00020", "inconclusive": "#8a6d00"}
+        out = ["<table><tr>" + "".join(f"<th style='text-align:left'>{h}</th>" for h in _COLUMNS) + "</tr>"]
+        for c in self:
+            cells = [escape(str(v)) for v in _cells(c)]
+            cells[4] = f"<b style='color:{colour.get(c.verdict, '#1b5e20')}'>{cells[4]}</b>"
+            out.append("<tr>" + "".join(f"<td style='text-align:left'>{v}</td>" for v in cells) + "</tr>")
+            if c.verdict == "failed":
+                rows = witness_rows(c.evidence.get("witness") or {})
+                out.append(f"<tr><td></td><td colspan='{len(_COLUMNS) - 1}' style='text-align:left'>"
+                           + "<br>".join(f"{escape(k)}: <code>{escape(v)}</code>" for k, v in rows) + "</td></tr>")
+        return "".join(out) + "</table>"
 
     def _repr_markdown_(self) -> str:
         rows = ["| op | claim | tier | dims | verdict | trust | method |", "|---|---|---|---|---|---|---|"]

@@ -151,10 +151,12 @@ def replay(root: Path, refs: dict, paths: list[Path], on_result=None) -> list[Pr
     return problems
 
 
-def sample_paths(root: Path, k: int | None, seed: int) -> list[Path]:
-    """Every certificate, or ``k`` of them drawn with ``seed`` (at least one per tier when possible)."""
+def sample_paths(root: Path, k: int | None, seed: int, keep=None) -> list[Path]:
+    """Every certificate, or ``k`` of them drawn with ``seed`` (at least one per tier when possible);
+    only those whose path ``keep`` accepts, when given."""
     import random
-    paths = sorted(p.relative_to(root) for p in (root / "certificates").rglob("*.json"))
+    paths = sorted(p.relative_to(root) for p in (root / "certificates").rglob("*.json")
+                   if keep is None or keep(p.relative_to(root)))
     if k is None or k >= len(paths):
         return paths
     rng = random.Random(seed)
@@ -165,6 +167,15 @@ def sample_paths(root: Path, k: int | None, seed: int) -> list[Path]:
     picked = [rng.choice(v) for _, v in sorted(by_tier.items())][:k]
     rest = [p for p in paths if p not in picked]
     return sorted(picked + rng.sample(rest, k - len(picked)))
+
+
+def quick_to_derive(ops: dict):
+    """A ``keep`` for ``sample_paths``: certificates of leaf ops (a whole block's proof takes a minute
+    or more), not the modular test at production dims (minutes per trial)."""
+    def keep(rel: Path) -> bool:
+        op = ops.get(rel.parent.name)
+        return op is not None and not op.nodes and not rel.name.startswith("symbolic-modular__")
+    return keep
 
 
 def _freeze(v):
