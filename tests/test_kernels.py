@@ -185,7 +185,32 @@ def ptx_report():
     return resources.resource_report()
 
 
+def test_the_committed_resource_table_is_current_and_within_the_limits():
+    """What the compile test below (--slow: it compiles every kernel for sm_90) says, read off the
+    committed table `vjpcert all` keeps current: made from the kernels' code there is now (its stamp;
+    where the compiler's versions here are the table's, the stamp is recomputed and compared), and
+    every kernel within the limits."""
+    from vjpcert.stamps import Stamps, resources_inputs
+    table = json.loads((ROOT / "reports" / "kernels" / "resources.json").read_text())
+    from importlib import metadata
+    here = {}
+    for dist in table["versions"]:
+        try:
+            here[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            here[dist] = None
+    if here == table["versions"]:
+        assert Stamps(ROOT / "reports").data.get("resources") == resources_inputs(), \
+            "the kernels changed since reports/kernels/resources.json was made: run `vjpcert all`"
+    _within_limits(table)
+
+
+@pytest.mark.slow
 def test_every_kernel_compiles_for_sm90_without_spills_f64_or_excess_shared(ptx_report):
+    _within_limits(ptx_report)
+
+
+def _within_limits(ptx_report):
     kernels = ptx_report["kernels"]
     expected = {"softmax_fwd", "softmax_bwd", "rope_rotate", "rmsnorm_fwd", "rmsnorm_bwd", "layernorm_fwd",
                 "layernorm_bwd", "gelu_erf_fwd", "gelu_erf_bwd", "gelu_tanh_fwd", "gelu_tanh_bwd", "matmul",
