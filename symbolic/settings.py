@@ -38,6 +38,11 @@ MODP_TRIALS = 3
 # A shared intermediate that is a linear form with at least this many terms becomes an atom (with
 # its linear relation) instead of being expanded at every use. Below ~16 terms expansion is cheaper.
 LIN_ATOM_MIN_TERMS = 16
+# Past this many terms (both sides, as SizeField bounds them) the exact ring is not tried: measured on
+# 2 cores it expands ~100k terms a second and needs about 1 KB a term, so 2 million cost the ring's
+# whole share of the default budget and then failed for memory (attention at m = d = 16: 2.2 million);
+# the ladder goes straight to the randomised exact test (mod p), which decides such claims in seconds.
+RING_MAX_TERMS = 1_500_000
 
 # Share of the remaining claim budget each strategy may spend (the last one gets what is left).
 SHARE = {"wiring": 0.5, "ring": 0.5, "exact-witness": 0.3, "witness": 0.5, "relations": 0.5, "sympy": 0.6, "modp": 0.7}

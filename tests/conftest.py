@@ -30,6 +30,11 @@ def op_mutants(proof=None):
             for m in op.mutants]
 
 
+# Composites whose first compositional proof in a fresh process costs 15 s or more (their nodes'
+# every-size proofs come first): their mutants run with --slow, and in the committed kill matrix.
+HEAVY_COMPOSITES = ("gpt2_block",)
+
+
 def standing_mutants(name) -> set[str]:
     """The mutants that stand for an op in the default run: for a composite (an op with nodes) its
     first one (each mutant evaluates the whole block again), and none for a composite of composites
@@ -42,6 +47,8 @@ def standing_mutants(name) -> set[str]:
     o = OPS[name]
     if o.nodes and any(node.nodes for node in o.nodes.values()):
         return set()         # a stack of blocks: its checks are its blocks', which stand for it
+    if name in HEAVY_COMPOSITES:
+        return set()
     if o.nodes and "monolithic" not in o.proofs:
         return {o.mutants[0].name} if o.mutants else set()
     out = {m.name for m in o.mutants if m.refused or m.evades or m.exact_only}

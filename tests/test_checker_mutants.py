@@ -82,7 +82,8 @@ def test_with_the_exact_rungs_out_of_reach_1e_45_is_never_checked(monkeypatch, d
     traced = _traced(digits)
     cert = prover.prove_claim(traced.op, "vjp[x]", {"n": 2})
     assert cert.verdict == "inconclusive", (cert.verdict, cert.evidence)
-    assert [s["strategy"] for s in cert.evidence["strategies"]][:3] == ["ring", "witness", "modp"]
+    # the randomised exact test runs before the digits when the ring did not finish
+    assert [s["strategy"] for s in cert.evidence["strategies"]][:3] == ["ring", "modp", "witness"]
 
 
 def test_the_correct_twin_of_the_numeric_only_claim_is_proved(tmp_path, capsys):

@@ -388,6 +388,7 @@ def _gpu_script(tmp_path, *args):
     return proc, json.loads((tmp_path / "gpu_run.json").read_text())
 
 
+@pytest.mark.slow                   # the GPU script in the simulator: ~11 s; it fails fast below
 def test_gpu_script_runs_end_to_end_in_the_simulator(tmp_path):
     """benchmarks/gpu_run.py --simulate: preflight, every benchmark path against PyTorch computing the
     same outputs, a check of every kernel, JSON, the table last."""

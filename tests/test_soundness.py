@@ -429,3 +429,88 @@ def test_when_the_ring_runs_out_a_nonzero_mod_p_is_never_checked(monkeypatch, ba
     assert cert.verdict == verdict, cert.evidence
     if verdict == "failed":
         assert cert.method == "modp-rational-witness" and cert.evidence["witness"]["exact"]
+
+
+# ------------------------------------------------------------------------- the ring's shortcuts
+# The exact ring folds three identities into its atoms: exp(k log P) = P^k for an integer k, one
+# reciprocal atom for a long sum however it is reached (through its shared linear atom or expanded),
+# and a claim past its reach is left to the randomised exact test. Each is an exact identity or a
+# weaker verdict; none may turn a false claim into `proved`.
+LOG_EXP = '''
+@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}])
+def lg(B, x):
+    return B.log(x * x + 1)
+
+@lg.defvjp
+def _(B, x, dy):
+    return (2 * x * dy / (x * x + 1),)
+
+@lg.law
+def exp_of_log(B, x):
+    return B.exp(K * B.log(x * x + 1)), (x * x + 1) ** K2
+'''
+
+
+@pytest.mark.parametrize("k,k2,verdict", [("1", "1", "proved"), ("2", "2", "proved"), ("-1", "-1", "proved"),
+                                          ("2", "1", "failed"), ("1", "2", "failed")])
+def test_exp_of_an_integer_multiple_of_a_log_is_the_power_and_nothing_else(tmp_path, capsys, k, k2, verdict):
+    f = _file(tmp_path, LOG_EXP.replace("K2", k2).replace("K", k))
+    _run(tmp_path, capsys, "prove", f"{f}::lg", "--no-general")
+    (law,) = [r for r in _records(tmp_path) if r["claim"] == "exp_of_log"]
+    assert law["verdict"] == verdict, law["evidence"]
+
+
+LONG_SUM = '''
+@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 20}])
+def share(B, x):
+    s = x.sum()
+    return x / s
+
+@share.defvjp
+def _(B, x, dy):
+    s = x.sum()
+    return (dy / s - (dy * x).sum() / (s * s),)
+
+@share.law
+def reciprocal(B, x):
+    s = x.sum()
+    return (x / s).sum(), B.c(1) + 0 * x[0] / (s + SHIFT)
+'''
+
+
+@pytest.mark.parametrize("shift,verdict", [("0", "proved"), ("x[0]", "proved"), ("B.c(1)", "proved")])
+def test_the_reciprocal_of_a_long_sum_is_one_atom_only_for_that_very_sum(tmp_path, capsys, shift, verdict):
+    """sum(x / s) = 1 holds; the right side's 1/(s + shift) only ever multiplies 0, so every variant
+    is true -- and the reciprocal of s + x[0] or s + 1 (another sum) must not be taken for 1/s."""
+    f = _file(tmp_path, LONG_SUM.replace("SHIFT", shift))
+    _run(tmp_path, capsys, "prove", f"{f}::share", "--no-general")
+    records = {r["claim"]: r for r in _records(tmp_path)}
+    assert records["reciprocal"]["verdict"] == verdict, records["reciprocal"]["evidence"]
+    assert records["vjp[x]"]["verdict"] == "proved"
+
+
+WRONG_RECIPROCAL = LONG_SUM.replace('''    return (x / s).sum(), B.c(1) + 0 * x[0] / (s + SHIFT)''',
+                                    '''    return (x / s).sum(), (x / (s + x[0])).sum()''')
+
+
+def test_two_reciprocals_of_different_long_sums_stay_apart(tmp_path, capsys):
+    f = _file(tmp_path, WRONG_RECIPROCAL)
+    _run(tmp_path, capsys, "prove", f"{f}::share", "--no-general")
+    law = next(r for r in _records(tmp_path) if r["claim"] == "reciprocal")
+    assert law["verdict"] == "failed" and law["evidence"]["witness"], law
+
+
+def test_a_claim_past_the_ring_s_reach_is_never_proved_and_a_wrong_one_fails(monkeypatch):
+    """With the ring's reach set to nothing, every claim goes to the randomised exact test: a correct
+    one is `checked-probabilistic` (never `proved`: no exact normalisation ran), a wrong one fails."""
+    from vjpcert.specs import builtin_ops
+    from vjpcert.symbolic import settings
+    from vjpcert.symbolic.fixed.prover import prove_claim
+    monkeypatch.setattr(settings, "RING_MAX_TERMS", 0)
+    op = builtin_ops()["rmsnorm"]
+    right = prove_claim(op, "vjp[x]", op.dims[0])
+    assert right.verdict == "checked-probabilistic", right.evidence
+    assert right.evidence["strategies"][0] == {"strategy": "ring", "seconds": 0.0, "status": "skipped",
+                                                 "estimated_terms": right.evidence["strategies"][0]["estimated_terms"]}
+    twin = op.with_mutant(next(m for m in op.mutants if m.name == "eps_outside_sqrt"))
+    assert prove_claim(twin, "vjp[x]", op.dims[0]).verdict == "failed"

@@ -115,9 +115,14 @@ class Tangent:
 
 
 def inner(field, a: np.ndarray, b: np.ndarray):
-    """sum_k a_k b_k in ``field``, skipping exact-zero (None) entries."""
-    total = field.const(Fraction(0))
-    for x, y in zip(np.asarray(a, dtype=object).ravel(), np.asarray(b, dtype=object).ravel()):
-        if x is not None and y is not None:
-            total = field.add(total, field.mul(x, y))
-    return total
+    """sum_k a_k b_k in ``field``, skipping exact-zero (None) entries. Summed pairwise: adding each
+    product to one growing polynomial costs its size every time (quadratic in the terms of a residual
+    of tens of thousands of them); halving the list level by level costs it log times."""
+    terms = [field.mul(x, y) for x, y in zip(np.asarray(a, dtype=object).ravel(), np.asarray(b, dtype=object).ravel())
+             if x is not None and y is not None]
+    if not terms:
+        return field.const(Fraction(0))
+    while len(terms) > 1:
+        terms = [field.add(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]

@@ -64,6 +64,9 @@ class RingField(_OperatorField):
         self.defs: list[tuple[int, str, object]] = []  # (variable, kind, argument) in creation order
         self.recip_of: dict[int, object] = {}         # reciprocal atom -> the polynomial it inverts
         self.const_sqrt: dict[int, Fraction] = {}     # atom sqrt(c), c a rational -> c
+        # a shared linear intermediate by its monic definition: str(v / lc) -> (its atom, lc), so the
+        # inverse of that sum is one atom whichever way it is reached (through the atom, or expanded)
+        self.lin_of: dict[str, tuple[int, object]] = {}
         self.zero, self.one = self.ctx.constant(0), self.ctx.constant(1)
         # variables known to be >= 0 at every point: sqrt(u v) = sqrt(u) sqrt(v) may split over them
         self.nonneg = {i for i, leaf in enumerate(self.leaves) if leaf.positive}
@@ -102,7 +105,10 @@ class RingField(_OperatorField):
         becomes an atom l with the linear relation l = v, instead of being expanded at every use:
         LayerNorm's residual at n = 32 shrinks from ~500k terms to a few thousand."""
         if self.lin_min_terms and len(v) >= self.lin_min_terms and v.total_degree() == 1:
-            return self._atom("lin", v)
+            atom = self._atom("lin", v)
+            lc = v.leading_coefficient()
+            self.lin_of.setdefault(str(v / lc), (self._var_of(atom), lc))
+            return atom
         return v
 
     def linear_relations(self) -> list:
@@ -139,6 +145,12 @@ class RingField(_OperatorField):
         c = self.const_sqrt.get(var)
         if c is not None:                  # 1 / sqrt(c) = sqrt(c) / c
             return self.gens[var] * self.ctx.constant(_fmpq(1 / c))
+        d = self._def_of(var)
+        if d is not None and d[1] == "lin":   # 1 / l for l = lc * m (m monic): the atom 1/m where one is
+            lc = d[2].leading_coefficient()   # already made from the expanded sum
+            known = self.atoms.get(("inv", str(d[2] / lc)))
+            if known is not None:
+                return self.gens[known] * self.ctx.constant(1 / flint.fmpq(lc))
         return self._atom("inv", self.gens[var])
 
     def _normalise_arg(self, a):
@@ -173,6 +185,10 @@ class RingField(_OperatorField):
             assert rem.is_zero()
             factor = self._inv_monomial(content.monoms()[0])
         lc = a.leading_coefficient()
+        shared = self.lin_of.get(str(a / lc))
+        if shared is not None:            # a / lc is (1/lc_l) l for a shared sum l: 1/a = lc_l / (lc a) * 1/l
+            var, lc_l = shared
+            return factor * self._inv_var(var) * self.ctx.constant(flint.fmpq(lc_l) / flint.fmpq(lc))
         return factor * self._atom("inv", a / lc) * self.ctx.constant(1 / flint.fmpq(lc))
 
     def _normalise_sign(self, kind, a):
@@ -198,9 +214,28 @@ class RingField(_OperatorField):
                 rest = rest - self.ctx.constant(_fmpq(c)) * self.gens[var]
         return rest, factor
 
+    def _split_logs(self, a):
+        """(rest, factor): exp(a) = exp(rest) * factor, with every term k * log(P) of a (k an integer,
+        log(P) an atom) taken out as P^k: exp(log P) = P wherever log P is real, i.e. P > 0."""
+        factor, rest = self.one, a
+        for exps, c in a.terms():
+            nz = [i for i, e in enumerate(exps) if e]
+            if len(nz) != 1 or exps[nz[0]] != 1:
+                continue
+            d = self._def_of(nz[0])
+            c = _frac(c)
+            if d is None or d[1] != "log" or c.denominator != 1:
+                continue
+            factor = factor * self.pow(d[2], c.numerator)
+            rest = rest - self.ctx.constant(_fmpq(c)) * self.gens[nz[0]]
+        return rest, factor
+
     def exp(self, a):
         if a.is_zero():
             return self.one
+        rest, factor = self._split_logs(a)
+        if not factor.is_one():
+            return factor * self.exp(rest)
         if self.shift_vars and not self.split_exp:
             rest, factor = self._split_shifts(a)
             if not factor.is_one():
@@ -244,10 +279,8 @@ class RingField(_OperatorField):
         return self._atom("log", a)
 
     def _def_of(self, var):
-        for d in self.defs:
-            if d[0] == var:
-                return d
-        return None
+        k = var - len(self.leaves)            # atoms are numbered in creation order after the leaves
+        return self.defs[k] if 0 <= k < len(self.defs) else None
 
     def _var_of(self, poly):
         exps = poly.monoms()[0]
@@ -362,6 +395,20 @@ class RingField(_OperatorField):
             _, poly = divmod(poly, g)
         return poly
 
+    def normal_form(self, poly) -> list:
+        """The cheap part of ``reduce_relations``: poly split by the root relations, then divided by
+        the reciprocal and linear relations; [] proves poly = 0 (as there)."""
+        if poly.is_zero():
+            return []
+        rels = self.relations()
+        roots = [r for r in rels if r[0] == "root"]
+        # shortest first: w E(s) - 1 (a shift's reciprocal) cancels at once, while dividing by the
+        # reciprocal relation of a long sum first rewrites every term it touches into that many terms
+        divisors = sorted([self.gens[r[1]] * r[2] - 1 for r in rels if r[0] == "recip"], key=len) \
+            + self.linear_relations()
+        polys = self._split_roots([poly], roots)
+        return [p for p in (self._reduce_by(p, divisors) for p in polys) if not p.is_zero()]
+
     def reduce_relations(self, poly) -> list:
         """Polynomials, free of related atoms, whose joint vanishing implies poly = 0 at the true atom
         values. An empty list is a proof that poly vanishes (every step keeps poly in the ideal of
@@ -371,16 +418,9 @@ class RingField(_OperatorField):
         reciprocal relations w*b - 1 and the linear ones (row-disjoint, so dividing one after the other
         gives a normal form without expanding any product). If that leaves something, eliminate the
         reciprocals by clearing denominators instead, which is complete but multiplies terms."""
-        if poly.is_zero():
+        if not self.normal_form(poly):
             return []
-        rels = self.relations()
-        roots = [r for r in rels if r[0] == "root"]
-        divisors = [self.gens[r[1]] * r[2] - 1 for r in rels if r[0] == "recip"] + self.linear_relations()
-        polys = self._split_roots([poly], roots)
-        polys = [p for p in (self._reduce_by(p, divisors) for p in polys) if not p.is_zero()]
-        if not polys:
-            return []
-        return self._eliminate(poly, rels)
+        return self._eliminate(poly, self.relations())
 
     def _split_roots(self, polys, roots):
         for rel in roots:
@@ -418,6 +458,56 @@ class RingField(_OperatorField):
         # linear intermediates last: substituting them early multiplies the terms (5k -> 38k for
         # LayerNorm at n = 32) that the eliminations above then have to walk
         return [p for p in (self.reduce_linear(p) for p in polys) if not p.is_zero()]
+
+
+class SizeField:
+    """How large the ring's polynomials would grow, without building them: each value is (terms,
+    degree), an upper bound on the number of monomials of its expansion and its total degree, with the
+    ring's atoms (a transcendental, a reciprocal, a shared long linear form) one term each. Cheap (the
+    DAG is walked once with integers), so the ladder can see a claim past the ring's reach before it
+    spends the ring's share of the budget on it."""
+
+    CAP = 10 ** 18
+
+    def __init__(self, lin_min_terms: int | None = None):
+        self.lin_min_terms = lin_min_terms
+
+    def const(self, q):
+        return (0, 0) if Fraction(q) == 0 else (1, 0)
+
+    def leaf(self, leaf):
+        return (1, 1)
+
+    def add(self, a, b):
+        return (min(a[0] + b[0], self.CAP), max(a[1], b[1]))
+
+    def mul(self, a, b):
+        return (min(a[0] * b[0], self.CAP), a[1] + b[1]) if a[0] and b[0] else (0, 0)
+
+    def neg(self, a):
+        return a
+
+    def inv(self, a):
+        return (1, 1) if a[0] > 1 else (1, a[1])
+
+    def pow(self, a, k: int):
+        if k < 0:
+            return self.pow(self.inv(a), -k)
+        return (min(a[0] ** k, self.CAP) if a[0] < self.CAP else self.CAP, a[1] * k)
+
+    def _atom(self, a):
+        return (1, 1)
+
+    exp = log = sqrt = erf = tanh = sin = cos = _atom
+
+    def pi(self):
+        return (1, 1)
+
+    def cpow(self, base, k):
+        return (1, 1)
+
+    def share(self, v):
+        return (1, 1) if self.lin_min_terms and v[1] == 1 and v[0] >= self.lin_min_terms else v
 
 
 class ModPField:

@@ -5,11 +5,13 @@
       v                                 |
     exact witness (rationals) -> failed |
       | no rational disagreement        |
-      v                                 v
-    witness (mpmath 50/100) -> failed   modp (Schwartz-Zippel) -> checked-probabilistic ...
+      v                                 |
+    ring + relations -> proved          |
+      | nonzero                         v
+    witness (mpmath 50/100) -> failed   witness -> failed; modp (Schwartz-Zippel) -> checked-probabilistic ...
       | numerically zero
       v
-    ring + relations -> proved;  sympy diff + simplify -> proved;  else checked (mpmath 100 digits)
+    sympy diff + simplify -> proved;  else inconclusive (exact nonzero) or checked (mpmath 100 digits)
 
 Every strategy runs in its own forked child and is killed at its share of the budget; a claim that no
 strategy decides is `inconclusive`, never `proved`.
@@ -78,7 +80,12 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
         keep = {k: v for k, v in entry.items() if k not in ("status", "strategy", "seconds", "method")}
         return keep
 
-    r = attempt("ring", lambda: strategies.ring(traced, seed=seed))
+    size = strategies.ring_size(traced)
+    if size > tol.RING_MAX_TERMS:        # past the ring's reach: not worth its share of the budget
+        r = {"strategy": "ring", "seconds": 0.0, "status": "skipped", "estimated_terms": size}
+        log.append(r)
+    else:
+        r = attempt("ring", lambda: strategies.ring(traced, seed=seed))
     if r["status"] == "proved":
         return certificate("proved", r["method"], decided(r))
     rational = False
@@ -92,14 +99,28 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
                            {**{k: v for k, v in decided(r).items() if k != "certain"},
                             "witness": r["certain"]["witness"]})
 
+    rr = None
+    if r["status"] == "nonzero":         # related atoms? the exact normalisation first: a claim it proves
+        # needs no digits (a law's mpmath witness was most of its time, and changed nothing)
+        rr = attempt("relations", lambda: strategies.relations(traced, seed=seed))
+        if rr["status"] == "proved":
+            return certificate("proved", rr["method"], decided(rr))
+
+    m = None
+    if r["status"] != "nonzero":         # the exact ring did not finish (or was not tried): the
+        # randomised exact test first, which decides a correct claim in seconds where digits take long
+        salt = f"{op.name}|{claim}|{sorted(traced.dims.items())}|{op.spec_sha256}|{CHECKER_SHA256}"
+        m = attempt("modp", lambda: strategies.modp(traced, seed=seed, salt=salt))
+        if m["status"] == "proved-probabilistic":
+            return certificate("checked-probabilistic", m["method"], decided(m))
+        if m["status"] == "failed":
+            return certificate("failed", m["method"], decided(m))
+
     w = attempt("witness", lambda: strategies.witness(traced, seed=seed))
     if w["status"] == "failed":
         return certificate("failed", w["method"], decided(w))
 
-    if r["status"] == "nonzero":         # related atoms? try the stronger normalisations
-        rr = attempt("relations", lambda: strategies.relations(traced, seed=seed))
-        if rr["status"] == "proved":
-            return certificate("proved", rr["method"], decided(rr))
+    if r["status"] == "nonzero":         # what the relations leave: SymPy's normalisation, on small claims
         if dag_size(traced.roots()) <= tol.SYMPY_MAX_NODES:
             s = attempt("sympy", lambda: strategies.sympy_simplify(traced))
             if s["status"] == "proved":
@@ -113,13 +134,7 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
                 return certificate("failed", e2["method"], decided(e2))
             return certificate("inconclusive", "none", {"reason": "exact arithmetic shows the residual is a "
                                "nonzero rational function, but no rational point where it differs was found"})
-    else:                                # the exact ring did not finish: the randomised exact test
-        salt = f"{op.name}|{claim}|{sorted(traced.dims.items())}|{op.spec_sha256}|{CHECKER_SHA256}"
-        m = attempt("modp", lambda: strategies.modp(traced, seed=seed, salt=salt))
-        if m["status"] == "proved-probabilistic":
-            return certificate("checked-probabilistic", m["method"], decided(m))
-        if m["status"] == "failed":
-            return certificate("failed", m["method"], decided(m))
+    else:
         if m["status"] == "nonzero":     # with atoms: an identity between them, or an error -- not `checked`
             return certificate("inconclusive", "none", {
                 "reason": f"the residual is nonzero mod p (prime {m['prime']}) with {m['atoms']} atoms "

@@ -13,7 +13,7 @@ import flint
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.fixed.claims import TracedClaim
 from vjpcert.symbolic.fixed.false_pass import PRIME_BITS, BoundField, false_pass_bound, random_prime
-from vjpcert.symbolic.fixed.fields import AtomPoolExhausted, ModPField, MpField, RingField
+from vjpcert.symbolic.fixed.fields import AtomPoolExhausted, ModPField, MpField, RingField, SizeField
 from vjpcert.core.tolerance import digits as _digits
 from vjpcert.core.evaluate import NotRational, QField
 from vjpcert.core.registry import SHIFT_CLAIM
@@ -48,6 +48,12 @@ def _evidence(F, R, lhs, rhs, claim) -> dict:
     return ev
 
 
+def ring_size(claim: TracedClaim) -> int:
+    """An upper bound on the terms of the two sides the ring would expand (``SizeField``)."""
+    _, lhs, rhs = claim.residual(SizeField(tol.LIN_ATOM_MIN_TERMS), shared=True)
+    return lhs[0] + rhs[0]
+
+
 def ring(claim: TracedClaim, *, seed: int = 0) -> dict:
     """The fast path: the residual as a polynomial in independent atoms (python-flint), then modulo
     the linear relations of shared intermediates (a row mean kept as an atom). A nonzero residual
@@ -61,6 +67,8 @@ def ring(claim: TracedClaim, *, seed: int = 0) -> dict:
         ev["linear_intermediates"] = len(F.linear_relations())
         if F.reduce_linear(R).is_zero():
             return {"status": "proved", "method": "flint-atoms", **ev}
+    if not F.normal_form(R):          # the atoms' relations, without rebuilding the ring for them
+        return {"status": "proved", "method": "flint-atoms+relations", **ev, "relations": len(F.relations())}
     certain = _certainly_nonzero(F, R, claim, seed)
     if certain is not None:     # the ladder shows a rational claim's entry-wise witness first
         return {"status": "nonzero", "certain": {"method": "exact-nonzero-factor", "witness": certain}, **ev}
