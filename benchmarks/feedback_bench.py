@@ -1,0 +1,210 @@
+"""Fast feedback, measured: each figure as a ratio to a peer timed in the same run on this machine.
+
+1. Commands: `vjpcert --help` (the peer), a no-op `vjpcert all` and `vjpcert verify` on a copy of the
+   committed reports (every certificate current), each in a fresh process; CPU seconds are the child's
+   user + system time. The first `vjpcert all` in the copy is a fresh clone's (it derives a sample of
+   certificates again, once) and is reported apart.
+2. The exact tier's reach: every claim of softmax, log_softmax, RMSNorm and LayerNorm at n = 128, and
+   of attention at m = d = 16, proved by the ladder in this process; CPU seconds include the forked
+   strategies'.
+3. The mutation suite: the symbolic tier's time against torch.autograd.gradcheck's on the same mutants,
+   read off the committed kill matrix (`vjpcert mutate` times both in one run).
+4. The modular tier at production dims: one trial on one thread (BLAS and Numba) against the same
+   block's forward + backward in PyTorch, float64, on one thread (`benchmarks/torch_blocks.py`), each in
+   its own process, with its peak resident memory.
+
+Writes reports/benchmarks/feedback.json and .md. Run: python benchmarks/feedback_bench.py [--skip SECTION]
+(sections: commands, reach, mutation, modular).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+VJPCERT = [sys.executable, "-m", "vjpcert.cli"]
+REACH = [("softmax", {"rows": 1, "n": 128}), ("log_softmax", {"rows": 1, "n": 128}),
+         ("rmsnorm", {"rows": 1, "n": 128}), ("layernorm", {"rows": 1, "n": 128}),
+         ("attention", {"m": 16, "d": 16})]
+TARGETS = {"noop_over_help": 5.0, "verify_cpu_s": 10.0, "leaf_claim_cpu_s": 1.0, "attention_claim_cpu_s": 10.0,
+           "symbolic_over_gradcheck": 1.0, "modular_over_torch": 8.0, "memory_over_torch": 3.0}
+
+
+def timed(cmd, env=None, cwd=ROOT) -> dict:
+    """Wall and CPU seconds of a command in a fresh process, and its exit code."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "code": proc.returncode, "stderr": proc.stderr[-2000:],
+            "stdout": proc.stdout[-2000:]}
+
+
+def median_of(cmd, n: int, **kw) -> dict:
+    runs = [timed(cmd, **kw) for _ in range(n)]
+    return {"wall_s": round(statistics.median(r["wall_s"] for r in runs), 3),
+            "cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 3),
+            "codes": sorted({r["code"] for r in runs}), "runs": n}
+
+
+def commands() -> dict:
+    out = {"help": median_of([*VJPCERT, "--help"], 5)}
+    with tempfile.TemporaryDirectory() as tmp:
+        reports = Path(tmp) / "reports"
+        shutil.copytree(ROOT / "reports", reports, ignore=shutil.ignore_patterns("timings.json", ".tmp*"))
+        first = timed([*VJPCERT, "all", "--reports", str(reports)])
+        out["first_all_on_a_fresh_clone"] = {k: first[k] for k in ("wall_s", "cpu_s", "code")}
+        out["first_all_derived_a_sample"] = "deriving" in first["stderr"]
+        out["noop_all"] = median_of([*VJPCERT, "all", "--reports", str(reports), "--quiet"], 3)
+        out["verify"] = median_of([*VJPCERT, "verify", str(reports)], 3)
+    out["noop_over_help"] = round(out["noop_all"]["wall_s"] / out["help"]["wall_s"], 2)
+    return out
+
+
+def reach() -> list[dict]:
+    from vjpcert.specs import builtin_ops
+    from vjpcert.symbolic.fixed.prover import prove_claim
+    ops = builtin_ops()
+    rows = []
+    for name, dims in REACH:
+        op = ops[name]
+        for claim in op.claims():
+            c0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.process_time()
+            cert = prove_claim(op, claim, dims)
+            c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = time.process_time() - t0 + (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
+            target = TARGETS["attention_claim_cpu_s" if name == "attention" else "leaf_claim_cpu_s"]
+            rows.append({"op": name, "claim": claim, "dims": dims, "verdict": cert.verdict, "cpu_s": round(cpu, 2),
+                         "target_s": target, "steps": [(e["strategy"], e.get("status")) for e in
+                                                       cert.evidence.get("strategies", [])]})
+            print(f"  {name} {claim} {dims}: {cert.verdict} in {cpu:.2f} CPU s", flush=True)
+    return rows
+
+
+def mutation() -> dict:
+    """The kill matrix's own totals over the mutants (the correct rows are its false-kill controls)."""
+    summary = json.loads((ROOT / "reports" / "mutation" / "kill_matrix.json").read_text())["summary"]
+    sym, grad = summary["symbolic"]["seconds"], summary["gradcheck"]["seconds"]
+    return {"mutants": summary["mutants"], "symbolic_s": sym, "gradcheck_s": grad,
+            "symbolic_over_gradcheck": round(sym / grad, 2),
+            "source": "reports/mutation/kill_matrix.json (`vjpcert mutate`: both timed in one run)"}
+
+
+def _one_thread_env() -> dict:
+    return {**os.environ, **{v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                "NUMBA_NUM_THREADS")}}
+
+
+TORCH_PEER = """
+import json, resource, sys, torch
+sys.path.insert(0, {root!r})
+torch.set_num_threads(1)
+from benchmarks.torch_blocks import forward_backward_seconds
+s = forward_backward_seconds({name!r}, {dims!r})
+print(json.dumps({{"seconds": s, "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}}))
+"""
+
+
+def modular() -> list[dict]:
+    from benchmarks import modular_bench
+    rows = []
+    for i, (label, name, dims, _) in enumerate(modular_bench.BLOCKS):
+        mod = modular_bench._case("block", i, label, 1, 1, 3600, single=True)
+        trial = next((v for v in mod.values() if isinstance(v, dict) and "seconds_per_trial" in v), None)
+        proc = subprocess.run([sys.executable, "-c", TORCH_PEER.format(root=str(ROOT), name=name, dims=dims)],
+                              capture_output=True, text=True, env=_one_thread_env())
+        peer = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {"error": proc.stderr[-300:]}
+        row = {"block": label, "op": name, "dims": dims,
+               "modular_trial_s": trial["seconds_per_trial"][0] if trial else None,
+               "modular_peak_rss_gib": mod.get("peak_rss_gib"), "modular_error": mod.get("error"),
+               "torch_fwd_bwd_s": round(peer.get("seconds", 0), 3) or None,
+               "torch_peak_rss_gib": round(peer.get("peak_rss_gib", 0), 3) or None, "torch_error": peer.get("error")}
+        if row["modular_trial_s"] and row["torch_fwd_bwd_s"]:
+            row["time_ratio"] = round(row["modular_trial_s"] / row["torch_fwd_bwd_s"], 1)
+        if row["modular_peak_rss_gib"] and row["torch_peak_rss_gib"]:
+            row["memory_ratio"] = round(row["modular_peak_rss_gib"] / row["torch_peak_rss_gib"], 1)
+        rows.append(row)
+        print(f"  {label}: modular {row['modular_trial_s']} s, torch {row['torch_fwd_bwd_s']} s "
+              f"(x{row.get('time_ratio')}), memory x{row.get('memory_ratio')}", flush=True)
+    return rows
+
+
+def render(data: dict) -> str:
+    lines = ["# Fast feedback", "",
+             f"Command: `python benchmarks/feedback_bench.py`. Machine: {data['machine']}; every ratio is of two "
+             "figures taken in the same run.", ""]
+    c = data.get("commands")
+    if c:
+        lines += ["## Commands", "", "| what | wall s | CPU s | target |", "|---|---|---|---|",
+                  f"| `vjpcert --help` (the peer) | {c['help']['wall_s']} | {c['help']['cpu_s']} | |",
+                  f"| first `vjpcert all` on a fresh clone (derives a sample again: "
+                  f"{'yes' if c['first_all_derived_a_sample'] else 'no'}) | {c['first_all_on_a_fresh_clone']['wall_s']} | "
+                  f"{c['first_all_on_a_fresh_clone']['cpu_s']} | about a minute |",
+                  f"| no-op `vjpcert all` (median of 3) | {c['noop_all']['wall_s']} | {c['noop_all']['cpu_s']} | "
+                  f"<= {TARGETS['noop_over_help']}x help: **{c['noop_over_help']}x** |",
+                  f"| `vjpcert verify` (median of 3) | {c['verify']['wall_s']} | **{c['verify']['cpu_s']}** | "
+                  f"<= {TARGETS['verify_cpu_s']} CPU s |", ""]
+    r = data.get("reach")
+    if r:
+        lines += ["## The exact tier's reach", "", "| op | claim | dims | verdict | CPU s | target | ladder |",
+                  "|---|---|---|---|---|---|---|"]
+        for row in r:
+            ok = row["cpu_s"] <= row["target_s"] and row["verdict"] in ("proved", "checked-probabilistic")
+            lines.append(f"| {row['op']} | `{row['claim']}` | {row['dims']} | {row['verdict']} | "
+                         f"{'**' if not ok else ''}{row['cpu_s']}{'**' if not ok else ''} | <= {row['target_s']} | "
+                         + ", ".join(f"{s}: {st}" for s, st in row["steps"]) + " |")
+        lines.append("")
+    m = data.get("mutation")
+    if m:
+        lines += ["## The mutation suite", "", f"symbolic tier {m['symbolic_s']} s, torch gradcheck {m['gradcheck_s']} s "
+                  f"over the same {m['mutants']} mutants: **{m['symbolic_over_gradcheck']}x** (target <= "
+                  f"{TARGETS['symbolic_over_gradcheck']}x); {m['source']}.", ""]
+    mod = data.get("modular")
+    if mod:
+        lines += ["## The modular tier against PyTorch, one thread each", "",
+                  "| block | dims | one modular trial s | torch float64 fwd+bwd s | ratio (target <= 8) | "
+                  "peak memory GiB (modular, torch) | ratio (target <= 3) |", "|---|---|---|---|---|---|---|"]
+        for row in mod:
+            lines.append(f"| {row['block']} | {row['dims']} | {row['modular_trial_s']} | {row['torch_fwd_bwd_s']} | "
+                         f"{row.get('time_ratio')} | {row['modular_peak_rss_gib']}, {row['torch_peak_rss_gib']} | "
+                         f"{row.get('memory_ratio')} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--skip", action="append", default=[], choices=["commands", "reach", "mutation", "modular"])
+    args = ap.parse_args()
+    from vjpcert.core.certificate import atomic_write
+    out = ROOT / "reports" / "benchmarks"
+    path = out / "feedback.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data["machine"] = f"{platform.machine()}, {os.cpu_count()} cores (shared); Python {platform.python_version()}"
+    for name, fn in (("commands", commands), ("reach", reach), ("mutation", mutation), ("modular", modular)):
+        if name in args.skip:
+            continue
+        print(f"{name}:", flush=True)
+        data[name] = fn()
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(data, indent=1, default=str) + "\n")
+    text = render(data)
+    atomic_write(out / "feedback.md", text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
