@@ -4,14 +4,16 @@
       | nonzero                         | timed out / error
       v                                 |
     exact witness (rationals) -> failed |
-      | no rational disagreement        |
-      v                                 |
-    ring + relations -> proved          |
-      | nonzero                         v
-    witness (mpmath 50/100) -> failed   witness -> failed; modp (Schwartz-Zippel) -> checked-probabilistic ...
+      | no rational disagreement        v
+      v                                 modp (Schwartz-Zippel) -> checked-probabilistic ...
+    witness (mpmath 50/100) -> failed   witness -> failed
       | numerically zero
       v
-    sympy diff + simplify -> proved;  else inconclusive (exact nonzero) or checked (mpmath 100 digits)
+    ring + relations -> proved;  sympy diff + simplify -> proved;
+    else inconclusive (exact nonzero) or checked (mpmath 100 digits)
+
+The ring itself applies the atoms' cheap relations (its normal form); the complete elimination
+comes after the witness, because a wrong claim makes it expensive.
 
 Every strategy runs in its own forked child and is killed at its share of the budget; a claim that no
 strategy decides is `inconclusive`, never `proved`.
@@ -99,13 +101,6 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
                            {**{k: v for k, v in decided(r).items() if k != "certain"},
                             "witness": r["certain"]["witness"]})
 
-    rr = None
-    if r["status"] == "nonzero":         # related atoms? the exact normalisation first: a claim it proves
-        # needs no digits (a law's mpmath witness was most of its time, and changed nothing)
-        rr = attempt("relations", lambda: strategies.relations(traced, seed=seed))
-        if rr["status"] == "proved":
-            return certificate("proved", rr["method"], decided(rr))
-
     m = None
     if r["status"] != "nonzero":         # the exact ring did not finish (or was not tried): the
         # randomised exact test first, which decides a correct claim in seconds where digits take long
@@ -116,11 +111,16 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
         if m["status"] == "failed":
             return certificate("failed", m["method"], decided(m))
 
+    # the digits before the complete elimination of atoms, which a wrong claim makes expensive (the
+    # ring's own normal form has already applied the cheap relations)
     w = attempt("witness", lambda: strategies.witness(traced, seed=seed))
     if w["status"] == "failed":
         return certificate("failed", w["method"], decided(w))
-
-    if r["status"] == "nonzero":         # what the relations leave: SymPy's normalisation, on small claims
+    rr = None
+    if r["status"] == "nonzero":         # related atoms? try the stronger normalisations
+        rr = attempt("relations", lambda: strategies.relations(traced, seed=seed))
+        if rr["status"] == "proved":
+            return certificate("proved", rr["method"], decided(rr))
         if dag_size(traced.roots()) <= tol.SYMPY_MAX_NODES:
             s = attempt("sympy", lambda: strategies.sympy_simplify(traced))
             if s["status"] == "proved":
