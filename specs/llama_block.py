@@ -85,7 +85,7 @@ def attention_inputs(B, X, g1, Wq, Wk, Wv, pos, heads, kv_heads, eps, nodes):
     proofs=("compositional",),
     dims=[{"m": 2, "D": 8, "Dkv": 4, "F": 3}], large_dims=[{"m": 3, "D": 16, "Dkv": 8, "F": 6}],
     compositional_dims=[{"m": 16, "D": 64, "Dkv": 32, "F": 176}],
-    # the small Llama-style block of issue 18: 512 tokens, width 512, 8 query heads of 64, 2 KV heads
+    # a small production Llama-style block: 512 tokens, width 512, 8 query heads of 64, 2 KV heads
     modular_dims=[{"m": 512, "D": 512, "Dkv": 128, "F": 1376, "heads": 8, "kv_heads": 2}],
     check_dims={"m": 3, "D": 8, "Dkv": 4, "F": 6}, constraints=_heads_ok,
     sample={"pos": lambda rng, shape: rng.integers(0, 4096, shape).astype(float)})

@@ -483,7 +483,7 @@ def _shows_the_checkers(command: str, args, done: list, current: list, fresh_clo
 
 
 TOUR_SAMPLE = 4               # certificates re-derived when a run finds all of them current (one per tier)
-FULL_RUN = "about 40 minutes on 2 cores with --jobs 2"   # `vjpcert all --force`, measured on the built-in ops
+FULL_RUN = "about 15 minutes on 2 cores with --jobs 2"   # `vjpcert all --force`, measured on the built-in ops
 
 
 def _rederive_sample(root: Path, ops: dict, console, seed: int) -> bool:
