@@ -151,7 +151,8 @@ def test_the_copy_is_what_runs(tree):
     assert all(line.startswith(str(tree)) for line in lines[:2]) and lines[2] == "True"
 
 
-def test_every_tier_picks_the_new_op_up(tree):
+@pytest.mark.slow        # a whole `vjpcert all` of the new op (half a minute); the tests below show in
+def test_every_tier_picks_the_new_op_up(tree):   # seconds that its mutant, kernels and resources are found
     reports = tree / "reports"
     out = _run(tree, "-m", "vjpcert.cli", "all", "silu", "--reports", str(reports), "--quiet", "--no-plots")
     assert out.returncode == 0, out.stderr[-3000:]

@@ -184,6 +184,7 @@ def _conv_op(name, taps):
     return conv
 
 
+@pytest.mark.slow      # ten seconds of every-size proof; the wrong conv2d below is refuted by default
 def test_a_strided_padded_conv2d_is_proved_for_every_size():
     conv = _conv_op("tl_conv2d", TAPS)
     for claim in ("vjp[x]", "vjp[w]"):

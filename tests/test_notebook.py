@@ -9,6 +9,7 @@ nbclient = pytest.importorskip("nbclient")
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "tour.ipynb"
 
 
+@pytest.mark.slow      # a Jupyter kernel running the whole tour; its commands are tested one by one elsewhere
 def test_tour_notebook_executes():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",

@@ -2,6 +2,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from vjpcert.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,13 +30,13 @@ def test_certify_your_own_op_walkthrough_runs(tmp_path):
     assert len(list((tmp_path / "r" / "certificates" / "square_scale").glob("*.json"))) == 3
 
 
-def test_prove_your_pytorch_backward_walkthrough_runs(tmp_path, monkeypatch):
+@pytest.mark.slow      # the walkthrough end to end (twenty seconds); its torch frontend is tested by the
+def test_prove_your_pytorch_backward_walkthrough_runs(tmp_path, monkeypatch):  # frontend tests by default
     """The RMSNorm Function is proved from its torch code alone; the one-term typo fails with a
     witness; the two commands shown run as shown."""
     import json
     import sys
 
-    import pytest
     pytest.importorskip("torch")
     section = FRAMEWORKS
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
