@@ -1,6 +1,6 @@
 """index.html in a real headless browser (Chromium): the screenshot shows the verdict matrix with
 its colours, a failed op in red beside a proved one in green, and text. Skipped where Chromium is
-not installed (CI installs only Python packages); `python benchmarks/report_screenshot.py` makes the
+not installed (`.ci/run` installs it where apt-get can); `python benchmarks/report_screenshot.py` makes the
 committed screenshot, reports/screenshots/index.png."""
 import pytest
 
@@ -17,7 +17,8 @@ def _pixels(png):
     from PIL import Image
     with Image.open(png) as image:
         rgb = image.convert("RGB")
-        return rgb.size, list(rgb.getdata())
+        pixels = rgb.get_flattened_data() if hasattr(rgb, "get_flattened_data") else rgb.getdata()  # Pillow >= 12.1
+        return rgb.size, list(pixels)
 
 
 def test_the_report_as_a_browser_draws_it(tmp_path):
