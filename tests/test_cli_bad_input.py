@@ -134,6 +134,17 @@ def test_a_spec_file_that_never_finishes_importing_costs_the_timeout(project, ca
     assert "loading the spec files" in line
 
 
+@needs_main_thread
+def test_dims_too_large_to_trace_cost_the_timeout(project, capsys):
+    """A million entries per row: tracing softmax makes millions of nodes, far past a second on any
+    machine (2.5 s to reach the deadline here, 0.2 GB), so planning itself is what --timeout stops."""
+    start = time.perf_counter()
+    line = _refused(capsys, ["prove", "softmax", "--dims", "n=1000000", "--timeout", "1"], code=3,
+                    cwd_tree=project)
+    assert "planning softmax" in line and "--timeout 1" in line and "nothing was run or written" in line
+    assert time.perf_counter() - start < 30
+
+
 def test_version(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
