@@ -98,6 +98,24 @@ def test_a_failing_node_fails_the_composite():
     assert cert.evidence["witness"]["in"] == "node act"
 
 
+def test_wrong_wiring_fails_on_the_real_composite_without_proving_the_nodes(monkeypatch):
+    """Wiring that is wrong for generic nodes can never be proved, whatever the nodes: the verdict is
+    the real composite's witness, and no node's every-size proof is spent on it (a minute for the
+    GPT-2 block in a fresh process). The correct MLP still rests on every node."""
+    from vjpcert.symbolic.composition import compose
+    proved_nodes = []
+    real = compose.cover_node
+    monkeypatch.setattr(compose, "cover_node", lambda op, *a, **k: proved_nodes.append(op.name) or real(op, *a, **k))
+    mlp = OPS["mlp"]
+    bad = mlp.with_mutant(next(m for m in mlp.mutants if m.name == "skips_activation_backward"))
+    cert = prove_compositional(bad, "vjp[X]", mlp.dims[0])
+    assert cert.verdict == "failed" and cert.evidence["wiring"]["status"] == "failed"
+    assert cert.evidence["witness"]["in"] == "the wiring" and cert.evidence["witness"]["point"]
+    assert proved_nodes == [] and cert.evidence["nodes"] == [] and "nodes_not_examined" in cert.evidence
+    good = prove_compositional(mlp, "vjp[X]", mlp.dims[0])          # negative control: nodes are examined
+    assert good.verdict == "proved-compositional" and proved_nodes and "nodes_not_examined" not in good.evidence
+
+
 def test_a_backward_at_the_wrong_point_is_caught():
     """The ViT mutant that runs LN2's backward at X instead of Y changes only dgamma2 through the
     point: a stand-in whose Jacobian ignored the point would prove it; the wiring keys every call by it."""
