@@ -78,8 +78,23 @@ def test_a_primitive_without_a_row_is_missing_and_refused():
         Tangent(Evaluator(S), {node.args[0].args[0].value: S.const(1)})(node)
     X = sympy.IndexedBase("x", real=True)
     with pytest.raises(DerivationRefused):
-        heads.check_heads(sympy.Abs(X[0]) + sympy.exp(X[0]), X)
-    heads.check_heads(sympy.Abs(sympy.Symbol("n")) * sympy.exp(X[0]) + sympy.sqrt(X[1]) ** 3, X)
+        heads.check_heads(sympy.atan(X[0]) + sympy.exp(X[0]), X)
+    heads.check_heads(sympy.atan(sympy.Symbol("n")) * sympy.exp(X[0]) + sympy.sqrt(X[1]) ** 3, X)
+
+
+def test_abs_is_sympy_s_spelling_of_the_root_of_a_square_and_held_to_those_rows(monkeypatch):
+    """|a| has no row of its own: its derivative must be the sqrt row after the square row, so a wrong
+    sqrt row refuses it too."""
+    X = sympy.IndexedBase("x", real=True)
+    heads.agrees.cache_clear()
+    heads.check_heads(sympy.Abs(X[0]) + sympy.exp(X[0]), X)
+    monkeypatch.setitem(RULES, "sqrt", Rule(lambda F, a, y, k: F.inv(y), uses_value=True))     # 1/y: wrong
+    heads.agrees.cache_clear()
+    try:
+        with pytest.raises(DerivationRefused):
+            heads.check_heads(sympy.Abs(X[0]), X)
+    finally:
+        heads.agrees.cache_clear()
 
 
 def test_a_kink_row_is_taken_only_region_by_region(monkeypatch):

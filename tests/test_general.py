@@ -528,6 +528,19 @@ def test_sums_are_renamed_interchanged_and_split_exactly():
     assert zero(Sum(x[l] - mean, (l, 0, n - 1)))                          # sum_l (x_l - mean) = 0
 
 
+def test_sums_of_one_rational_function_written_two_ways_cancel_and_near_misses_do_not():
+    """A sigmoid's 1 - 1/(1 + u) against u/(1 + u) inside a sum over the same range: the bodies are
+    joined and cancel. Not when the ranges differ, the bodies differ, or an outer factor hides an
+    index of the sum."""
+    u = sp.exp(-x[k])
+    g = y[k] / (1 + u)
+    assert zero(Sum(g * (1 - 1 / (1 + u)), (k, 0, n - 1)) - Sum(g * u / (1 + u), (k, 0, n - 1)))
+    assert zero(x[j] * Sum(g * (1 - 1 / (1 + u)), (k, 0, n - 1)) - x[j] * Sum(g * u / (1 + u), (k, 0, n - 1)))
+    assert not zero(Sum(g * (1 - 1 / (1 + u)), (k, 0, n - 2)) - Sum(g * u / (1 + u), (k, 0, n - 1)))
+    assert not zero(Sum(g * (1 - 1 / (1 + u)), (k, 0, n - 1)) - Sum(g / (1 + u), (k, 0, n - 1)))
+    assert not zero(x[j] * Sum(g * (1 - 1 / (1 + u)), (k, 0, n - 1)) - Sum(g * u / (1 + u), (k, 0, n - 1)))
+
+
 def test_transcendental_atoms_keep_their_identities():
     s = Sum(x[k] ** 2, (k, 0, n - 1))
     assert zero(sp.exp(x[j]) ** 2 - sp.exp(2 * x[j]))

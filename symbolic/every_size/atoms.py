@@ -91,9 +91,11 @@ class Stats:
     relation_reductions: int = 0
     sums_written_out: int = 0
     absolute_values: int = 0
+    bodies_joined: int = 0          # groups of same-range sums whose joined body cancelled
 
     def as_dict(self) -> dict:
-        return {"sums_normalised": self.sums_seen, "deltas_evaluated": self.deltas_evaluated,
+        joined = {"sums_joined": self.bodies_joined} if self.bodies_joined else {}
+        return {**joined, "sums_normalised": self.sums_seen, "deltas_evaluated": self.deltas_evaluated,
                 "deltas_zero": self.deltas_zero, "sums_flattened": self.sums_flattened,
                 "sums_split": self.sums_split, "relation_reductions": self.relation_reductions,
                 "sums_written_out": self.sums_written_out, "absolute_values": self.absolute_values}

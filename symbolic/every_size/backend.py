@@ -14,10 +14,10 @@ import sympy as sp
 from vjpcert.core.backends import exact
 from vjpcert.core.registry import SpecError, refuse
 from vjpcert.symbolic.every_size import layouts
-from vjpcert.symbolic.every_size.constructs import (_band, _insert_axis, _shape_of, concatenate, masked_mean,
-                                                    masked_sum, reshape, stack, where)
+from vjpcert.symbolic.every_size.constructs import (_band, _shape_of, concatenate, masked_mean,
+                                                    masked_sum, stack, where)
 from vjpcert.symbolic.every_size.sizes import _LOCAL, Dim, _size_expr
-from vjpcert.symbolic.every_size.symarray import (FUNCTIONS, UFUNCS, SymArray, _axis, broadcast_to, elementwise,
+from vjpcert.symbolic.every_size.symarray import (FUNCTIONS, UFUNCS, SymArray, broadcast_to, elementwise,
                                                   lift, matmul, power)
 
 UFUNCS.update({
@@ -31,7 +31,8 @@ UFUNCS.update({
 })
 FUNCTIONS.update({
     "concatenate": concatenate, "stack": stack, "where": where,
-    "reshape": lambda a, shape=None, newshape=None, **kw: reshape(lift(a), shape if shape is not None else newshape),
+    "reshape": lambda a, shape=None, newshape=None, order="C": layouts.reshape_ordered(
+        a, shape if shape is not None else newshape, order),
     "transpose": lambda a, axes=None: lift(a).transpose(*(axes or ())),
     "sum": lambda a, axis=None, keepdims=False, **kw: masked_sum(a, axis, keepdims, **kw),
     "mean": lambda a, axis=None, keepdims=False, **kw: masked_mean(a, axis, keepdims, **kw),
@@ -39,7 +40,8 @@ FUNCTIONS.update({
     "all": lambda a, axis=None, keepdims=False, **kw: lift(a).all(axis, keepdims, **kw),
     "shape": _shape_of, "ndim": lambda a: lift(a).ndim, "matmul": lambda x, y, **kw: matmul(lift(x), lift(y)),
     "tril": lambda m, k=0: _band(m, k, True), "triu": lambda m, k=0: _band(m, k, False),
-    "expand_dims": lambda a, axis: _insert_axis(lift(a), _axis(axis, lift(a).ndim + 1)),
+    "expand_dims": layouts.expand_dims, "flip": layouts.flip, "roll": layouts.roll, "tile": layouts.tile,
+    "split": layouts.split, "ravel": layouts.ravel, "squeeze": layouts.squeeze,
     "broadcast_to": lambda a, shape, **kw: broadcast_to(lift(a), tuple(_size_expr(s) for s in shape)),
     "moveaxis": layouts.moveaxis, "swapaxes": layouts.swapaxes, "outer": layouts.outer, "diff": layouts.diff,
     "pad": layouts.pad, "einsum": layouts.einsum, "copy": lambda a, **kw: lift(a),

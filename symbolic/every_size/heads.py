@@ -87,9 +87,21 @@ def table_derivative(kind: str, a, k=None):
     return derivative(SYMPY_OPS, kind, a, y, k)
 
 
+def _abs_agrees() -> bool:
+    """|a| is no primitive of the language: it is SymPy's spelling of sqrt(a^2) for real a, so its
+    derivative must be the table's sqrt row after its square row, 2a / (2 sqrt(a^2)). SymPy's sign(a)
+    is compared on each open region (a > 0, a < 0); at the kink a = 0 neither is defined."""
+    p = sp.Symbol("p", positive=True)
+    z = sp.Symbol("z", real=True)
+    chain = table_derivative("sqrt", z ** 2) * table_derivative("pow", z, 2)
+    return all(sp.simplify((sp.diff(sp.Abs(z), z) - chain).subs(z, side)) == 0 for side in (p, -p))
+
+
 @functools.lru_cache(maxsize=None)
 def agrees(kind: str, k=None) -> bool:
     """Whether SymPy's derivative of the head equals the table's row (checked symbolically)."""
+    if kind == "abs":
+        return _abs_agrees()
     if kind not in RULES:
         return False
     try:
@@ -108,6 +120,8 @@ def head_of(e) -> tuple | None:
         if q == sp.Rational(1, 2):
             return ("sqrt", None)
         return ("pow", Fraction(int(q.p), int(q.q)))
+    if isinstance(e, sp.Abs):
+        return ("abs", None)
     kind = SYMPY_HEADS.get(e.func)
     return None if kind is None else (kind, None)
 

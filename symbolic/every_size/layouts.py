@@ -2,7 +2,10 @@
 trace already follows: ``np.moveaxis`` / ``np.swapaxes`` (a transpose), ``np.outer`` (a broadcast
 product), ``np.diff`` (shifted slices), ``np.pad`` with zeros (a concatenation with zero blocks, so a
 strided slice of a padded array sees its parts), ``np.einsum`` with explicit subscripts (transposes,
-new axes, a broadcast product and a sum), and strided slices that cut a contiguous part of an array.
+new axes, a broadcast product and a sum), strided slices that cut a contiguous part of an array, and
+the moves of entries: ``np.flip`` (each piece read backwards), ``np.roll`` (two slices concatenated),
+``np.tile`` (copies concatenated), ``np.split`` (slices), ``np.ravel`` (a reshape), ``np.squeeze``
+and ``np.expand_dims`` (unit axes).
 
 Where numpy's rule is structural (which axis goes where), numpy computes it on a small concrete array,
 so the trace never has its own reading of numpy's rules.
@@ -15,9 +18,9 @@ import numpy as np
 import sympy as sp
 
 from vjpcert.core.registry import refuse
-from vjpcert.symbolic.every_size.constructs import concatenate, reduce
-from vjpcert.symbolic.every_size.sizes import _Context, divide_exactly, residue, same
-from vjpcert.symbolic.every_size.symarray import CONSTRUCTS, SymArray, _axis, lift
+from vjpcert.symbolic.every_size.constructs import _insert_axis, concatenate, reduce, reshape
+from vjpcert.symbolic.every_size.sizes import Dim, _Context, divide_exactly, residue, same
+from vjpcert.symbolic.every_size.symarray import CONSTRUCTS, Piece, SymArray, _axis, lift
 
 
 def _permutation(fn, ndim: int, *args) -> tuple:
@@ -162,6 +165,150 @@ def strided_cut(ctx: _Context, b, z, start, stop, step, L, u):
     if not ctx.nonneg(count):
         refuse("a strided slice meets a part of the array in a number of entries not known for every size")
     return (1, t_lo, count), sp.expand(start + step * (t_lo + u) - b)
+
+
+# ---------------------------------------------------------------------------- moves of entries
+def _axis_list(axis, ndim: int, what: str) -> list[int]:
+    if axis is None:
+        return list(range(ndim))
+    items = axis if isinstance(axis, (tuple, list)) else (axis,)
+    return [_axis(a, ndim) for a in _static_axes(items, what)]
+
+
+def _static_int(v, what: str) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+        refuse(f"{what} {v!r}: a static int")
+    return int(v)
+
+
+def flip(a, axis=None):
+    A = lift(a)
+    for ax in _axis_list(axis, A.ndim, "np.flip axis"):
+        A = _reversed(A, ax)
+    return A
+
+
+def _reversed(A: SymArray, ax: int) -> SymArray:
+    """Entry j of the axis is entry n - 1 - j: a piece at j = a p + b (p < z) lands at
+    j' = a p' + (n - 1 - b - a (z - 1)) with p' = z - 1 - p, so its step stays positive."""
+    n = A._shape[ax]
+    pieces = []
+    for P in A.pieces:
+        a, b, z = P.maps[ax]
+        maps = list(P.maps)
+        maps[ax] = (a, n - 1 - b - a * (z - 1), z)
+        pieces.append(Piece(maps, lambda idx, P=P, z=z: P.value(idx[:ax] + (sp.expand(z - 1 - idx[ax]),)
+                                                                 + idx[ax + 1:])))
+    return SymArray(A._shape, pieces, A.boolean)
+
+
+def roll(a, shift, axis=None):
+    A = lift(a)
+    if axis is None:
+        if A.ndim != 1:
+            refuse("np.roll without an axis of an array of rank > 1 (numpy rolls it flattened): give the axis")
+        axis = 0
+    shifts = list(shift) if isinstance(shift, (tuple, list)) else [shift]
+    axes = list(axis) if isinstance(axis, (tuple, list)) else [axis]
+    if len(shifts) == 1:
+        shifts *= len(axes)
+    elif len(axes) == 1:
+        axes *= len(shifts)
+    if len(shifts) != len(axes):
+        refuse(f"np.roll with {len(shifts)} shifts and {len(axes)} axes")
+    for s, ax in zip(shifts, axes):
+        A = _rolled(A, _static_int(s, "np.roll shift"), _axis(ax, A.ndim))
+    return A
+
+
+def _rolled(A: SymArray, s: int, ax: int) -> SymArray:
+    """x rolled by s along ax: its last s entries, then the rest. Along an axis of symbolic size n only
+    s = +-1 is followed: a larger shift wraps more than once where n < |s|, which two slices do not say."""
+    n = A._shape[ax]
+    if n.is_Integer:
+        s %= max(int(n), 1)
+    elif abs(s) > 1:
+        refuse(f"np.roll by {s} along an axis of size {n}: for every size only a shift of 1 is followed "
+               f"(below size {abs(s)} the shift wraps more than once)")
+    if s == 0:
+        return A
+    lead = (slice(None),) * ax
+    return concatenate([A[lead + (slice(-s, None),)], A[lead + (slice(None, -s),)]], axis=ax)
+
+
+def tile(a, reps):
+    A = lift(a)
+    reps = [_static_int(r, "np.tile repetition") for r in (reps if isinstance(reps, (tuple, list)) else (reps,))]
+    if any(r < 1 for r in reps):
+        refuse(f"np.tile with a repetition below 1 ({reps}): an empty array")
+    while A.ndim < len(reps):                        # numpy promotes the array with leading axes
+        A = _insert_axis(A, 0)
+    reps = [1] * (A.ndim - len(reps)) + reps        # ... and the reps with leading ones
+    for ax, r in enumerate(reps):
+        if r > 1:
+            A = concatenate([A] * r, axis=ax)
+    return A
+
+
+def split(a, indices_or_sections, axis=0):
+    A = lift(a)
+    ax = _axis(axis, A.ndim)
+    n = A._shape[ax]
+    if isinstance(indices_or_sections, (tuple, list)):
+        cuts = [_static_int(i, "np.split index") for i in indices_or_sections]
+        bounds = [sp.expand(n + c) if c < 0 else sp.Integer(c) for c in cuts]
+        if not all(b.is_Integer for b in bounds) and any(c < 0 for c in cuts):
+            refuse("np.split at an index counted from the end of an axis of symbolic size")
+    else:
+        k = _static_int(indices_or_sections, "np.split sections")
+        part = divide_exactly(n, k) if k >= 1 else None
+        if part is None:
+            refuse(f"np.split into {k} sections of an axis of size {n}: not an exact division for every size")
+        bounds = [part * t for t in range(1, k)]
+    lead = (slice(None),) * ax
+    edges = [None, *bounds, None]
+    return [A[lead + (slice(lo, hi),)] for lo, hi in zip(edges, edges[1:])]
+
+
+def reshape_ordered(a, shape, order="C"):
+    """np.reshape with numpy's ``order``: in Fortran order, a.reshape(s, order="F") is
+    a.T.reshape(s[::-1]).T (both read and write the entries with the first index fastest)."""
+    A = lift(a)
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    if order == "F":
+        return reshape(A.transpose(), shape[::-1]).transpose()
+    return reshape(A, shape)
+
+
+def ravel(a, order="C"):
+    A = lift(a)
+    return reshape_ordered(A, (Dim(sp.Mul(*A._shape)),), order)
+
+
+def squeeze(a, axis=None):
+    A = lift(a)
+    if axis is None:
+        if any(not z.is_Integer for z in A._shape):
+            refuse("np.squeeze without an axis of an array of symbolic size (at size 1 numpy would drop that "
+                   "axis too): name the axes")
+        axes = [k for k, z in enumerate(A._shape) if z == 1]
+    else:
+        axes = _axis_list(axis, A.ndim, "np.squeeze axis")
+        if any(A._shape[k] != 1 for k in axes):
+            refuse(f"np.squeeze of an axis whose size is not 1 ({[str(A._shape[k]) for k in axes]})")
+    return reshape(A, tuple(Dim(z) for k, z in enumerate(A._shape) if k not in axes))
+
+
+def expand_dims(a, axis):
+    A = lift(a)
+    items = axis if isinstance(axis, (tuple, list)) else (axis,)
+    out_ndim = A.ndim + len(items)
+    axes = sorted(_axis(x, out_ndim) for x in _static_axes(items, "np.expand_dims axis"))
+    if len(set(axes)) != len(axes):
+        refuse(f"np.expand_dims with a repeated axis {axis!r}")
+    for ax in axes:
+        A = _insert_axis(A, ax)
+    return A
 
 
 CONSTRUCTS.update(swapaxes=swapaxes, strided_cut=strided_cut)

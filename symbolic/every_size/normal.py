@@ -88,6 +88,8 @@ class Normaliser(SumForms):
         if num == 0:
             return True, info
         num = self._reduce_indicators(self._reduce_trig(self._reduce_radicals(num)))
+        if num != 0:
+            num = self.merge_bodies(num)
         info["numerator_terms_after_relations"] = len(sp.Add.make_args(num)) if num != 0 else 0
         info["remaining_atoms"] = sorted({str(self._back.get(s, s))[:80] for s in num.free_symbols})[:12]
         return num == 0, info

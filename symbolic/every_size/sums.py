@@ -12,6 +12,7 @@ import sympy as sp
 from sympy import KroneckerDelta, Sum
 
 from vjpcert.symbolic.every_size.atoms import Ind, NormalFormError, _height_of, canonical_index
+from vjpcert.symbolic.every_size.zero_test import rational_function_is_zero
 
 MAX_PERMUTATIONS_VARS = 6       # canonical naming tries every order of a sum's indices up to this many
 MAX_WRITTEN_OUT = 8             # a sum over a range of constant length up to this is written out term by term
@@ -261,3 +262,34 @@ class SumForms:
                     return sp.Add(self(c * whole), *others)
         return None
 
+
+    def merge_bodies(self, num):
+        """Linearity read backwards, for a numerator the termwise normal form left nonzero: the terms
+        c_t M_t Sum(B_t, L) that hold one sum over the same limits L (and M_t free of L's indices) are
+        one sum, Sum(sum_t c_t M_t B_t, L), and a group whose joined body is the zero rational function
+        of its atoms is 0. This is where sums of the same rational function written in two forms meet
+        (a sigmoid's 1 - 1/(1 + u) against u/(1 + u)): each monomial of a body is its own atom, so the
+        termwise form cannot see that the bodies' sum cancels. Exact: the ranges are equal, and the
+        joined body is tested as a rational function (where its denominators are nonzero, as
+        everywhere in this normal form). ``num`` is a polynomial in the atoms' symbols."""
+        groups: dict = {}
+        kept = []
+        for term in sp.Add.make_args(num):
+            powers = sp.Mul.make_args(term)
+            sums = [f for f in powers if isinstance(self._back.get(f), Sum)]
+            if len(sums) != 1:
+                kept.append(term)
+                continue
+            S = self._back[sums[0]]
+            rest = self.restore(term / sums[0])
+            bound = {v for v, _, _ in S.limits}
+            if rest.free_symbols & bound:
+                kept.append(term)
+                continue
+            groups.setdefault(S.limits, []).append((term, rest * S.function))
+        for limits, members in groups.items():
+            if len(members) < 2 or not rational_function_is_zero(self.atomise(sp.Add(*[b for _, b in members]))):
+                kept.extend(term for term, _ in members)
+            else:
+                self.stats.bodies_joined += 1
+        return sp.Add(*kept)

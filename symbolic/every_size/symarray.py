@@ -248,11 +248,9 @@ class SymArray:
 
     def reshape(self, *shape, **kw):
         language.check_call("reshape", given(**kw))
-        if kw.get("order", "C") != "C":
-            refuse("reshape(..., order='F') is not followed by the every-size trace")
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        return CONSTRUCTS["reshape"](self, shape)
+        return FUNCTIONS["reshape"](self, shape, **kw)
 
     def astype(self, dtype, **kw):
         if np.dtype(dtype) == np.dtype(object) or (self.boolean and np.dtype(dtype) == np.dtype(bool)):
@@ -269,9 +267,13 @@ class SymArray:
     # ------------------------------------------------------------------ numpy protocols
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         name = "true_divide" if ufunc is np.true_divide else ufunc.__name__     # numpy names it divide
-        if method != "__call__" or kwargs.get("out") is not None:
-            refuse(f"np.{name}.{method} is not part of the spec language" if method != "__call__"
-                   else f"np.{name}(..., out=...) is not part of the spec language")
+        if method != "__call__":
+            prim = language.ufunc_primitive(ufunc, method)        # the shared refusal of other methods
+            language.check_call(prim, given(**kwargs))
+            refuse(f"np.{name}.{method} is part of the spec language, but the every-size trace does not "
+                   f"follow it for every size")
+        if kwargs.get("out") is not None:
+            refuse(f"np.{name}(..., out=...) is not part of the spec language")
         if name in MASK_UFUNCS:
             if not all(lift(x).boolean for x in inputs):
                 language.refuse_comparison()
@@ -294,6 +296,20 @@ class SymArray:
             refuse(f"np.{name} is part of the spec language, but the every-size trace does not follow it "
                    f"for every size")
         return fn(*args, **kwargs)
+
+
+def _method(name: str):
+    def method(self, *args, **kwargs):
+        return self.__array_function__(getattr(np, name), (SymArray,), (self, *args), kwargs)
+    method.__name__ = name
+    method.__doc__ = f"x.{name}(...) is np.{name}(x, ...): one primitive of the language, one cell here"
+    return method
+
+
+# the language's other method spellings reach the same cell as numpy's function (or its decline)
+for _name in language.METHODS:
+    if not hasattr(SymArray, _name):
+        setattr(SymArray, _name, _method(_name))
 
 
 # ufuncs of masks built from shapes (&, |, ~ and numpy's spellings of them)
