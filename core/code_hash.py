@@ -80,10 +80,14 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
 _CACHE_VERSION = f"1 {sys.version_info[:2]}"       # ast.dump differs between Python versions
 
 
+def cache_dir() -> Path:
+    """Where vjpcert keeps what it can compute again (``VJPCERT_CACHE_DIR``, else the user's cache)."""
+    return Path(os.environ.get("VJPCERT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "vjpcert"))
+
+
 def _cache_file() -> Path:
-    root = os.environ.get("VJPCERT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "vjpcert")
-    return Path(root) / "code-hash.json"
+    return cache_dir() / "code-hash.json"
 
 
 @lru_cache(maxsize=1)

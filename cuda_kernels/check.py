@@ -46,12 +46,13 @@ def detect_mode() -> str:
     return mode if mode in ("gpu", "simulator") else "none"
 
 
-def unavailable_reason() -> str | None:
+def unavailable_reason(installing: bool = True) -> str | None:
     """Why kernels cannot run in this process, or None. Our kernels use warp shuffles, which only the
-    patched simulator has: an unpatched one would fail every kernel for a reason not the kernel's."""
+    patched simulator has: an unpatched one would fail every kernel for a reason not the kernel's.
+    ``installing=False`` answers from the installed packages without patching (or importing) numba.cuda."""
     if detect_mode() == "simulator":
         from vjpcert.cuda_kernels.simulator import unavailable_reason as simulator_reason
-        return simulator_reason()
+        return simulator_reason(installing)
     return None
 
 

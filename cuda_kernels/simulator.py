@@ -243,6 +243,20 @@ def _call_site(depth: int = 2) -> str:
     return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}" if f else "?"
 
 
+def missing() -> str | None:
+    """Why the patches cannot be installed, read off the installed packages without importing
+    numba.cuda (planning asks it), or None."""
+    try:
+        version = metadata.version("numba-cuda")
+    except metadata.PackageNotFoundError:
+        version = "not installed"
+    if version != PINNED_NUMBA_CUDA:
+        return f"numba-cuda {version} is installed; the simulator patches are tested with {PINNED_NUMBA_CUDA} only"
+    if greenlet is None:
+        return "greenlet is not installed (pip install -e '.[cuda]')"
+    return None
+
+
 def install() -> bool:
     """Patch the simulator (once). False, with the reason kept, on an untested numba-cuda."""
     global _installed, _unavailable_reason
@@ -250,16 +264,8 @@ def install() -> bool:
         return True
     if _unavailable_reason is not None:
         return False
-    try:
-        version = metadata.version("numba-cuda")
-    except metadata.PackageNotFoundError:
-        version = "not installed"
-    if version != PINNED_NUMBA_CUDA:
-        _unavailable_reason = (f"numba-cuda {version} is installed; the simulator patches are tested "
-                               f"with {PINNED_NUMBA_CUDA} only")
-        return False
-    if greenlet is None:
-        _unavailable_reason = "greenlet is not installed (pip install -e '.[cuda]')"
+    _unavailable_reason = missing()
+    if _unavailable_reason is not None:
         return False
     from numba.cuda.simulator import kernel as K
     from numba.cuda.simulator import kernelapi as KA
@@ -498,6 +504,10 @@ def race_detector():
         counts.update({k: _stats[k] - before[k] for k in _stats})
 
 
-def unavailable_reason() -> str | None:
+def unavailable_reason(installing: bool = True) -> str | None:
+    """Why kernels cannot run in the simulator: after installing the patches (a run), or, with
+    ``installing=False``, from the installed packages alone (planning: no numba.cuda import)."""
+    if not installing and not _installed:
+        return missing()
     install()
     return _unavailable_reason

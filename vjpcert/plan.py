@@ -37,7 +37,7 @@ def kernel_unavailable() -> str | None:
     if not TIERS["kernel"].available():
         return f"the kernel tier needs numba-cuda: {TIERS['kernel'].requires}"
     from vjpcert.cuda_kernels.check import unavailable_reason
-    reason = unavailable_reason()
+    reason = unavailable_reason(installing=False)    # a run installs the simulator's patches itself
     return f"the kernel tier cannot run: {reason}" if reason else None
 
 
@@ -75,7 +75,7 @@ def task_identity(task: Task, op: Op) -> dict:
     from vjpcert.runner import certificate_options
     dims = task.dims_dict
     if dict(task.options).get("method") == "general":
-        from vjpcert.symbolic.every_size.general import general_dims
+        from vjpcert.symbolic.every_size.dims import general_dims
         dims = general_dims(op, task.claim)
     return json.loads(json.dumps({"op": op.base_name, "claim": task.claim, "tier": task.tier,
                                   "variant": variant_of(task), "dims": dims,

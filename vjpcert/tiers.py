@@ -19,7 +19,9 @@ every size, modular): the normalised code of that module and everything it impor
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from vjpcert.core.validate import validate
@@ -154,7 +156,7 @@ def _plan_symbolic(ref, op, p: Planning):
             tasks += [make_task("symbolic", ref, claim, entry, method="modular", seed=p.seed,
                                 trials=MODULAR_TRIALS) for claim in modular_claims(op)]
     if p.general and op.general:
-        from vjpcert.symbolic.every_size.general import general_dims
+        from vjpcert.symbolic.every_size.dims import general_dims
         tasks += [make_task("symbolic", ref, claim, general_dims(op, claim), method="general", **opts)
                   for claim in op.general]
     return tasks
@@ -180,17 +182,55 @@ def _plan_numeric(ref, op, p: Planning):
 def _plan_kernel(ref, op, p: Planning):
     """Every kernel claim of the op at its own ladder of sizes and launches for this mode (simulator or
     GPU); `--dims` runs each claim at exactly those dims with the kernel's default launch."""
-    from vjpcert.cuda_kernels.check import detect_mode, kernel_claims, kernel_launches
-    claims = kernel_claims(op)
-    if not claims:
-        return []
-    mode = detect_mode()
     tasks = []
-    for claim in claims:
-        ladder = [(p.fixed_dims, None)] if p.fixed_dims else kernel_launches(op, mode, claim)
+    for claim, launches in kernel_plan(op).items():
+        ladder = [(p.fixed_dims, None)] if p.fixed_dims else launches
         tasks += [make_task("kernel", ref, claim, dims, seed=p.seed, **({"launch": launch} if launch else {}))
                   for dims, launch in ladder]
     return tasks
+
+
+def kernel_plan(op) -> dict[str, list[tuple[dict, str | None]]]:
+    """claim -> [(dims, launch)] of every kernel of ``op`` in this process's mode. Listing the kernels
+    imports them, and with them numba-cuda (1.4 s, most of a run with nothing to do), so the answer is
+    kept on disk, keyed by the mode and the bytes of every file of the kernel package (the registry
+    finds its kernels among exactly those files): any edit there lists them again."""
+    import json
+
+    from vjpcert.cuda_kernels import check
+    name = check._base_name(op)
+    path = kernel_plan_file(Path(check.__file__).parent, check.detect_mode())
+    try:
+        plans = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        plans = {}
+    if name not in plans:
+        mode = check.detect_mode()
+        plans[name] = [[claim, [[dims, launch] for dims, launch in check.kernel_launches(op, mode, claim)]]
+                       for claim in check.kernel_claims(op)]
+        try:                                     # best effort: an unwritable cache costs the import next time
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(plans), encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return {claim: [(dict(dims), launch) for dims, launch in ladder] for claim, ladder in plans[name]}
+
+
+def kernel_plan_file(folder: Path, mode: str) -> Path:
+    """The cache file of the kernel plans of the package in ``folder`` (every ``*.py`` file's name and
+    bytes) in ``mode``."""
+    import hashlib
+
+    from vjpcert.core.code_hash import cache_dir
+    h = hashlib.sha256(f"{KERNEL_PLAN_VERSION} {mode}".encode())
+    for f in sorted(folder.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return cache_dir() / "kernel-plans" / f"{h.hexdigest()[:32]}.json"
+
+
+KERNEL_PLAN_VERSION = 1         # bump when kernel_plan's record changes
 
 
 def _plan_nothing(ref, op, p: Planning):

@@ -49,29 +49,19 @@ from sympy.core.function import AppliedUndef
 
 from vjpcert.core.backends import exact
 from vjpcert.core.registry import Op, SpecError
+from vjpcert.symbolic.every_size.dims import general_claims  # noqa: F401  (the tier's names)
+from vjpcert.symbolic.every_size.dims import general_dims as declared_dims
 from vjpcert.symbolic.every_size.heads import check_heads
 
 JACOBIAN_SHOWN_CHARS = 1500    # the derived Jacobian entry is shown when it is this short
 
 
-def general_claims(op: Op) -> list[str]:
-    """The claims of ``op`` to be proved for every size (``op.every_size(...)``), in the op's claim order."""
-    return [c for c in op.claims() if c in op.general]
-
-
 def general_dims(op: Op, claim: str, form: Callable | None = None) -> dict:
-    """The ``dims`` a general certificate of ``claim`` carries (spec dim -> its symbol, e.g.
-    {"n": "n", "rows": "rows"}, RoPE {"d": "2h", ...}): where its file goes (``Certificate.relpath``).
-    Cheap: read off the op's declared shapes and constraints, nothing is traced or derived (so a
-    spec the trace refuses still has a certificate, saying why)."""
+    """The dims a general certificate carries (``dims.general_dims``), or with a derived ``form`` the
+    dims its statement names."""
     if form is not None:
         return build_statement(op, claim, form, display=True).dims
-    from vjpcert.symbolic.every_size.shape_trace import DerivationRefused, dim_forms
-    try:
-        forms = dim_forms(op)
-    except DerivationRefused:
-        forms = {name: (1, name) for name in op.dim_names()}
-    return {name: (name if k == 1 else f"{k}{sub}") for name, (k, sub) in sorted(forms.items())}
+    return declared_dims(op, claim)
 
 
 # ============================================================================ the builder (G)

@@ -48,45 +48,14 @@ import sympy as sp
 
 from vjpcert.core.registry import Op, SpecError, refuse, take_refusals
 from vjpcert.symbolic.every_size.backend import SHAPE_BACKEND, symbolic_numpy
-from vjpcert.symbolic.every_size.sizes import (_LOCAL, DerivationRefused, _Context, same, source_of,  # noqa: F401
-                                               spec_line)
+from vjpcert.symbolic.every_size.dims import DerivationRefused, dim_forms
+from vjpcert.symbolic.every_size.sizes import _LOCAL, _Context, same, source_of, spec_line  # noqa: F401
 from vjpcert.symbolic.every_size.symarray import SymArray, _identity_maps, _same_maps, lift
 
 __all__ = ["DerivationRefused", "derive", "dim_forms", "source_of", "spec_line"]
 
 
 # ============================================================================ dims of the statement
-PROBE = range(1, 25)        # sizes at which an op's constraints are probed
-
-
-def dim_forms(op: Op) -> dict:
-    """For every dim of the op, (k, sub): the dim is k * sub with sub >= 1 (k = 1: any size;
-    k = 2: RoPE's even d = 2h). Read off the op's constraints by probing sizes 1..24 with the other
-    dims at the op's first dims; a constraint of another form (a bound, a relation between dims)
-    cannot be stated for every size and is refused."""
-    base = {**op.dims[0]}
-    out = {}
-    for name in sorted(op.dim_names()):
-        if op.constraints is None:
-            out[name] = (1, name)
-            continue
-        ok = []
-        for v in PROBE:
-            try:
-                ok.append(not op.constraints({**base, name: v}))
-            except Exception:  # a constraint that raises rejects the size
-                ok.append(False)
-        allowed = [v for v, good in zip(PROBE, ok) if good]
-        k = allowed[0] if allowed else 0
-        if k and allowed == [v for v in PROBE if v % k == 0]:
-            out[name] = (k, name if k == 1 else ("h" if name == "d" else f"{name}_{k}"))
-        else:
-            raise DerivationRefused(f"the op's constraints allow {name} in {allowed[:8]}... (sizes 1..24): "
-                                    f"not every size, nor every multiple of one size, so no every-size "
-                                    f"statement covers exactly the allowed sizes")
-    return out
-
-
 def declare_dims(G, op: Op) -> None:
     for name, (k, sub) in dim_forms(op).items():
         if k == 1:

@@ -15,6 +15,7 @@ import numpy as np
 import sympy as sp
 
 from vjpcert.core.registry import refuse
+from vjpcert.symbolic.every_size.dims import DerivationRefused  # noqa: F401  (raised here, defined with the dims)
 from vjpcert.symbolic.every_size.normal import Normaliser
 
 
@@ -25,14 +26,6 @@ _MACHINERY = tuple(str(p) for p in (_PACKAGE_ROOT / "symbolic", _PACKAGE_ROOT / 
 _STDLIB = str(Path(os.__file__).resolve().parent)
 _FLOAT = ("a float ({!r}) reached the spec's arithmetic: write constants as B.c(p, q) or B.c('0.044715') "
           "so they stay exact")
-
-
-class DerivationRefused(Exception):
-    """The spec could not be traced with symbolic dimensions: ``reason``, at ``where`` (file:line)."""
-
-    def __init__(self, reason: str, where: str = ""):
-        self.reason, self.where = reason, where
-        super().__init__(f"{where}: {reason}" if where else reason)
 
 
 def source_of(where: str) -> str:

@@ -1,0 +1,63 @@
+"""The dims an every-size claim is stated over, read off the op's declarations alone: which claims an
+op proves for every size, what each dim is (any size, or every multiple of one: RoPE's even d = 2h),
+and the dims its certificate carries. Plain Python, no SymPy: planning a run (``vjpcert all`` with
+nothing to do) names every certificate from here without loading the prover.
+"""
+from __future__ import annotations
+
+from vjpcert.core.registry import Op
+
+PROBE = range(1, 25)        # sizes at which an op's constraints are probed
+
+
+class DerivationRefused(Exception):
+    """The spec could not be traced with symbolic dimensions: ``reason``, at ``where`` (file:line)."""
+
+    def __init__(self, reason: str, where: str = ""):
+        self.reason, self.where = reason, where
+        super().__init__(f"{where}: {reason}" if where else reason)
+
+
+def general_claims(op: Op) -> list[str]:
+    """The claims of ``op`` to be proved for every size (``op.every_size(...)``), in the op's claim order."""
+    return [c for c in op.claims() if c in op.general]
+
+
+def dim_forms(op: Op) -> dict:
+    """For every dim of the op, (k, sub): the dim is k * sub with sub >= 1 (k = 1: any size;
+    k = 2: RoPE's even d = 2h). Read off the op's constraints by probing sizes 1..24 with the other
+    dims at the op's first dims; a constraint of another form (a bound, a relation between dims)
+    cannot be stated for every size and is refused."""
+    base = {**op.dims[0]}
+    out = {}
+    for name in sorted(op.dim_names()):
+        if op.constraints is None:
+            out[name] = (1, name)
+            continue
+        ok = []
+        for v in PROBE:
+            try:
+                ok.append(not op.constraints({**base, name: v}))
+            except Exception:  # a constraint that raises rejects the size
+                ok.append(False)
+        allowed = [v for v, good in zip(PROBE, ok) if good]
+        k = allowed[0] if allowed else 0
+        if k and allowed == [v for v in PROBE if v % k == 0]:
+            out[name] = (k, name if k == 1 else ("h" if name == "d" else f"{name}_{k}"))
+        else:
+            raise DerivationRefused(f"the op's constraints allow {name} in {allowed[:8]}... (sizes 1..24): "
+                                    f"not every size, nor every multiple of one size, so no every-size "
+                                    f"statement covers exactly the allowed sizes")
+    return out
+
+
+def general_dims(op: Op, claim: str) -> dict:
+    """The ``dims`` a general certificate of ``claim`` carries (spec dim -> its symbol, e.g.
+    {"n": "n", "rows": "rows"}, RoPE {"d": "2h", ...}): where its file goes (``Certificate.relpath``).
+    Cheap: read off the op's declared shapes and constraints, nothing is traced or derived (so a
+    spec the trace refuses still has a certificate, saying why)."""
+    try:
+        forms = dim_forms(op)
+    except DerivationRefused:
+        forms = {name: (1, name) for name in op.dim_names()}
+    return {name: (name if k == 1 else f"{k}{sub}") for name, (k, sub) in sorted(forms.items())}
