@@ -224,3 +224,27 @@ def test_reference_folds_batch_dims_into_rows():
     assert dx.shape == x.shape and np.abs(dx).max() < 1e-12
     with pytest.raises(SpecError, match="NaN"):
         forward("softmax", x=np.array([[1.0, np.inf]]))
+
+
+def test_an_op_is_validated_once_per_dims_and_bad_input_raises_every_time(monkeypatch):
+    from vjpcert.numeric import check as numeric_check
+    calls = []
+    real = numeric_check.validate
+    monkeypatch.setattr(numeric_check, "validate", lambda o, d: (calls.append(dict(d)), real(o, d))[1])
+    softmax = OPS["softmax"]
+    dims = softmax.dims[0]
+    for claim in softmax.claims()[:2]:
+        assert check_claim(softmax, claim, dims, cases=("random",)).verdict == "checked"
+    assert calls == [softmax.resolve_dims(dims)]
+
+    @op(name="tl_validated_bad", inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}])
+    def bad(B, x):
+        return x * (x > 0)
+
+    @bad.defvjp
+    def _(B, x, dy):
+        return (dy,)
+    for _ in range(2):
+        with pytest.raises(SpecError):
+            check_claim(bad, "vjp[x]", {"n": 2}, cases=("random",))
+    assert len(calls) == 3
