@@ -38,6 +38,77 @@ def map_array(fn, arr) -> np.ndarray:
     return out
 
 
+def pairwise(add, values: list):
+    """values[0] + values[1] + ... added level by level: a sum of k growing polynomials costs the
+    size of the result log k times, where adding each to a running total costs it k times."""
+    while len(values) > 1:
+        values = [add(values[i], values[i + 1]) if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]
+
+
+class SumPlan:
+    """The nodes under some roots not yet evaluated, in postorder, with the sums written as chains of
+    binary adds (``np.sum`` over an object array is a left fold: ((a + b) + c) + ...) read as one sum.
+
+    An add node is *inside* a chain when its one parent among these nodes is an add, it is not one of
+    the roots and not ``keep`` (a shared intermediate a field turns into an atom); an evaluator skips
+    it and adds the chain's terms pairwise at the chain's top add. The value is the same sum, so this
+    changes only the cost. Fields whose numbers grow with a sum (polynomials) ask for it with
+    ``sums_pairwise = True``; for numbers of a fixed size the extra walk costs more than it saves."""
+
+    __slots__ = ("order", "inside")
+
+    def __init__(self, roots, memo: dict, keep: set[int]):
+        # one iterative depth-first walk: postorder, and each node's parents among the new nodes (a
+        # node is marked on first visit; a DAG has no cycle, so nothing later in its own walk needs it)
+        order: list[Node] = []
+        seen: set[int] = set()
+        add_parents: dict[int, int] = {}   # add nodes: how many parents, all of them adds
+        other_parent: set[int] = set()     # add nodes with a parent that is not an add
+        for root in roots:
+            stack = [(root, False)]
+            while stack:
+                node, ready = stack.pop()
+                if ready:
+                    order.append(node)
+                    continue
+                i = id(node)
+                if i in seen or i in memo:
+                    continue
+                seen.add(i)
+                stack.append((node, True))
+                is_add = node.op == "add"
+                for a in node.args:
+                    j = id(a)
+                    if a.op == "add":
+                        if is_add:
+                            add_parents[j] = add_parents.get(j, 0) + 1
+                        else:
+                            other_parent.add(j)
+                    if j not in seen and j not in memo:
+                        stack.append((a, False))
+        self.order = order
+        tops = {id(r) for r in roots}
+        self.inside = {j for j, k in add_parents.items()
+                       if k == 1 and j not in other_parent and j not in tops and j not in keep}
+
+    def terms(self, node: Node) -> list[Node]:
+        """The summands of the chain whose top is ``node``, left to right."""
+        out, stack = [], [node]
+        while stack:
+            n = stack.pop()
+            if n is node or id(n) in self.inside:
+                stack.extend(reversed(n.args))
+            else:
+                out.append(n)
+        return out
+
+
+def node_args(node: Node):
+    return node.args
+
+
 class Evaluator:
     """Memoised, iterative (no recursion limit) evaluation of nodes in ``field``."""
 
@@ -50,20 +121,30 @@ class Evaluator:
         self._keep: list[Node] = []       # keeps evaluated nodes alive, so their ids stay unique
 
     def __call__(self, root: Node):
-        memo, f = self.memo, self.field
         if not isinstance(root, Node):
             root = Node.lift(root)
-        if id(root) in memo:
-            return memo[id(root)]
-        for node in postorder(root, memo):
-            args = [memo[id(a)] for a in node.args]
+        if id(root) not in self.memo:
+            self._evaluate([root])
+        return self.memo[id(root)]
+
+    def _evaluate(self, roots) -> None:
+        memo, f = self.memo, self.field
+        if getattr(f, "sums_pairwise", False):
+            plan = SumPlan(roots, memo, self.shared)
+            nodes, inside, terms = plan.order, plan.inside, plan.terms
+        else:   # numbers of a fixed size (mod p, digits): a chain costs what its adds cost
+            nodes, inside, terms = (n for r in roots for n in postorder(r, memo)), (), node_args
+        for node in nodes:
+            if id(node) in inside:
+                continue
+            args = [memo[id(a)] for a in node.args] if node.op != "add" else None
             op = node.op
             if op == "const":
                 v = f.const(node.value)
             elif op == "leaf":
                 v = self.leaf_value(node.value)
             elif op == "add":
-                v = f.add(*args)
+                v = pairwise(f.add, [memo[id(t)] for t in terms(node)])
             elif op == "mul":
                 v = f.mul(*args)
             elif op == "neg":
@@ -82,10 +163,15 @@ class Evaluator:
                 v = self.share(v)
             memo[id(node)] = v
             self._keep.append(node)
-        return memo[id(root)]
 
     def array(self, arr) -> np.ndarray:
-        return map_array(self, arr)
+        arr = np.asarray(arr, dtype=object)
+        roots = [Node.lift(x) if not isinstance(x, Node) else x for x in arr.ravel().tolist()]
+        self._evaluate([r for r in roots if id(r) not in self.memo])
+        out = np.empty(arr.shape, dtype=object)
+        for idx, r in zip(np.ndindex(*arr.shape), roots):
+            out[idx] = self.memo[id(r)]
+        return out
 
 
 

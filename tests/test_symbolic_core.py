@@ -92,3 +92,54 @@ def test_float_literals_and_math_calls_are_spec_errors():
     with pytest.raises(SpecError, match="branch"):
         if x[0] > 0:
             pass
+
+
+# ---------------------------------------------------------------- sums read as one sum
+class _OneByOne(RingField):
+    """The same ring, adding a chain's terms one at a time (the evaluation the pairwise sums replace)."""
+    sums_pairwise = False
+
+
+def _row_sum_dag(n: int):
+    xs = leaf_array((n,), "x", "input")
+    s = np.sum(xs * xs)                        # a left fold: ((x0^2 + x1^2) + x2^2) + ...
+    partial = np.cumsum(xs)                    # every partial sum a value of its own
+    return xs, [s, s * s + partial[n // 2], partial[-1] * TRACE.exp(s), *partial]
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 33])
+def test_pairwise_sums_give_the_same_polynomials(n):
+    from vjpcert.core.evaluate import SumPlan
+    xs, roots = _row_sum_dag(n)
+    leaves = leaves_of([np.array(roots, dtype=object)])
+    for shared in (None, {id(roots[0])}):
+        F, G = RingField(leaves, 8), _OneByOne(leaves, 8)
+        folded = Evaluator(F, shared=shared).array(np.array(roots, dtype=object))
+        plain = Evaluator(G, shared=shared).array(np.array(roots, dtype=object))
+        assert [str(a) for a in folded] == [str(b) for b in plain]
+        t = Tangent(Evaluator(F, shared=shared), {x.value: F.const(1) for x in xs.ravel()})
+        u = Tangent(Evaluator(G, shared=shared), {x.value: G.const(1) for x in xs.ravel()})
+        assert [str(t(r)) for r in roots] == [str(u(r)) for r in roots]
+    plan = SumPlan([roots[0]], {}, set())
+    assert len(plan.inside) == max(n - 2, 0)
+    if n > 1:                                   # (one term: the sum is that term, no add at all)
+        assert len(plan.terms(roots[0])) == n
+    # a partial sum that is also a value of its own (a root, or a node with a second parent) stays a
+    # node: it is never folded into the chain above it
+    plan = SumPlan(roots[3:], {}, set())
+    assert not plan.inside
+
+
+def test_a_chain_that_loses_a_summand_is_seen():
+    """The negative control of the comparison above: a plan that drops one term of a sum changes the
+    polynomial, and the comparison says so."""
+    from vjpcert.core import evaluate
+    xs, roots = _row_sum_dag(5)
+    leaves = leaves_of([np.array(roots, dtype=object)])
+    real = evaluate.SumPlan.terms
+    try:
+        evaluate.SumPlan.terms = lambda self, node: real(self, node)[1:]
+        dropped = Evaluator(RingField(leaves, 8))(roots[0])
+    finally:
+        evaluate.SumPlan.terms = real
+    assert str(dropped) != str(Evaluator(_OneByOne(leaves, 8))(roots[0]))

@@ -12,7 +12,7 @@ from fractions import Fraction
 import numpy as np
 
 from vjpcert.core.derivatives import RULES, MissingRule, derivative, uses_value
-from vjpcert.core.evaluate import Evaluator, map_array, postorder
+from vjpcert.core.evaluate import Evaluator, SumPlan, node_args, map_array, pairwise, postorder
 from vjpcert.core.trace import Leaf, Node
 
 __all__ = ["Evaluator", "FieldOps", "Tangent", "inner"]
@@ -84,8 +84,24 @@ class Tangent:
         memo, f, P = self.memo, self.field, self.primal
         if not isinstance(root, Node):
             return None
-        for node in postorder(root, memo):
+        if id(root) in memo:
+            return memo[id(root)]
+        if getattr(f, "sums_pairwise", False):
+            P(root)        # the primal values this walk reads, in one walk rather than one per node
+            plan = SumPlan([root], memo, P.shared if P.share is not None else set())
+            nodes, inside, terms = plan.order, plan.inside, plan.terms
+        else:
+            nodes, inside, terms = postorder(root, memo), (), node_args
+        for node in nodes:
+            if id(node) in inside:
+                continue
             op, args = node.op, node.args
+            if op == "add":                        # a chain's summands, added pairwise
+                ts = [x for x in (memo[id(a)] for a in terms(node)) if x is not None]
+                memo[id(node)] = t = pairwise(f.add, ts) if ts else None
+                if t is not None and P.share is not None and id(node) in P.shared:
+                    memo[id(node)] = P.share(t)
+                continue
             ts = [memo[id(a)] for a in args]
             if op in ("const", "pi", "cpow"):
                 t = None
@@ -93,8 +109,6 @@ class Tangent:
                 t = self.seeds.get(node.value)
             elif all(x is None for x in ts):
                 t = None
-            elif op == "add":
-                t = self._add(ts[0], ts[1])
             elif op == "mul":
                 t = self._add(self._scale(P(args[1]), ts[0]), self._scale(P(args[0]), ts[1]))
             elif op == "neg":
@@ -120,9 +134,4 @@ def inner(field, a: np.ndarray, b: np.ndarray):
     of tens of thousands of them); halving the list level by level costs it log times."""
     terms = [field.mul(x, y) for x, y in zip(np.asarray(a, dtype=object).ravel(), np.asarray(b, dtype=object).ravel())
              if x is not None and y is not None]
-    if not terms:
-        return field.const(Fraction(0))
-    while len(terms) > 1:
-        terms = [field.add(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
-                 for i in range(0, len(terms), 2)]
-    return terms[0]
+    return pairwise(field.add, terms) if terms else field.const(Fraction(0))

@@ -51,6 +51,7 @@ class RingField(_OperatorField):
     exposes exp's additivity to the relation step (and costs variables, so the fast path keeps it off)."""
 
     ODD = ("erf", "tanh", "sin")
+    sums_pairwise = True      # a row sum's partial sums grow: add them level by level (core.evaluate)
 
     def __init__(self, leaves, n_atoms: int, *, split_exp: bool = False, lin_min_terms: int | None = None):
         self.leaves = list(leaves)
