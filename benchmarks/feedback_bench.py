@@ -5,7 +5,8 @@
    user + system time. The first `vjpcert all` in the copy is a fresh clone's (it derives a sample of
    certificates again, once) and is reported apart.
 2. The exact tier's reach: every claim of softmax, log_softmax, RMSNorm and LayerNorm at n = 128, and
-   of attention at m = d = 16, proved by the ladder in this process; CPU seconds include the forked
+   of attention at m = d = 16, as `vjpcert prove --dims` plans and runs it (the fixed-dims ladder, or
+   an instance of the claim's every-size proof), in this process; CPU seconds include the forked
    strategies'.
 3. The mutation suite: the symbolic tier's time against torch.autograd.gradcheck's on the same mutants,
    read off the committed kill matrix (`vjpcert mutate` times both in one run).
@@ -75,22 +76,32 @@ def commands() -> dict:
 
 
 def reach() -> list[dict]:
+    """Each claim as `vjpcert prove OP --dims ...` runs it: the symbolic tier's planner picks the method
+    (the fixed-dims ladder, or an instance of the every-size proof), then the task runs here."""
     from vjpcert.specs import builtin_ops
-    from vjpcert.symbolic.fixed.prover import prove_claim
+    from vjpcert.tiers import Planning, tier
+    symbolic = tier("symbolic")
     ops = builtin_ops()
     rows = []
     for name, dims in REACH:
         op = ops[name]
-        for claim in op.claims():
+        p = Planning(overrides=dims, large=False, seed=0, budget=None, dps=50, method="central", point=None,
+                     fixed_dims=None, general=False, check=lambda *a: None)
+        for task in symbolic.plans(name, op, p):
+            if dict(task.options).get("method") == "compositional":
+                continue
             c0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.process_time()
-            cert = prove_claim(op, claim, dims)
+            cert = symbolic.runs(op, task)
             c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu = time.process_time() - t0 + (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
             target = TARGETS["attention_claim_cpu_s" if name == "attention" else "leaf_claim_cpu_s"]
-            rows.append({"op": name, "claim": claim, "dims": dims, "verdict": cert.verdict, "cpu_s": round(cpu, 2),
-                         "target_s": target, "steps": [(e["strategy"], e.get("status")) for e in
-                                                       cert.evidence.get("strategies", [])]})
-            print(f"  {name} {claim} {dims}: {cert.verdict} in {cpu:.2f} CPU s", flush=True)
+            steps = [(e["strategy"], e.get("status")) for e in cert.evidence.get("strategies", [])]
+            route = cert.evidence.get("every_size")
+            if route and route.get("tried"):
+                steps.insert(0, ("every-size", route.get("verdict")))
+            rows.append({"op": name, "claim": task.claim, "dims": dims, "verdict": cert.verdict,
+                         "method": cert.method, "cpu_s": round(cpu, 2), "target_s": target, "steps": steps})
+            print(f"  {name} {task.claim} {dims}: {cert.verdict} ({cert.method}) in {cpu:.2f} CPU s", flush=True)
     return rows
 
 
@@ -159,11 +170,11 @@ def render(data: dict) -> str:
                   f"<= {TARGETS['verify_cpu_s']} CPU s |", ""]
     r = data.get("reach")
     if r:
-        lines += ["## The exact tier's reach", "", "| op | claim | dims | verdict | CPU s | target | ladder |",
+        lines += ["## The exact tier's reach", "", "| op | claim | dims | verdict (method) | CPU s | target | steps |",
                   "|---|---|---|---|---|---|---|"]
         for row in r:
             ok = row["cpu_s"] <= row["target_s"] and row["verdict"] in ("proved", "checked-probabilistic")
-            lines.append(f"| {row['op']} | `{row['claim']}` | {row['dims']} | {row['verdict']} | "
+            lines.append(f"| {row['op']} | `{row['claim']}` | {row['dims']} | {row['verdict']} ({row.get('method')}) | "
                          f"{'**' if not ok else ''}{row['cpu_s']}{'**' if not ok else ''} | <= {row['target_s']} | "
                          + ", ".join(f"{s}: {st}" for s, st in row["steps"]) + " |")
         lines.append("")

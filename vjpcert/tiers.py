@@ -2,7 +2,9 @@
 and how it runs one task. Planning, the runner, verify, mutate, the reports and `--impl` read this
 table; nothing else dispatches on a tier's name.
 
-    symbolic        exact proofs (``vjpcert.symbolic``)
+    symbolic        exact proofs (``vjpcert.symbolic``): at fixed dims (the ring's ladder; outside the
+                    op's own dims, a claim proved for every size tries that proof first), by
+                    composition, for every size, and the randomised exact test at production dims
     numeric         mpmath checks with digits, and the float references (``vjpcert.numeric``), each
                     `checked` held against what exact normalisation knows (``vjpcert.numeric_tier``)
     kernel          CUDA kernels against the specs (``vjpcert.cuda_kernels``)
@@ -86,6 +88,9 @@ def _run_symbolic(op, task):
     if method == "general":
         from vjpcert.symbolic.every_size.general import prove_general
         return prove_general(op, task.claim, **opts)
+    if method == "instance":
+        from vjpcert.symbolic.every_size.instance import prove_instance
+        return prove_instance(op, task.claim, task.dims_dict, **opts)
     if method == "modular":
         from vjpcert.symbolic.modular.check import check_modular
         opts.pop("budget", None)
@@ -141,11 +146,16 @@ def _plan_symbolic(ref, op, p: Planning):
             tasks += [make_task("symbolic", ref, claim, dims, method="compositional", **opts)
                       for claim in op.claims() if claim.startswith("vjp[")]
     ladder = [p.fixed_dims] if p.fixed_dims is not None else dims_ladder(op, p.overrides, p.large)
+    own = [op.resolve_dims(d) for d in op.dims]
     for dims in ladder:
         p.check(op, dims)
         for claim in op.claims():
             if "monolithic" in op.proofs or not claim.startswith("vjp["):
-                tasks.append(make_task("symbolic", ref, claim, dims, **opts))
+                # outside the op's own dims, a claim proved for every size may be an instance of that
+                # proof (symbolic.every_size.instance); at its own dims the ring proves it independently
+                instance = claim in op.general and op.resolve_dims(dims) not in own
+                tasks.append(make_task("symbolic", ref, claim, dims, **({"method": "instance"} if instance else {}),
+                                       **opts))
             if "compositional" in op.proofs and claim.startswith("vjp["):
                 tasks.append(make_task("symbolic", ref, claim, dims, method="compositional", **opts))
     if p.modular and p.fixed_dims is None and not p.overrides and not p.large:
@@ -245,7 +255,7 @@ def _run_implementation(op, task):
 TIERS: dict[str, Tier] = {t.name: t for t in (
     Tier("symbolic", "symbolic", "vjpcert.symbolic.fixed.prover", _run_symbolic, _plan_symbolic,
          methods=(("compositional", "vjpcert.symbolic.composition.compose"), ("general", "vjpcert.symbolic.every_size.general"),
-                  ("modular", "vjpcert.symbolic.modular.check"))),
+                  ("modular", "vjpcert.symbolic.modular.check"), ("instance", "vjpcert.symbolic.every_size.instance"))),
     Tier("numeric", "numeric", "vjpcert.numeric_tier", _run_numeric, _plan_numeric),
     Tier("kernel", "kernel", "vjpcert.cuda_kernels.check", _run_kernel, _plan_kernel,
          requires="pip install -e '.[cuda]'", discovered="vjpcert.cuda_kernels"),

@@ -410,7 +410,7 @@ class RingField(_OperatorField):
         polys = self._split_roots([poly], roots)
         return [p for p in (self._reduce_by(p, divisors) for p in polys) if not p.is_zero()]
 
-    def reduce_relations(self, poly) -> list:
+    def reduce_relations(self, poly, cheap_first: bool = True) -> list:
         """Polynomials, free of related atoms, whose joint vanishing implies poly = 0 at the true atom
         values. An empty list is a proof that poly vanishes (every step keeps poly in the ideal of
         true relations, so the proof is sound whatever the order of the steps).
@@ -418,8 +418,9 @@ class RingField(_OperatorField):
         First the cheap normal form: split by the root relations (v^q = rhs), then divide by the
         reciprocal relations w*b - 1 and the linear ones (row-disjoint, so dividing one after the other
         gives a normal form without expanding any product). If that leaves something, eliminate the
-        reciprocals by clearing denominators instead, which is complete but multiplies terms."""
-        if not self.normal_form(poly):
+        reciprocals by clearing denominators instead, which is complete but multiplies terms.
+        ``cheap_first=False`` skips the normal form (for a poly whose normal form is known nonzero)."""
+        if cheap_first and not self.normal_form(poly):
             return []
         return self._eliminate(poly, self.relations())
 
