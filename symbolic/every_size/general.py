@@ -352,20 +352,26 @@ def _undefined(*arrays) -> bool:
 
 
 # ============================================================================ 3. witness
-def _random_point(symbols, rng: random.Random) -> dict:
+def _random_point(symbols, rng: random.Random, scale=1) -> dict:
+    """Exact rationals: inputs in [-2, 2] * scale, never 0; positive parameters in [0.05, 1]."""
     point = {}
     for s in sorted(symbols, key=str):
         if s.is_positive:
             point[s] = sp.Rational(rng.randint(tol.WITNESS_POS_LO, tol.WITNESS_POS_HI), tol.WITNESS_DEN)
         else:
-            point[s] = sp.Rational(rng.choice([-1, 1]) * rng.randint(1, tol.WITNESS_SPAN), tol.WITNESS_DEN)
+            point[s] = sp.Rational(rng.choice([-1, 1]) * rng.randint(1, tol.WITNESS_SPAN), tol.WITNESS_DEN) \
+                * sp.nsimplify(scale)
     return point
 
 
 def witness_dims(stmt: Statement, dims_list: list[dict]) -> list[dict]:
-    """Concrete sizes to look for a counterexample at: the largest smallest dim first (a bug in a
-    mean or a projection can vanish at size 1), then the smallest total size."""
-    return sorted(dims_list, key=lambda d: (-min(d.values()), sum(d.values())))[:2]
+    """Concrete sizes to look for a counterexample at: every dim symbol at 2 first (a backward that
+    reads the wrong head, group or key needs two of each to differ: the cross-check's sizes pair a
+    2 with a 1 somewhere), then of those sizes the largest smallest dim (a bug in a mean or a
+    projection can vanish at size 1), then the smallest total size."""
+    twos = {name: int(expr.xreplace({s: 2 for s in stmt.G.dim_symbols})) for name, expr in stmt.G.dim_exprs.items()}
+    ranked = sorted(dims_list, key=lambda d: (-min(d.values()), sum(d.values())))[:2]
+    return [twos] + [d for d in ranked if d != twos]
 
 
 def find_witness(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
@@ -395,27 +401,29 @@ def find_witness(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
                               dimvals, values)
             pairs = [(_entry(stmt.claim, e), law[e], sp.Integer(0)) for e in np.ndindex(*law.shape)]
         free = set().union(*[sp.sympify(a).free_symbols | sp.sympify(b).free_symbols for _, a, b in pairs])
-        point = _random_point(free, rng)
-        for label, a, b in pairs:
-            a50, b50 = sp.N(sp.sympify(a).xreplace(point), tol.LOW_DPS), sp.N(sp.sympify(b).xreplace(point), tol.LOW_DPS)
-            r50 = a50 - b50
-            scale = max(abs(a50), abs(b50), sp.Float(tol.GENERAL_SCALE_FLOOR))
-            if abs(r50) <= tol.FAIL_REL * scale:
-                continue
-            a100 = sp.N(sp.sympify(a).xreplace(point), tol.HIGH_DPS)
-            b100 = sp.N(sp.sympify(b).xreplace(point), tol.HIGH_DPS)
-            r100 = a100 - b100
-            if abs(r100 - r50) > tol.PERSIST_REL * abs(r100):
-                continue
-            shown = dict(list(point.items())[:40])
-            return {"status": "failed", "witness": {
-                "dims": dict(spec_dims), "component": label,
-                "point": {str(k): str(v) for k, v in shown.items()},
-                "point_entries": len(point),
-                "claimed": sp.sstr(sp.N(a100, 20)), "derived": sp.sstr(sp.N(b100, 20)),
-                "residual": sp.sstr(sp.N(r100, 6)), "residual_50_digits": sp.sstr(sp.N(r50, 6)),
-                "relative": float(abs(r100) / max(abs(a100), abs(b100))),
-                "digits": [tol.LOW_DPS, tol.HIGH_DPS]}}
+        # a point at each of the fixed-dims tier's scales: a backward wrong only for x < -3 is right
+        # everywhere on [-2, 2]
+        for point in [_random_point(free, rng, scale) for scale in tol.WITNESS_SCALES]:
+            for label, a, b in pairs:
+                a50, b50 = sp.N(sp.sympify(a).xreplace(point), tol.LOW_DPS), sp.N(sp.sympify(b).xreplace(point), tol.LOW_DPS)
+                r50 = a50 - b50
+                scale = max(abs(a50), abs(b50), sp.Float(tol.GENERAL_SCALE_FLOOR))
+                if abs(r50) <= tol.FAIL_REL * scale:
+                    continue
+                a100 = sp.N(sp.sympify(a).xreplace(point), tol.HIGH_DPS)
+                b100 = sp.N(sp.sympify(b).xreplace(point), tol.HIGH_DPS)
+                r100 = a100 - b100
+                if abs(r100 - r50) > tol.PERSIST_REL * abs(r100):
+                    continue
+                shown = dict(list(point.items())[:40])
+                return {"status": "failed", "witness": {
+                    "dims": dict(spec_dims), "component": label,
+                    "point": {str(k): str(v) for k, v in shown.items()},
+                    "point_entries": len(point),
+                    "claimed": sp.sstr(sp.N(a100, 20)), "derived": sp.sstr(sp.N(b100, 20)),
+                    "residual": sp.sstr(sp.N(r100, 6)), "residual_50_digits": sp.sstr(sp.N(r50, 6)),
+                    "relative": float(abs(r100) / max(abs(a100), abs(b100))),
+                    "digits": [tol.LOW_DPS, tol.HIGH_DPS]}}
     return {"status": "zero"}
 
 

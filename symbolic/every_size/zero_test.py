@@ -3,6 +3,8 @@ instantiation of a statement at concrete sizes (every sum written out) for the c
 """
 from __future__ import annotations
 
+import itertools
+
 import sympy as sp
 from sympy import Indexed, Sum
 
@@ -101,26 +103,57 @@ def expand_sums(e, values: dict, memo: dict | None = None, arrays: dict | None =
     written out term by term (innermost last): the general statement at one concrete size. With
     ``arrays`` (name -> numpy array) every entry x[i, j] at concrete indices becomes the array's
     entry. ``memo`` may be shared by the entries of one array: the same inner sum (a row mean, a
-    softmax denominator) recurs in every entry of a row."""
-    e = e.xreplace(values)
-    memo = {} if memo is None else memo
+    softmax denominator) recurs in every entry of a row.
 
-    def walk(x):
+    One walk with the values of the bound symbols in an environment (no copy of a sum's body per
+    term, which SymPy would rebuild and re-simplify each time): a subterm's value is memoised under
+    the values of the bound symbols that occur in it, so a factor that does not depend on a sum's
+    index is written out once for the whole sum."""
+    e = sp.sympify(e)
+    memo = {} if memo is None else memo
+    env0 = {sp.sympify(k): sp.sympify(v) for k, v in values.items()}
+    bindable = set(env0)
+    for s in e.atoms(Sum):
+        bindable.update(v for v, *_ in s.limits)
+    occurs: dict = {}
+
+    def bound_in(x) -> frozenset:
+        """The bindable symbols free in x (a sum's own indices are not free in it)."""
+        hit = occurs.get(x)
+        if hit is None:
+            if x in bindable:
+                hit = frozenset((x,))
+            elif not x.args:
+                hit = frozenset()
+            elif isinstance(x, Sum):
+                hit = bound_in(x.function).difference(v for v, *_ in x.limits).union(
+                    *(bound_in(lo) | bound_in(hi) for _, lo, hi in x.limits))
+            else:
+                hit = frozenset().union(*(bound_in(a) for a in x.args))
+            occurs[x] = hit
+        return hit
+
+    def walk(x, env: dict):
+        if x in env:
+            return env[x]
         if not x.args:
             return x
-        hit = memo.get(x)
+        key = (x, frozenset((s, env[s]) for s in bound_in(x) if s in env))
+        hit = memo.get(key)
         if hit is not None:
             return hit
         if isinstance(x, Sum):
-            terms = [x.function]
+            names, ranges = [], []
             for v, lo, hi in x.limits:
-                lo, hi = walk(lo), walk(hi)
+                lo, hi = walk(lo, env), walk(hi, env)
                 if not (lo.is_Integer and hi.is_Integer):
                     raise NormalFormError(f"sum bounds {lo}..{hi} are not concrete")
-                terms = [t.xreplace({v: sp.Integer(k)}) for t in terms for k in range(int(lo), int(hi) + 1)]
-            out = sp.Add(*[walk(t) for t in terms])
+                names.append(v)
+                ranges.append(range(int(lo), int(hi) + 1))
+            out = sp.Add(*[walk(x.function, {**env, **dict(zip(names, map(sp.Integer, ks)))})
+                           for ks in itertools.product(*ranges)])
         elif isinstance(x, Indexed) and arrays is not None:
-            idx = tuple(walk(i) for i in x.indices)
+            idx = tuple(walk(i, env) for i in x.indices)
             if not all(i.is_Integer for i in idx):
                 raise NormalFormError(f"{x}: index not concrete after instantiation")
             arr = arrays[x.base.label.name]
@@ -129,8 +162,8 @@ def expand_sums(e, values: dict, memo: dict | None = None, arrays: dict | None =
                 raise NormalFormError(f"{x} is outside the array {x.base.label.name} of shape {arr.shape}")
             out = sp.sympify(arr[idx])
         else:
-            args = [walk(a) for a in x.args]
+            args = [walk(a, env) for a in x.args]
             out = x if all(a is b for a, b in zip(args, x.args)) else x.func(*args)
-        memo[x] = out
+        memo[key] = out
         return out
-    return walk(e)
+    return walk(e, env0)
