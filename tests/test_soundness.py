@@ -518,3 +518,52 @@ def test_a_claim_past_the_ring_s_reach_is_never_proved_and_a_wrong_one_fails(mon
                                                  "estimated_terms": right.evidence["strategies"][0]["estimated_terms"]}
     twin = op.with_mutant(next(m for m in op.mutants if m.name == "eps_outside_sqrt"))
     assert prove_claim(twin, "vjp[x]", op.dims[0]).verdict == "failed"
+
+
+@pytest.mark.parametrize("name, mutant", [("attention", None), ("attention", "denominator_unshifted"),
+                                           ("softmax", None), ("softmax", "denominator_unshifted"),
+                                           ("log_softmax", "lse_forgets_shift")])
+def test_past_the_ring_the_shift_claim_is_decided_mod_p_and_a_shift_that_stays_is_never_passed(
+        monkeypatch, name, mutant):
+    """max_shift_free with the ring out of reach: mod p with exp(u - c) written exp(u) / exp(c) sees
+    a shift that cancels (checked-probabilistic) and one that does not (never passed)."""
+    from vjpcert.specs import builtin_ops
+    from vjpcert.symbolic import settings
+    from vjpcert.symbolic.fixed.prover import prove_claim
+    monkeypatch.setattr(settings, "RING_MAX_TERMS", 0)
+    op = builtin_ops()[name]
+    if mutant:
+        op = op.with_mutant(next(m for m in op.mutants if m.name == mutant))
+    cert = prove_claim(op, "max_shift_free", op.dims[-1])
+    if mutant:
+        assert cert.verdict in ("failed", "inconclusive"), cert.evidence
+    else:
+        assert cert.verdict == "checked-probabilistic", cert.evidence
+
+
+def test_splitting_the_shifts_keeps_every_value():
+    """split_shifts rewrites exp(u + k c) into exp(u) exp(c)^k: at a point both claims agree entry by
+    entry (mpmath, 30 digits), and no exponential of a shifted argument is left but exp(c) (the
+    control: the traced claim has them)."""
+    from vjpcert.core.evaluate import Evaluator, MpField, postorder
+    from vjpcert.specs import builtin_ops
+    from vjpcert.symbolic.fixed.claims import split_shifts, trace_claim
+    c = trace_claim(builtin_ops()["attention_causal"], "max_shift_free", {"m": 3, "d": 2})
+    s = split_shifts(c)
+    values = {leaf: Fraction(k % 7 - 3, 5) + Fraction(k % 3, 7) for k, leaf in enumerate(c.leaves())}
+    a = Evaluator(MpField(30, values)).array(c.lhs).ravel()
+    b = Evaluator(MpField(30, values)).array(s.lhs).ravel()
+    assert all(abs(x - y) <= 1e-25 * (1 + abs(x)) for x, y in zip(a, b))
+
+    def shifted_exps(arr):
+        memo, count = {}, 0
+        for root in arr.ravel():
+            for node in postorder(root, memo):
+                memo[id(node)] = node
+                if node.op == "exp" and node.args[0].op != "leaf":       # exp(c) itself is the atom
+                    inner = {}
+                    for n in postorder(node.args[0], inner):
+                        inner[id(n)] = n
+                    count += any(n.op == "leaf" and n.value.role == "shift" for n in inner.values())
+        return count
+    assert shifted_exps(c.lhs) > 0 and shifted_exps(s.lhs) == 0

@@ -14,7 +14,8 @@ from fractions import Fraction
 import numpy as np
 
 from vjpcert.core.registry import SHIFT_CLAIM, Op, SpecError
-from vjpcert.core.trace import Leaf, leaf_array, leaves_of, shared_nodes
+from vjpcert.core.evaluate import postorder
+from vjpcert.core.trace import Leaf, Node, leaf_array, leaves_of, shared_nodes
 from vjpcert.core.tracing import primal_values, trace_forward, trace_law, trace_shift_free, trace_vjp
 from vjpcert.symbolic.fixed.evaluate import Evaluator, Tangent, inner
 
@@ -88,6 +89,63 @@ class TracedClaim:
             pick = np.random.default_rng(0).choice(len(labels), max_entries, replace=False)
             labels = [labels[j] for j in pick]
         return labels[:max_entries]
+
+
+def split_shifts(claim: TracedClaim) -> TracedClaim:
+    """The claim with every exponential of an argument u + k c (c a free shift leaf of ``B.max_shift``,
+    k an integer, u free of shifts) written exp(u) * exp(c)^k: exp(a + b) = exp(a) exp(b) for real a
+    and b, so the claim is the same. A field whose atoms are independent (mod p) sees the shift cancel
+    in the softmax's ratio, as the ring does when it splits its shifts; without the rewrite, exp(u - c)
+    and exp(u) are unrelated atoms there and ``max_shift_free`` is never decided at sizes past the ring."""
+    if claim.kind != "law":
+        return claim
+    roots = [n for a in claim.roots() for n in np.ravel(a) if isinstance(n, Node)]
+    memo: dict[int, object] = {}
+    affine: dict[int, tuple | None] = {}        # node -> ({shift leaf node: k}, rest) or None
+    rebuilt: dict[int, Node] = {}
+    for root in roots:
+        for node in postorder(root, memo):
+            memo[id(node)] = True
+            args = node.args
+            parts = [affine[id(a)] for a in args]
+            if node.op == "leaf" and node.value.role == "shift":
+                aff = ({node: Fraction(1)}, None)
+            elif all(q is not None and not q[0] for q in parts):
+                aff = ({}, node)                  # free of shifts
+            elif node.op == "add" and all(q is not None for q in parts):
+                coeffs = dict(parts[0][0])
+                for leaf, k in parts[1][0].items():
+                    coeffs[leaf] = coeffs.get(leaf, 0) + k
+                rests = [q[1] for q in parts if q[1] is not None]
+                aff = ({k: v for k, v in coeffs.items() if v}, Node.add(*rests) if len(rests) == 2 else
+                       (rests[0] if rests else None))
+            elif node.op == "neg" and parts[0] is not None:
+                aff = ({k: -v for k, v in parts[0][0].items()},
+                       Node.neg(parts[0][1]) if parts[0][1] is not None else None)
+            elif node.op == "mul" and all(q is not None for q in parts) and any(a.op == "const" for a in args):
+                c, q = (args[0].value, parts[1]) if args[0].op == "const" else (args[1].value, parts[0])
+                aff = ({k: v * c for k, v in q[0].items()}, Node.mul(c, q[1]) if q[1] is not None else None)
+            else:
+                aff = None
+            affine[id(node)] = aff
+            new_args = tuple(rebuilt.get(id(a), a) for a in args)
+            arg = parts[0] if node.op == "exp" else None
+            if arg is not None and arg[0] and all(k.denominator == 1 for k in arg[0].values()):
+                out = Node.unary("exp", arg[1] if arg[1] is not None else Node.lift(0))
+                for leaf, k in sorted(arg[0].items(), key=lambda lk: lk[0].value.name):
+                    out = Node.mul(out, Node.power(Node.unary("exp", leaf), int(k)))
+                rebuilt[id(node)] = out
+            elif any(a is not b for a, b in zip(new_args, args)):
+                rebuilt[id(node)] = Node(node.op, new_args, node.value)
+
+    def rewrite(arr):
+        out = np.empty(np.shape(arr), dtype=object)
+        for idx in np.ndindex(*out.shape):
+            x = arr[idx]
+            out[idx] = rebuilt.get(id(x), x) if isinstance(x, Node) else x
+        return out
+    return TracedClaim(claim.op, claim.claim, claim.dims, claim.kind, lhs=rewrite(claim.lhs),
+                       rhs=rewrite(claim.rhs), probe=claim.probe, overrides=claim.overrides)
 
 
 def trace_claim(op: Op, claim: str, dims: dict) -> TracedClaim:

@@ -11,7 +11,7 @@ from fractions import Fraction
 import flint
 
 from vjpcert.symbolic import settings as tol
-from vjpcert.symbolic.fixed.claims import TracedClaim
+from vjpcert.symbolic.fixed.claims import TracedClaim, split_shifts
 from vjpcert.symbolic.fixed.false_pass import PRIME_BITS, BoundField, false_pass_bound, random_prime
 from vjpcert.symbolic.fixed.fields import AtomPoolExhausted, ModPField, MpField, RingField, SizeField
 from vjpcert.core.tolerance import digits as _digits
@@ -331,6 +331,8 @@ def modp(claim: TracedClaim, *, seed: int = 0, salt: str = "", trials: int = tol
     import hashlib
     digest = hashlib.sha256(f"{salt}|{seed}".encode()).digest()
     rng = random.Random(int.from_bytes(digest, "big"))
+    if claim.claim == SHIFT_CLAIM:     # exp(u - c) = exp(u) / exp(c): the shift may cancel mod p too
+        claim = split_shifts(claim)
     B = BoundField()
     bounds = claim.residual(B)[0]
     primes, done = [], 0
