@@ -115,3 +115,63 @@ def test_a_contraction_too_long_for_float64_goes_wrong(method, limit, monkeypatc
 def test_a_prime_outside_the_range_is_refused():
     with pytest.raises(ValueError):
         ma.ModP(2 ** 61 - 1)
+
+
+@pytest.mark.parametrize("method", ["preshift", "karatsuba"])
+@pytest.mark.parametrize("block", [1, 37, 1 << 20])
+def test_matmul_sum_in_blocks_is_exact(method, block, monkeypatch):
+    """sum_i a_i @ b_i with contraction chunks straddling the pieces, and blocks of rows, columns and
+    batch entries down to one entry (BLOCK), on strided, transposed and broadcast operands."""
+    monkeypatch.setattr(ma, "KARATSUBA_MIN_CONTRACTION", METHODS[method])
+    monkeypatch.setattr(ma, "MAX_CONTRACTION", 5)
+    monkeypatch.setattr(ma, "KARATSUBA_MAX_CONTRACTION", 5)
+    monkeypatch.setattr(ma, "BLOCK", block)
+    p = PRIMES[0]
+    rng = np.random.default_rng(block)
+    for m, n in ((4, 3), (3, 6)):                       # the pre-shifted side b, then a (transposed)
+        a1 = rng.integers(0, p, size=(2, 1, m, 7), dtype=np.int64)
+        a2 = rng.integers(0, p, size=(2, 3, 4, m), dtype=np.int64).swapaxes(-1, -2)     # strided (m, 4)
+        b1 = rng.integers(0, p, size=(7, n), dtype=np.int64)
+        b2 = rng.integers(0, p, size=(3, 4, n), dtype=np.int64)
+        got = ma.ModP(p).matmul_sum([(np.broadcast_to(a1, (2, 3, m, 7)), np.broadcast_to(b1, (2, 3, 7, n))),
+                                     (a2, np.broadcast_to(b2, (2, 3, 4, n)))])
+        want = (_exact_matmul(a1, b1, p) + _exact_matmul(a2, b2, p)) % p
+        assert got.dtype == np.int64 and got.shape == want.shape
+        assert (np.asarray(got, dtype=object) == want).all()
+
+
+def test_the_atom_hash_is_splitmix64_keyed_twice():
+    """The fused hash loop (kernels.hash_flat) gives splitmix64's finaliser, keyed twice and reduced mod
+    p, computed here in numpy's wrapping uint64 arithmetic: the atoms a trial draws are this function."""
+    from vjpcert.symbolic.modular.field import Field
+
+    def mix(x):
+        with np.errstate(over="ignore"):
+            x = x + np.uint64(0x9E3779B97F4A7C15)
+            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            return x ^ (x >> np.uint64(31))
+
+    p = PRIMES[1]
+    rng = random.Random(7)
+    keys = (rng.getrandbits(64), rng.getrandbits(64))
+    F = Field(p, {"exp": keys}, 1)
+    v = np.concatenate([np.random.default_rng(7).integers(0, p, size=1 << 17, dtype=np.int64), [0, 1, p - 1]])
+    for x in (v, v[:5].reshape(5, 1), v[3]):
+        want = mix(mix(np.asarray(x).astype(np.uint64) ^ np.uint64(keys[0])) ^ np.uint64(keys[1])) % np.uint64(p)
+        got = F.hash("exp", x)
+        assert np.shape(got) == np.shape(want) and (np.asarray(got) == want.astype(np.int64)).all()
+
+
+def test_inverses_over_many_runs_are_exact():
+    """Montgomery's trick (kernels.inv_flat) over several runs of INV_RUN entries, the last one partial,
+    on the parallel loop's sizes: every entry times its inverse is 1, and a 0 anywhere is a pole."""
+    p = PRIMES[-1]
+    F = ma.ModP(p)
+    a = np.random.default_rng(11).integers(1, p, size=(3, ma.mk.PARALLEL_MIN // 3 + 4097), dtype=np.int64)
+    a[0, :3] = [1, p - 1, 2]
+    assert (F.mul(F.inv(a), a) == 1).all()
+    assert (F.inv(a[:, ::-7]) == F.inv(a)[:, ::-7]).all()           # a strided view
+    a[2, -1] = 0
+    with pytest.raises(ma.Pole):
+        F.inv(a)

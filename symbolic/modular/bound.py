@@ -58,6 +58,12 @@ def _key(src, idx: np.ndarray):
     return (src, idx.shape, digest)
 
 
+def _rekey(key, idx: np.ndarray, size: int):
+    """The key of ``idx``, made from an index array of ``size`` entries keyed ``key`` by adding or
+    dropping unit axes: the same entries in the same order, so the same bytes -- no second hash."""
+    return (key[0], idx.shape, key[2]) if idx.size == size else _key(key[0], idx)
+
+
 def reduce_index(x: np.ndarray) -> np.ndarray:
     """x with every axis along which it does not vary cut to size 1 (broadcast axes for free; a
     materialised copy is checked entry by entry, so a repeat or a reshape does not lose sharing)."""
@@ -124,8 +130,10 @@ def constant_class(src, deg, bits, e=1) -> Bound:
     return Bound(0, 0, cls)
 
 
-def _add_class(cls: dict, src, idx, e, deg, bits, how=max):
-    key = _key(src, idx)
+def _add_class(cls: dict, src, idx, e, deg, bits, how=max, key=None):
+    """Add a class (``key``: its key where the caller has it, ``idx`` unchanged -- hashing a large index
+    array again is most of a small op's cost)."""
+    key = _key(src, idx) if key is None else key
     old = cls.get(key)
     if old is None:
         cls[key] = (idx, e, deg, bits)
@@ -139,11 +147,14 @@ def align(b: Bound | None, ndim: int) -> Bound | None:
         return b
     cls = {}
     for key, (idx, e, deg, bits) in b.cls.items():
+        if idx.ndim == ndim:
+            _add_class(cls, key[0], idx, e, deg, bits, key=key)
+            continue
         if idx.ndim > ndim:
-            idx = idx.reshape(idx.shape[idx.ndim - ndim:])       # only unit axes are dropped
-        elif idx.ndim < ndim:
-            idx = idx.reshape((1,) * (ndim - idx.ndim) + idx.shape)
-        _add_class(cls, key[0], idx, e, deg, bits)
+            moved = idx.reshape(idx.shape[idx.ndim - ndim:])       # only unit axes are dropped
+        else:
+            moved = idx.reshape((1,) * (ndim - idx.ndim) + idx.shape)
+        _add_class(cls, key[0], moved, e, deg, bits, key=_rekey(key, moved, idx.size))
     return Bound(b.n, b.h, cls)
 
 
@@ -153,7 +164,7 @@ def mul(a: Bound | None, b: Bound | None, ndim: int) -> Bound | None:
     a, b = align(a, ndim), align(b, ndim)
     cls = dict(a.cls)
     for key, (idx, e, deg, bits) in b.cls.items():
-        _add_class(cls, key[0], idx, e, deg, bits, how=lambda x, y: x + y)
+        _add_class(cls, key[0], idx, e, deg, bits, how=lambda x, y: x + y, key=key)
     return Bound(a.n + b.n, a.h + b.h, cls)
 
 
@@ -166,7 +177,7 @@ def add(a: Bound | None, b: Bound | None, ndim: int) -> Bound | None:
     a, b = align(a, ndim), align(b, ndim)
     cls = dict(a.cls)
     for key, (idx, e, deg, bits) in b.cls.items():
-        _add_class(cls, key[0], idx, e, deg, bits)
+        _add_class(cls, key[0], idx, e, deg, bits, key=key)
     out = Bound(0, 0, cls)
     d, k = out.d, out.k
     out.n = max(a.n + d - a.d, b.n + d - b.d)
@@ -222,8 +233,9 @@ def sum_axes(b: Bound | None, shape, axes, keepdims: bool = False) -> Bound | No
     cls = {}
     for key, (idx, e, deg, bits) in b.cls.items():
         vary = [a for a in axes if idx.shape[a] > 1]
-        if not vary:
-            _add_class(cls, key[0], drop(idx), e, deg, bits)
+        if not vary:                        # the summed axes are unit axes of idx
+            kept_idx = drop(idx)
+            _add_class(cls, key[0], kept_idx, e, deg, bits, key=_rekey(key, kept_idx, idx.size))
             continue
         count = _distinct_along(idx, vary)
         rest = tuple(1 if a in axes else idx.shape[a] for a in range(ndim))
@@ -267,7 +279,8 @@ def unit_axes(b: Bound | None, fn) -> Bound | None:
         return b
     cls = {}
     for key, (idx, e, deg, bits) in b.cls.items():
-        _add_class(cls, key[0], fn(idx), e, deg, bits)
+        moved = fn(idx)
+        _add_class(cls, key[0], moved, e, deg, bits, key=_rekey(key, moved, idx.size))
     return Bound(b.n, b.h, cls)
 
 

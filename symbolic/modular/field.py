@@ -7,6 +7,7 @@ from fractions import Fraction
 import flint
 import numpy as np
 
+from vjpcert.symbolic.modular import kernels as mk
 from vjpcert.symbolic.modular.arith import ModP
 
 
@@ -116,20 +117,15 @@ class Field(ModP):
         return r
 
     # ---- atoms
-    @staticmethod
-    def _mix(x):
-        """splitmix64's finaliser on uint64 arrays (wrapping arithmetic)."""
-        with np.errstate(over="ignore"):
-            x = x + np.uint64(0x9E3779B97F4A7C15)
-            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-            return x ^ (x >> np.uint64(31))
-
     def hash(self, kind: str, v):
+        """splitmix64's finaliser keyed twice, mix(mix(v ^ k1) ^ k2), reduced mod p, in one fused loop
+        (``kernels.hash_flat``)."""
         k1, k2 = self.keys[kind]
-        x = self._mix(np.asarray(v, dtype=np.int64).astype(np.uint64) ^ np.uint64(k1))
-        x = self._mix(x ^ np.uint64(k2))
-        return (x % np.uint64(self.p)).astype(np.int64)
+        v = np.asarray(v, dtype=np.int64)
+        out = np.empty(v.shape, dtype=np.int64)
+        mk.run(mk.hash_flat, v.size, np.ascontiguousarray(v).reshape(-1), out.reshape(-1),
+               np.uint64(k1), np.uint64(k2), np.uint64(self.p))
+        return out if out.ndim else out[()]          # a numpy scalar for a scalar, as numpy's own ops give
 
     def atom(self, kind: str, v, arg_bound, sid=None):
         """The atom kind(v), keyed by the value v, with the ring's folds and parities. ``sid`` names

@@ -2,9 +2,11 @@
 by Numba (once, cached on disk).
 
 Each operation is written once, for one entry (``_mulmod1``, ``_recombine3_1``, ``_karatsuba5_1``),
-and run two ways: as a Numba ufunc (numpy's broadcasting, one thread) and, for the large contiguous
-arrays a block at production size makes, as a ``prange`` loop over the flat array on every core
-(``run``). Why each one is exact is in ``arith``'s docstring.
+and run two ways: as a Numba ufunc (numpy's broadcasting, one thread) and as a ``prange`` loop on
+every core for large arrays (``run``) -- over flat arrays for the elementwise operations, over the rows
+of (G, R, C) blocks of any strides for a matmul's limb planes and recombinations. The loops are typed
+up front (their signatures), so they load from the cache at import, not at a first call inside a
+trial. Why each one is exact is in ``arith``'s docstring.
 
 int64 multiplication and shifts wrap here (LLVM's mul and shl without overflow flags): the exactness
 arguments take remainders in wrapping arithmetic whose true value lies in (-p, 2p).
@@ -14,6 +16,16 @@ from __future__ import annotations
 import numba
 import numpy as np
 from numba import prange
+from numba.types import Array, b1, f8, i8, u8, void
+
+# the types the loops are compiled for: inputs read-only (a broadcast or a spec's leaf is), so any
+# int64 array of the rank is accepted; outputs writable
+_IN1 = Array(i8, 1, "C", readonly=True)
+_ROWS = Array(i8, 2, "C", readonly=True)
+_IN3 = Array(i8, 3, "A", readonly=True)
+# contiguous only, where a loop vectorises: three times faster than over strided arrays (a matmul's
+# Karatsuba operands are staged contiguously first; its products are contiguous)
+_IN3C = Array(i8, 3, "C", readonly=True)
 
 LIMB_BITS = 20
 MASK = (1 << LIMB_BITS) - 1
@@ -67,6 +79,25 @@ def _karatsuba5_1(p0, p1, p2, p01, p12, p02, p, inv_p, r60):
     return _reduce(lo + _mulmod1(hi, r60, p, inv_p), p)
 
 
+@numba.njit(cache=True, inline="always")
+def _addmod1(x, y, p):
+    """x + y mod p for residues x, y."""
+    r = x + y - p
+    return r + ((r >> 63) & p)
+
+
+@numba.njit(cache=True, inline="always")
+def _powmod(x, e, p, inv_p):
+    """x^e mod p by squaring, for a residue x and e >= 0."""
+    out = np.int64(1)
+    while e:
+        if e & 1:
+            out = _mulmod1(out, x, p, inv_p)
+        e >>= 1
+        x = _mulmod1(x, x, p, inv_p)
+    return out
+
+
 # ---------------------------------------------------------------------------- ufuncs (broadcasting)
 @numba.vectorize(["int64(int64, int64, int64, float64)"], cache=True)
 def mulmod(x, y, p, inv_p):
@@ -76,8 +107,7 @@ def mulmod(x, y, p, inv_p):
 @numba.vectorize(["int64(int64, int64, int64)"], cache=True)
 def addmod(x, y, p):
     """x + y mod p for residues x, y."""
-    r = x + y - p
-    return r + ((r >> 63) & p)
+    return _addmod1(x, y, p)
 
 
 @numba.vectorize(["int64(int64, int64, int64)"], cache=True)
@@ -87,54 +117,151 @@ def submod(x, y, p):
     return r + ((r >> 63) & p)
 
 
-@numba.vectorize(["float64(int64, int64)"], cache=True)
-def limb(x, shift):
-    """The 20-bit limb of x at bit ``shift``, as float64 (exact)."""
-    return np.float64((x >> shift) & MASK)
-
-
 # ---------------------------------------------------------------------------- flat loops, every core
-@numba.njit(cache=True, parallel=True)
+@numba.njit([void(_IN1, _IN1, i8[::1], i8, f8)], cache=True, parallel=True)
 def mulmod_flat(x, y, out, p, inv_p):
     for i in prange(out.size):
         out[i] = _mulmod1(x[i], y[i], p, inv_p)
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit([void(_IN1, i8, i8[::1], i8, f8)], cache=True, parallel=True)
 def mulmod_scalar_flat(x, s, out, p, inv_p):
     for i in prange(out.size):
         out[i] = _mulmod1(x[i], s, p, inv_p)
 
 
-@numba.njit(cache=True, parallel=True)
-def recombine3_flat(d, out, p, inv_p):
-    """d: (B, 3, N) limb sums, out: (B, N)."""
-    for b in range(d.shape[0]):
-        for i in prange(d.shape[2]):
-            out[b, i] = _recombine3_1(d[b, 0, i], d[b, 1, i], d[b, 2, i], p, inv_p)
+INV_RUN = 4096                              # entries sharing one exponentiation in ``inv_flat``
 
 
-@numba.njit(cache=True, parallel=True)
-def karatsuba_operand(x, out):
-    """x: (N,) residues; out: (6, N) -- limbs 0, 1, 2 and the sums 0+1, 1+2, 0+2."""
-    for i in prange(x.size):
-        v = x[i]
-        a0 = np.float64(v & MASK)
-        a1 = np.float64((v >> LIMB_BITS) & MASK)
-        a2 = np.float64((v >> (2 * LIMB_BITS)) & MASK)
-        out[0, i] = a0
-        out[1, i] = a1
-        out[2, i] = a2
-        out[3, i] = a0 + a1
-        out[4, i] = a1 + a2
-        out[5, i] = a0 + a2
+@numba.njit([void(_IN1, i8[::1], i8, f8, i8)], cache=True, parallel=True)
+def inv_flat(x, out, p, inv_p, e):
+    """out = 1 / x mod p for nonzero residues x, by Montgomery's trick on runs of INV_RUN entries: the
+    run's prefix products, one inverse of the whole run's product as its e-th power (e = p - 2, Fermat),
+    and a backward pass, where t = 1 / (x_lo ... x_i) gives 1 / x_i = t (x_lo ... x_(i-1)) and then
+    t x_i = 1 / (x_lo ... x_(i-1)). Three products per entry instead of an exponentiation each."""
+    n = x.size
+    for run in prange((n + INV_RUN - 1) // INV_RUN):
+        lo = run * INV_RUN
+        hi = min(n, lo + INV_RUN)
+        acc = np.int64(1)
+        for i in range(lo, hi):
+            out[i] = acc                    # the product of the run's entries before i
+            acc = _mulmod1(acc, x[i], p, inv_p)
+        t = _powmod(acc, e, p, inv_p)
+        for i in range(hi - 1, lo - 1, -1):
+            out[i] = _mulmod1(t, out[i], p, inv_p)
+            t = _mulmod1(t, x[i], p, inv_p)
 
 
-@numba.njit(cache=True, parallel=True)
-def karatsuba5_flat(P, out, p, inv_p, r60):
-    """P: (6, N) Karatsuba products, out: (N,)."""
-    for i in prange(out.size):
-        out[i] = _karatsuba5_1(P[0, i], P[1, i], P[2, i], P[3, i], P[4, i], P[5, i], p, inv_p, r60)
+@numba.njit([void(_ROWS, i8[::1], i8[::1])], cache=True, parallel=True)
+def split_sums(x, lo, hi):
+    """lo[i], hi[i] = the sums of the low 31 bits and of the rest (x >> 31) of row i of x (R, K)."""
+    R, K = x.shape
+    for r in prange(R):
+        a = np.int64(0)
+        b = np.int64(0)
+        for k in range(K):
+            v = x[r, k]
+            a += v & 0x7FFFFFFF
+            b += v >> 31
+        lo[r] = a
+        hi[r] = b
+
+
+@numba.njit(cache=True, inline="always")
+def _mix1(x):
+    """splitmix64's finaliser on one uint64 (wrapping arithmetic)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@numba.njit([void(_IN1, i8[::1], u8, u8, u8)], cache=True, parallel=True)
+def hash_flat(v, out, k1, k2, p):
+    """out = mix(mix(v ^ k1) ^ k2) mod p: the keyed atom hash (``Field.hash``), k1, k2, p uint64."""
+    for i in prange(v.size):
+        out[i] = np.int64(_mix1(_mix1(np.uint64(v[i]) ^ k1) ^ k2) % p)
+
+
+# ---------------------------------------------------------------------------- matmul operands and outputs
+# One block of an exact matmul (``arith.ModP._contract``): residues x of shape (G, R, C), any strides
+# (slices, transposes and broadcasts of the caller's arrays), written as float64 limb planes into the
+# dgemm's operand buffers, and the dgemm's products recombined into residues. Rows (G R of them) are
+# split over the threads.
+@numba.njit([void(_IN3, f8[:, :, :, :])], cache=True, parallel=True)
+def limb_planes(x, out):
+    """out[i] = limb i of x (i = 0, 1, 2): x (G, R, C), out (3, G, R, C)."""
+    G, R, C = x.shape
+    for gr in prange(G * R):
+        g, r = gr // R, gr % R
+        for c in range(C):
+            v = x[g, r, c]
+            out[0, g, r, c] = np.float64(v & MASK)
+            out[1, g, r, c] = np.float64((v >> LIMB_BITS) & MASK)
+            out[2, g, r, c] = np.float64((v >> (2 * LIMB_BITS)) & MASK)
+
+
+@numba.njit([void(_IN3, f8[:, :, :, :, :], i8, f8)], cache=True, parallel=True)
+def shifted_limb_planes(x, out, p, inv_p):
+    """out[i, j] = limb j of 2^(20 i) x mod p (i, j = 0, 1, 2): x (G, R, C), out (3, 3, G, R, C)."""
+    G, R, C = x.shape
+    s1 = _powmod(np.int64(2), np.int64(LIMB_BITS), p, inv_p)
+    s2 = _powmod(np.int64(2), np.int64(2 * LIMB_BITS), p, inv_p)
+    for gr in prange(G * R):
+        g, r = gr // R, gr % R
+        for c in range(C):
+            v = x[g, r, c]
+            for i in range(3):
+                s = v if i == 0 else _mulmod1(v, s1 if i == 1 else s2, p, inv_p)
+                out[i, 0, g, r, c] = np.float64(s & MASK)
+                out[i, 1, g, r, c] = np.float64((s >> LIMB_BITS) & MASK)
+                out[i, 2, g, r, c] = np.float64((s >> (2 * LIMB_BITS)) & MASK)
+
+
+@numba.njit([void(_IN3C, f8[:, :, :, ::1])], cache=True, parallel=True)
+def karatsuba_planes(x, out):
+    """out = limbs 0, 1, 2 of x and the sums 0+1, 1+2, 0+2: x (G, R, C), out (6, G, R, C)."""
+    G, R, C = x.shape
+    for gr in prange(G * R):
+        g, r = gr // R, gr % R
+        for c in range(C):
+            v = x[g, r, c]
+            a0 = np.float64(v & MASK)
+            a1 = np.float64((v >> LIMB_BITS) & MASK)
+            a2 = np.float64((v >> (2 * LIMB_BITS)) & MASK)
+            out[0, g, r, c] = a0
+            out[1, g, r, c] = a1
+            out[2, g, r, c] = a2
+            out[3, g, r, c] = a0 + a1
+            out[4, g, r, c] = a1 + a2
+            out[5, g, r, c] = a0 + a2
+
+
+@numba.njit([void(f8[:, :, :, :], i8[:, :, :], i8, f8, b1)], cache=True, parallel=True)
+def recombine3_planes(d, out, p, inv_p, accumulate):
+    """out = D_0 + 2^20 D_1 + 2^40 D_2 mod p (added to out where ``accumulate``): d (3, G, R, N) the limb
+    sums, out (G, R, N)."""
+    G, R, N = out.shape
+    for gr in prange(G * R):
+        g, r = gr // R, gr % R
+        for c in range(N):
+            v = _recombine3_1(d[0, g, r, c], d[1, g, r, c], d[2, g, r, c], p, inv_p)
+            out[g, r, c] = _addmod1(out[g, r, c], v, p) if accumulate else v
+
+
+@numba.njit([void(f8[:, :, :, ::1], i8[:, :, ::1], i8, f8, i8, b1), void(f8[:, :, :, :], i8[:, :, :], i8, f8, i8, b1)],
+            cache=True, parallel=True)
+def karatsuba5_planes(P, out, p, inv_p, r60, accumulate):
+    """out = the Karatsuba products recombined (added to out where ``accumulate``): P (6, G, R, N),
+    out (G, R, N)."""
+    G, R, N = out.shape
+    for gr in prange(G * R):
+        g, r = gr // R, gr % R
+        for c in range(N):
+            v = _karatsuba5_1(P[0, g, r, c], P[1, g, r, c], P[2, g, r, c], P[3, g, r, c], P[4, g, r, c],
+                              P[5, g, r, c], p, inv_p, r60)
+            out[g, r, c] = _addmod1(out[g, r, c], v, p) if accumulate else v
 
 
 def run(loop, size: int, *args):
