@@ -45,9 +45,20 @@ FUNCTIONS.update({
     "broadcast_to": lambda a, shape, **kw: broadcast_to(lift(a), tuple(_size_expr(s) for s in shape)),
     "moveaxis": layouts.moveaxis, "swapaxes": layouts.swapaxes, "outer": layouts.outer, "diff": layouts.diff,
     "pad": layouts.pad, "einsum": layouts.einsum, "copy": lambda a, **kw: lift(a),
+    "zeros_like": lambda a, dtype=None: _zeros_like(lift(a), dtype),
+    "size": lambda a, axis=None: lift(a).size if axis is None else lift(a).shape[axis],
     "dot": lambda x, y: matmul(lift(x), lift(y)) if lift(x).ndim <= 2 and lift(y).ndim <= 2 else refuse(
         "np.dot of arrays of rank > 2 (numpy's dot is not a matmul there): use np.einsum or @"),
 })
+
+
+def _zeros_like(a: SymArray, dtype) -> SymArray:
+    """Exact zeros of a's shape: False for a mask (or dtype=bool), the integer 0 otherwise; a float
+    dtype would leave the exact backends, as np.zeros refuses it."""
+    kind = np.dtype(dtype).kind if dtype is not None else ("b" if a.boolean else "O")
+    if kind not in "biuO":
+        refuse("np.zeros_like with a float dtype: a float array would leave the exact backends")
+    return SymArray.full(a._shape, lambda idx: sp.Integer(0), boolean=kind == "b")     # masks are 0/1 too
 
 
 # ============================================================================ numpy functions that take a shape
