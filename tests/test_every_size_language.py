@@ -154,6 +154,48 @@ def test_a_tracer_that_forgets_to_reverse_a_flip_is_caught_by_the_cross_check(mo
     assert checked["status"] != "exact", checked
 
 
+def _cumsum_op(backward):
+    @op(name=f"tl_cumsum_{backward.__name__}", inputs={"x": ("rows", "n")}, output=("rows", "n"),
+        dims=[{"rows": 1, "n": 3}, {"rows": 2, "n": 4}])
+    def f(B, x):
+        return np.cumsum(x * x, axis=1)
+    f.defvjp(backward)
+    f.every_size("vjp[x]")
+    return f
+
+
+def suffix_sums(B, x, dy):
+    return (2 * x * np.flip(np.cumsum(np.flip(dy, axis=1), axis=1), axis=1),)
+
+
+def prefix_sums(B, x, dy):                 # the forward's own direction: wrong
+    return (2 * x * np.cumsum(dy, axis=1),)
+
+
+def test_a_prefix_sum_is_followed_for_every_size_and_a_wrong_backward_fails():
+    """np.cumsum is a sum over the whole axis masked by Ind(i - k): the statement matches numpy at
+    every size the cross-check tries; the backward that sums the wrong way fails with a witness, the
+    right one (a reverse cumsum through np.flip) is never failed -- the normal form does not yet
+    rename k -> n - 1 - k under a mask, so it is inconclusive, as the fixed-dims ring proves it."""
+    right, wrong = _cumsum_op(suffix_sums), _cumsum_op(prefix_sums)
+    stmt = build_statement(right, "vjp[x]", derive(right, "vjp[x]"))
+    assert cross_check(stmt, [{"rows": 1, "n": 2}, {"rows": 2, "n": 3}, {"rows": 1, "n": 5}])["status"] == "exact"
+    assert prove_general(right, "vjp[x]").verdict in ("proved-general", "inconclusive")
+    assert prove_claim(right, "vjp[x]", {"rows": 2, "n": 4}).verdict == "proved"
+    cert = prove_general(wrong, "vjp[x]")
+    assert cert.verdict == "failed" and cert.evidence["witness"]["dims"]
+
+
+def test_a_tracer_that_sums_the_wrong_side_of_the_prefix_is_caught_by_the_cross_check(monkeypatch):
+    """The control of the construct: a cumsum read as a suffix sum (Ind(k - i)) is not numpy's."""
+    from vjpcert.symbolic.every_size import constructs
+    real = constructs.Ind
+    monkeypatch.setattr(constructs, "Ind", lambda e: real(-e))
+    f = _cumsum_op(suffix_sums)
+    stmt = build_statement(f, "vjp[x]", derive(f, "vjp[x]"))
+    assert cross_check(stmt, [{"rows": 1, "n": 2}, {"rows": 2, "n": 3}])["status"] != "exact"
+
+
 # ------------------------------------------------------------------------------ a strided, padded conv2d
 def _conv_forward(B, x, w):
     """y[k, p, q] = sum_{c,i,j} xp[c, 2p + i, 2q + j] w[k, c, i, j], xp = x padded by 1 (stride 2, 3x3)."""
