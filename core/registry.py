@@ -163,8 +163,10 @@ class Op:
         return [*self.inputs, *self.nondiff, *self.params]
 
     def _check_signature(self, fn, role, extra):
-        params = list(inspect.signature(fn).parameters)
-        if not params or params[0] != "B":
+        sig = inspect.signature(fn).parameters
+        params = list(sig)
+        # the backend comes first: named B, or positional-only under any name (so an array may be B)
+        if not params or (params[0] != "B" and sig[params[0]].kind is not inspect.Parameter.POSITIONAL_ONLY):
             raise SpecError(self.name, f"the {role} must take the backend B as its first argument")
         unknown = set(params[1:]) - set(self.arg_names) - set(extra)
         if unknown:

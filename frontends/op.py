@@ -27,8 +27,10 @@ FRONTEND_DIR = Path(__file__).resolve().parent
 
 
 def _signature(names) -> inspect.Signature:
+    """The spec calling convention (the backend first, then the arrays by name), with the backend
+    positional-only: a framework function's own argument may be called ``B`` (``A @ B``)."""
     P = inspect.Parameter
-    return inspect.Signature([P("B", P.POSITIONAL_OR_KEYWORD)]
+    return inspect.Signature([P("backend", P.POSITIONAL_ONLY)]
                              + [P(n, P.POSITIONAL_OR_KEYWORD) for n in names])
 
 
@@ -80,11 +82,11 @@ class FrontendOp(Op):
         self._user_nondiff = dict(nondiff or {})
         names = [*inputs, *self._user_nondiff, *params]
 
-        def forward(B, **values):
-            return self._evaluate(B, values, "forward")[0]
+        def forward(backend, /, **values):
+            return self._evaluate(backend, values, "forward")[0]
 
-        def backward(B, **values):
-            return tuple(self._evaluate(B, values, "backward"))
+        def backward(backend, /, **values):
+            return tuple(self._evaluate(backend, values, "backward"))
         forward.__signature__ = _signature(names)
         backward.__signature__ = _signature([*names, "dy"])
         forward.__name__, backward.__name__ = name, f"{name}_vjp"

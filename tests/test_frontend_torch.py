@@ -205,6 +205,29 @@ class WrongShape(torch.autograd.Function):
         return dy.sum(0)
 
 
+def test_an_input_named_B_is_an_input_like_any_other():
+    """The spec convention passes the backend first; a framework op takes it positionally, so a
+    function of (A, B) is proved (and its wrong twin fails), not refused for a duplicate name."""
+    dims = [{"m": 2, "k": 3, "n": 2}]
+    ab = {"A": ("m", "k"), "B": ("k", "n")}
+    right = from_torch(lambda A, B: torch.tanh(A @ B), name="tanh_of_A_B", inputs=ab, dims=dims)
+    assert [prove_claim(right, c, dims[0]).verdict for c in ("vjp[A]", "vjp[B]")] == ["proved", "proved"]
+
+    class WrongB(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, A, B):
+            ctx.save_for_backward(A, B)
+            return A @ B
+
+        @staticmethod
+        def backward(ctx, g):
+            A, B = ctx.saved_tensors
+            return g @ B.T, A.T @ g * 2
+    wrong = from_torch(lambda A, B: WrongB.apply(A, B), name="wrong_dB", inputs=ab, dims=dims)
+    assert prove_claim(wrong, "vjp[B]", dims[0]).verdict == "failed"
+    assert prove_claim(wrong, "vjp[A]", dims[0]).verdict == "proved"
+
+
 def test_a_function_whose_backward_has_the_wrong_shape_is_bad_input():
     refused(lambda x: WrongShape.apply(x), [(2, 3)], "invalid gradient")
 
