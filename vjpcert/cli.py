@@ -308,7 +308,9 @@ def _deadline(seconds: float | None, what: str):
     def expired(signum, frame):
         raise OutOfBudget(f"{what} took longer than --timeout {seconds:g} s: nothing was run or written")
     previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    # and again every 0.2 s until disarmed: a handler that raises while Python collects garbage (a
+    # __del__ of the arrays a trace drops) is "ignored" there, and one alarm would be lost for good
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.2)
     try:
         yield
     finally:
