@@ -31,6 +31,10 @@ LIMB_BITS = 20
 MASK = (1 << LIMB_BITS) - 1
 HALF = 30                                   # the split of one factor in an elementwise product
 PARALLEL_MIN = 1 << 16                      # entries below which a parallel loop's start-up costs more
+# A fork-safe threading layer (TBB, else Numba's own work queue): GNU OpenMP, Numba's pick where it is
+# installed, aborts a process forked after it ran ("fork() called from a process already using GNU
+# OpenMP"), and the checkers fork a child per strategy in the same worker that ran a modular trial.
+numba.config.THREADING_LAYER = "forksafe"
 
 
 # ---------------------------------------------------------------------------- one entry
