@@ -188,9 +188,9 @@ def test_a_prefix_sum_is_followed_for_every_size_and_a_wrong_backward_fails():
 
 def test_a_tracer_that_sums_the_wrong_side_of_the_prefix_is_caught_by_the_cross_check(monkeypatch):
     """The control of the construct: a cumsum read as a suffix sum (Ind(k - i)) is not numpy's."""
-    from vjpcert.symbolic.every_size import constructs
-    real = constructs.Ind
-    monkeypatch.setattr(constructs, "Ind", lambda e: real(-e))
+    from vjpcert.symbolic.every_size import layouts
+    real = layouts.Ind
+    monkeypatch.setattr(layouts, "Ind", lambda e: real(-e))
     f = _cumsum_op(suffix_sums)
     stmt = build_statement(f, "vjp[x]", derive(f, "vjp[x]"))
     assert cross_check(stmt, [{"rows": 1, "n": 2}, {"rows": 2, "n": 3}])["status"] != "exact"

@@ -14,7 +14,7 @@ import sympy as sp
 from vjpcert.core.backends import exact
 from vjpcert.core.registry import SpecError, refuse
 from vjpcert.symbolic.every_size import layouts
-from vjpcert.symbolic.every_size.constructs import (_band, _shape_of, concatenate, cumsum, masked_mean,
+from vjpcert.symbolic.every_size.constructs import (_band, _shape_of, concatenate, masked_mean,
                                                     masked_sum, stack, where)
 from vjpcert.symbolic.every_size.sizes import _LOCAL, Dim, _size_expr
 from vjpcert.symbolic.every_size.symarray import (FUNCTIONS, UFUNCS, SymArray, broadcast_to, elementwise,
@@ -45,7 +45,7 @@ FUNCTIONS.update({
     "broadcast_to": lambda a, shape, **kw: broadcast_to(lift(a), tuple(_size_expr(s) for s in shape)),
     "moveaxis": layouts.moveaxis, "swapaxes": layouts.swapaxes, "outer": layouts.outer, "diff": layouts.diff,
     "pad": layouts.pad, "einsum": layouts.einsum, "copy": lambda a, **kw: lift(a),
-    "zeros_like": lambda a, dtype=None: _zeros_like(lift(a), dtype), "cumsum": cumsum,
+    "zeros_like": lambda a, dtype=None: _zeros_like(lift(a), dtype), "cumsum": layouts.cumsum,
     "size": lambda a, axis=None: lift(a).size if axis is None else lift(a).shape[axis],
     "dot": lambda x, y: matmul(lift(x), lift(y)) if lift(x).ndim <= 2 and lift(y).ndim <= 2 else refuse(
         "np.dot of arrays of rank > 2 (numpy's dot is not a matmul there): use np.einsum or @"),

@@ -442,26 +442,3 @@ def _shape_of(a):
 
 CONSTRUCTS.update(reduce=reduce, sum=masked_sum, mean=masked_mean, getitem=getitem, reshape=reshape, stack=stack)
 
-
-def cumsum(A, axis=None, dtype=None, out=None) -> SymArray:
-    """np.cumsum along one axis (of the flattened array without one): entry i of that axis is the sum
-    over the whole axis of entry k times Ind(i - k) (k <= i: a mask, as np.tril's, so the sum's limits
-    stay sizes). The axis must be one piece (a concatenation along it would need the sum cut at the
-    seam)."""
-    from vjpcert.symbolic.every_size.layouts import ravel
-    _no_extra({"dtype": dtype, "out": out}, "cumsum")
-    A = lift(A)
-    if axis is None:
-        A, axis = ravel(A), 0
-    ax = _axis(axis, A.ndim)
-    if len(A.pieces) != 1 or not same(A.pieces[0].maps[ax][2], A._shape[ax]):
-        refuse("np.cumsum along an axis the array is made of several pieces on (a concatenation, an "
-               "interleave): write the sum of each part")
-    P, G = A.pieces[0], A.ctx.G
-
-    z = A._shape[ax]
-
-    def value(idx):
-        k = G.index("k", z)
-        return Sum(P.value(idx[:ax] + (k,) + idx[ax + 1:]) * Ind(idx[ax] - k), (k, 0, z - 1))
-    return SymArray(A._shape, [Piece(P.maps, value)], A.boolean)

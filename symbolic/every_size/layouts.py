@@ -16,11 +16,13 @@ import numbers
 
 import numpy as np
 import sympy as sp
+from sympy import Sum
 
 from vjpcert.core.registry import refuse
+from vjpcert.symbolic.every_size.atoms import Ind
 from vjpcert.symbolic.every_size.constructs import _insert_axis, concatenate, reduce, reshape
 from vjpcert.symbolic.every_size.sizes import Dim, _Context, divide_exactly, residue, same
-from vjpcert.symbolic.every_size.symarray import CONSTRUCTS, Piece, SymArray, _axis, lift
+from vjpcert.symbolic.every_size.symarray import CONSTRUCTS, Piece, SymArray, _axis, _no_extra, lift
 
 
 def _permutation(fn, ndim: int, *args) -> tuple:
@@ -312,3 +314,26 @@ def expand_dims(a, axis):
 
 
 CONSTRUCTS.update(swapaxes=swapaxes, strided_cut=strided_cut)
+
+
+def cumsum(A, axis=None, dtype=None, out=None) -> SymArray:
+    """np.cumsum along one axis (of the flattened array without one): entry i of that axis is the sum
+    over the whole axis of entry k times Ind(i - k) (k <= i: a mask, as np.tril's, so the sum's limits
+    stay sizes). The axis must be one piece (a concatenation along it would need the sum cut at the
+    seam)."""
+    _no_extra({"dtype": dtype, "out": out}, "cumsum")
+    A = lift(A)
+    if axis is None:
+        A, axis = ravel(A), 0
+    ax = _axis(axis, A.ndim)
+    if len(A.pieces) != 1 or not same(A.pieces[0].maps[ax][2], A._shape[ax]):
+        refuse("np.cumsum along an axis the array is made of several pieces on (a concatenation, an "
+               "interleave): write the sum of each part")
+    P, G = A.pieces[0], A.ctx.G
+
+    z = A._shape[ax]
+
+    def value(idx):
+        k = G.index("k", z)
+        return Sum(P.value(idx[:ax] + (k,) + idx[ax + 1:]) * Ind(idx[ax] - k), (k, 0, z - 1))
+    return SymArray(A._shape, [Piece(P.maps, value)], A.boolean)
