@@ -43,6 +43,7 @@ SELECTIONS: dict[str, list[str]] = {
     "wiring": [M + "test_a_structural_factor_dropped_by_the_backward_fails_the_wiring", "tests/test_composition.py", "tests/test_composition_domains.py", "-k",
                "not gpt2 and not vit and not llama"],
     "frontend": [M + "test_aten_rules_evaluate_to_what_pytorch_computes", "tests/test_frontend_torch.py"],
+    "constants": ["tests/test_constant_rounding.py"],
 }
 FILE_SELECTION = {
     "symbolic/settings.py": "symbolic", "symbolic/fixed/strategies.py": "symbolic", "symbolic/fixed/prover.py": "symbolic",
@@ -278,6 +279,11 @@ MUTANTS = [
     Mutant("values-log-softmax-sign", "frontends/values.py", "Context.softmax",
            "s - B.log(B.exp(s).sum(-1, keepdims=True))", ("value", "s + B.log(B.exp(s).sum(-1, keepdims=True))"),
            "log-softmax adds its normaliser"),
-    Mutant("values-named-constant-any", "frontends/values.py", "recognise", "float(value) == av", ("value", "True"),
-           "a float is read as the first named constant whose rational is small, bit-exact or not"),
+    Mutant("values-named-constant-any", "frontends/values.py", "recognise", "off <= CONSTANT_ROUNDING_ULPS",
+           ("value", "True"), "a float is read as the simplest named constant whose rational is small, however far"),
+    Mutant("tol-fit-any-shift", "core/tolerance.py", "rounding_fit",
+           "np.all(np.abs(shifts) <= CONSTANT_ROUNDING_ULPS)", ("value", "True"),
+           "a failure is called constant rounding however far the constants must move", selection="constants"),
+    Mutant("tol-fit-anything-left", "core/tolerance.py", "rounding_fit", "left <= FIT_LEFT", ("value", "True"),
+           "a failure is called constant rounding whatever the fit leaves standing", selection="constants"),
 ]

@@ -336,6 +336,21 @@ class Op:
         vals.update(overrides or {})
         return vals
 
+    # ---------------------------------------------------------------- rounded constants
+    def rounded_constants(self, dims: Dims) -> list[str]:
+        """The float constants (by repr) this op reads at ``dims`` as decimals that are only the rounding
+        of a real: none for a spec, whose constants are exact (``B.c``, ``B.pi``, ``B.sqrt(2)``); a
+        framework graph's where no named real matches (``frontends.values``)."""
+        return []
+
+    def constants_shifted(self, shifts: Mapping[str, int]):
+        """A context in which each rounded constant is read moved by ``shifts[repr]`` units in its last
+        place: how a claim's residual moves with the rounding of its constants."""
+        import contextlib
+        if shifts:
+            raise SpecError(self.name, f"has no rounded constants to shift ({sorted(shifts)})")
+        return contextlib.nullcontext()
+
     # ---------------------------------------------------------------- identity
     @property
     def source_files(self) -> list[Path]:

@@ -112,3 +112,44 @@ def digits(err, scale, dps) -> float:
     if scale == 0:
         return 0.0
     return max(0.0, min(float(dps), float(-mpmath.log10(err / scale))))
+
+
+# A float constant in a framework graph is read as the real it is the rounding of when that real is
+# within this many units in the last place: the nearest float is 1/2 ulp away, a constant a framework
+# computes (sqrt(1/sqrt(d)), 1/sqrt(2) * 2/sqrt(pi)) adds about 1/2 ulp per operation, and 4 ulps is
+# that for a handful of operations. The same bound says when a claim fails only by constants'
+# rounding: a fit moves each rounded constant by at most this much.
+CONSTANT_ROUNDING_ULPS = 4
+
+# how much of a failing residual the fit by constants' rounding may leave unexplained (relative): the
+# residual is linear in the shifts to first order, and the second order is ulp^2, 10^-16 of the first
+FIT_LEFT = 1e-6
+
+
+def rounding_fit(residual, sensitivity: dict) -> dict:
+    """Whether a claim's failure is only the rounding of its constants. ``residual``: the claim's
+    residual components (lhs - rhs, at some points); ``sensitivity``: per rounded constant, how those
+    components move when the constant moves by one unit in its last place. The least-squares shifts
+    that cancel the residual are ``ulps``; ``explained`` when each is at most
+    CONSTANT_ROUNDING_ULPS and they leave at most FIT_LEFT of the residual (one shift per constant
+    for every component at every point: a wrong formula leaves its residual standing)."""
+    r = np.array([float(v) for v in residual])
+    top = float(np.max(np.abs(r))) if r.size else 0.0
+    names = list(sensitivity)
+    if top == 0.0 or not names:
+        return {"explained": False, "ulps": {}, "left": 1.0}
+    S = np.array([[float(v) / top for v in sensitivity[k]] for k in names]).T
+    shifts, *_ = np.linalg.lstsq(S, -r / top, rcond=None)
+    left = float(np.max(np.abs(r / top + S @ shifts)))
+    return {"explained": bool(np.all(np.abs(shifts) <= CONSTANT_ROUNDING_ULPS) and left <= FIT_LEFT),
+            "ulps": {k: round(float(d), 3) for k, d in zip(names, shifts)}, "left": float(f"{left:.3g}")}
+
+
+def rounding_words(names, fit: dict) -> str:
+    """Why a claim that fails only by its constants' rounding is not `failed`, in words."""
+    moves = ", ".join(f"{k} by {v:+g} ulp" for k, v in fit["ulps"].items())
+    return (f"the claim fails only by the rounding of float constants read as the decimals they print as "
+            f"({', '.join(names)}): moving {moves} cancels the residual at every point fitted (a fraction "
+            f"{fit['left']:.3g} of it is left), so the formula is right for the reals these constants round. "
+            f"Write the real in the code, or read the constant as it (--constants named, the default, names "
+            f"square roots and multiples of pi within {CONSTANT_ROUNDING_ULPS} ulps)")

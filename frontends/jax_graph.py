@@ -16,7 +16,7 @@ import numpy as np
 
 from vjpcert.core.registry import SpecError
 from vjpcert.frontends.precision import DTYPES
-from vjpcert.frontends.values import Constants, Context, Val
+from vjpcert.frontends.values import DEFAULT_CONSTANTS, Constants, Context, Val
 
 
 def _jax():
@@ -415,6 +415,7 @@ class JaxGraph:
         probe = self._dry_run()
         self.max_sites = probe.sites
         self.readings = dict(probe.constants.readings)
+        self.rounded = set(probe.constants.rounded)
         self.casts = set(probe.casts)
         self.decomposed = []
 
@@ -449,7 +450,7 @@ def _describe_error(exc: Exception) -> str:
     return text[:400]
 
 
-def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants: str = "decimal",
+def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants: str = DEFAULT_CONSTANTS,
           op_name: str = "?", dtype: str = "float64", probe=None) -> JaxGraph:
     """Trace ``fn(*diff, *nondiff, **params)`` and its VJP at these shapes and ``dtype`` (64-bit floats
     on for float64, off, as JAX runs by default, below); ``probe`` (``jax_paths.BackendProbe``)

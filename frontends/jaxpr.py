@@ -35,13 +35,14 @@ from vjpcert.frontends.jax_graph import RULES, JaxGraph, _jax, jax_version, rule
 from vjpcert.frontends.jax_paths import trace_checked
 from vjpcert.frontends.op import FrontendOp
 from vjpcert.frontends.precision import check_dtype
+from vjpcert.frontends.values import DEFAULT_CONSTANTS
 
 
 # ------------------------------------------------------------------------------------ making ops
 def from_jax(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tuple] | None = None,
              dims: list[dict] | None = None, nondiff: Mapping[str, tuple] | None = None,
              params: Mapping | None = None, output: tuple | None = None, large_dims=None, check_dims=None,
-             spec: Op | None = None, constants: str = "decimal", module=None, doc: str = "",
+             spec: Op | None = None, constants: str = DEFAULT_CONSTANTS, module=None, doc: str = "",
              dtype: str | None = None) -> FrontendOp:
     """An op whose forward is ``fn(*inputs, *nondiff, **params)`` (JAX arrays in, one array out) and
     whose backward is what ``jax.vjp`` computes for it. Inputs, dims and output default to the spec's.

@@ -21,7 +21,7 @@ import numpy as np
 
 from vjpcert.core.registry import Op, Param, SpecError, check_name, dim_size
 from vjpcert.frontends.precision import CAST_WORDS, DEFAULT, device_words, identity_of, traced_words
-from vjpcert.frontends.values import decimal_of, describe_readings
+from vjpcert.frontends.values import DEFAULT_CONSTANTS, constants_shifted, decimal_of, describe_readings
 
 FRONTEND_DIR = Path(__file__).resolve().parent
 
@@ -56,7 +56,7 @@ class FrontendOp(Op):
                  fn: Callable | None = None,
                  dims: list[dict], nondiff: Mapping[str, tuple] | None = None, params: Mapping | None = None,
                  output: tuple | None = None, large_dims=None, check_dims=None, spec: Op | None = None,
-                 constants: str = "decimal", doc: str = "", framework_version: str = "",
+                 constants: str = DEFAULT_CONSTANTS, doc: str = "", framework_version: str = "",
                  dtype: str | None = None):
         if not inputs:
             raise SpecError(name, "a framework op needs at least one differentiable input")
@@ -169,6 +169,15 @@ class FrontendOp(Op):
             return super().uses_max_shift()
         finally:
             self._uncompared = False
+
+    # ------------------------------------------------------------------ rounded constants
+    def rounded_constants(self, dims: Mapping) -> list[str]:
+        """The graph's float constants read as the decimals of roundings: full-precision floats no
+        named real matches (all of them with ``constants="decimal"``)."""
+        return sorted(self.graph_at(dims).rounded)
+
+    def constants_shifted(self, shifts: Mapping[str, int]):
+        return constants_shifted(shifts)
 
     # ------------------------------------------------------------------ the spec law
     def _add_spec_law(self, spec: Op):

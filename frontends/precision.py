@@ -62,6 +62,33 @@ def round_exact(x: Fraction, dtype: str) -> Fraction | float:
     return r if x > 0 else -r
 
 
+def ulp(v: float, dtype: str | None = None) -> Fraction:
+    """One unit in the last place of ``v`` at ``dtype`` (float64 by default), exactly: the spacing of the
+    dtype's numbers at |v| (at the smallest normal below it)."""
+    p, emin, _ = _FORMAT[dtype or DEFAULT]
+    a = abs(Fraction(v))
+    e = emin
+    if a:
+        e = max(a.numerator.bit_length() - a.denominator.bit_length(), emin)
+        if a < Fraction(2) ** e:
+            e -= 1                                                  # now 2^e <= a < 2^(e+1)
+        e = max(e, emin)
+    return Fraction(2) ** (e - p + 1)
+
+
+def significant_digits(d: Fraction) -> int:
+    """How many significant digits the exact decimal ``d`` is written with (0 for 0)."""
+    if d == 0:
+        return 0
+    a = abs(d)
+    while a.denominator != 1:
+        a *= 10
+    n = a.numerator
+    while n % 10 == 0:
+        n //= 10
+    return len(str(n))
+
+
 def round_to(v: float, dtype: str) -> float:
     """A float64 value rounded to ``dtype`` (the value itself for float64, inf and NaN)."""
     if dtype == "float64" or not math.isfinite(v):

@@ -36,6 +36,7 @@ from vjpcert.frontends.op import FrontendOp
 from vjpcert.frontends.precision import check_dtype
 from vjpcert.frontends.torch_graph import TorchGraph, trace  # noqa: F401  (re-exported: the frontend's names)
 from vjpcert.frontends.torch_paths import trace_checked
+from vjpcert.frontends.values import DEFAULT_CONSTANTS
 from vjpcert.frontends.torch_rules import RULES, _torch, rule  # noqa: F401  (re-exported: the frontend's names)
 
 
@@ -47,7 +48,7 @@ def torch_version() -> str:
 def from_torch(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tuple] | None = None,
                dims: list[dict] | None = None, nondiff: Mapping[str, tuple] | None = None,
                params: Mapping | None = None, output: tuple | None = None, large_dims=None, check_dims=None,
-               spec: Op | None = None, constants: str = "decimal", module=None, doc: str = "",
+               spec: Op | None = None, constants: str = DEFAULT_CONSTANTS, module=None, doc: str = "",
                dtype: str | None = None) -> FrontendOp:
     """An op whose forward is ``fn(*inputs, *nondiff, **params)`` (torch tensors in, one tensor out)
     and whose backward is what PyTorch computes for it. Inputs, dims and output default to the

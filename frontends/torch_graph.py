@@ -13,7 +13,7 @@ import numpy as np
 
 from vjpcert.core.registry import SpecError
 from vjpcert.frontends.torch_rules import MAX_SITES, RULES, _torch
-from vjpcert.frontends.values import Constants, Context, Val
+from vjpcert.frontends.values import DEFAULT_CONSTANTS, Constants, Context, Val
 
 MAX_DECOMPOSITION_ROUNDS = 40
 
@@ -90,6 +90,7 @@ class TorchGraph:
                 if dtype is not None and dtype != src:
                     self.casts.add(f"{str(src).replace('torch.', '')} -> {str(dtype).replace('torch.', '')}")
         self.readings = dict(consts.readings)
+        self.rounded = set(consts.rounded)
 
     def evaluate(self, B, arrays, part: str) -> list[np.ndarray]:
         ctx = Context(B, Constants(self.constants_mode, self.dtype), self.op_name)
@@ -138,7 +139,7 @@ def _describe_error(exc: Exception) -> str:
     return text[:400]
 
 
-def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants: str = "decimal",
+def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants: str = DEFAULT_CONSTANTS,
           op_name: str = "?", dtype: str = "float64", probe=None) -> TorchGraph:
     """Trace ``fn(*diff, *nondiff, **params)`` and its backward at these shapes, on fake cpu tensors
     of ``dtype``; ``probe`` (``torch_paths.DeviceProbe``) watches (or answers) the code's reads of the

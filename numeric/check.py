@@ -18,7 +18,7 @@ from vjpcert.numeric.reference import check_reference
 from vjpcert.numeric.sampling import cotangent, kink_distance, rng_for, sample_point
 from vjpcert.core.backends import MpmathBackend
 from vjpcert.core.certificate import Certificate, checker_code_sha256
-from vjpcert.core.tolerance import digits as _digits
+from vjpcert.core.tolerance import digits as _digits, rounding_fit, rounding_words
 from vjpcert.core.registry import SHIFT_CLAIM, Op, SpecError
 from vjpcert.core.validate import validate
 
@@ -119,12 +119,13 @@ def _compare_vjp(op: Op, wrt: str, point: dict, dy: np.ndarray, dirs, dps: int, 
         jac = max(abs(v) for v in J.ravel())          # from the forward only, never the backward
         loss = 0.0 if zero else _conditioning_loss(y, jac, x)
         return digits, {"mode": "full-jacobian", "conditioning_loss": loss, **({"zero_gradient": True} if zero else {}),
+                        "_residuals": list((J - Bm).ravel()),
                         "worst": f"d y{np.unravel_index(i, y.shape)} / d {wrt}"
                         f"{np.unravel_index(j, x.shape)}", "from_forward": _s(J.flat[k]),
                         "from_backward": _s(Bm.flat[k]), "vjp_max": _s(max(abs(v) for v in Bm.ravel()))}
     v_mp = B.convert(dy)
     cot = back(v_mp)
-    worst, info, directional = float(dps), {}, []
+    worst, info, directional, residuals = float(dps), {}, [], []
     for k, u in enumerate(dirs):
         u_mp = B.convert(u)
         a = derivative(lambda h: sum((v_mp * f(x + h * u_mp)).ravel()), ctx, method, work, step)
@@ -135,10 +136,12 @@ def _compare_vjp(op: Op, wrt: str, point: dict, dy: np.ndarray, dirs, dps: int, 
         natural = _natural_scale(v_mp * y, x) * max(abs(t) for t in u_mp.ravel())
         zero = scale <= ctx.mpf(10) ** (tol.ZERO_GRADIENT_DIGITS - dps) * natural
         d = _digits(abs(a - b), natural if zero else scale, dps)
+        residuals.append(a - b)
         if d <= worst:
             worst, info = d, {"mode": "directions", "direction": k, "<v, J u>": _s(a), "<J^T v, u>": _s(b),
                               **({"zero_gradient": True} if zero else {})}
     info["vjp_max"] = _s(max(abs(c) for c in cot.ravel()))
+    info["_residuals"] = residuals
     # The digits finite differences cannot resolve come from the *forward's* directional derivatives
     # <v, J u> (never from the backward under test: a backward scaled by 1e-45 must not buy itself an
     # allowance of 45 digits).
@@ -234,7 +237,8 @@ def _compare_law(op: Op, law_name: str, point: dict, dy: np.ndarray, dps: int, s
     k = int(np.argmax([float(r) for r in res])) if res else 0
     scale = max([abs(a) for a in lhs.ravel()] + [abs(b) for b in rhs.ravel()] + [B.ctx.mpf(1)])
     return _digits(res[k] if res else 0, scale, dps), {"component": k, "lhs": _s(lhs.ravel()[k]),
-                                                      "rhs": _s(rhs.ravel()[k])}
+                                                      "rhs": _s(rhs.ravel()[k]),
+                                                      "_residuals": list(lhs.ravel() - rhs.ravel())}
 
 
 def _s(x) -> str:
@@ -309,16 +313,20 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
     y_shape = op.shape(op.output, dims)
     in_size = points[next(iter(points))][wrt].size if is_vjp else 0
     full = is_vjp and in_size <= tol.FULL_JACOBIAN_MAX and int(np.prod(y_shape)) <= tol.FULL_JACOBIAN_MAX
-    per_case, warnings = {}, []
-    for case, pt in points.items():
+    per_case, warnings, residuals = {}, [], {}
+
+    def compare(case, pt, digits):
         dy = cotangent(y_shape, seed, op.name, case)
         if is_vjp:
             dirs = [cotangent(pt[wrt].shape, seed, op.name, case, "u", k) for k in range(tol.DIRECTIONS)]
-            digits, info = _compare_vjp(op, wrt, pt, dy, dirs, dps, method, full, case_params[case])
-            if float(info["vjp_max"]) <= tol.TINY_VJP * max(1.0, float(np.abs(dy).max())):
-                warnings.append(f"{case}: the VJP is ~0 at this point; the check proves little there")
-        else:
-            digits, info = _compare_law(op, claim, pt, dy, dps, seed, case_params[case])
+            return _compare_vjp(op, wrt, pt, dy, dirs, digits, method, full, case_params[case])
+        return _compare_law(op, claim, pt, dy, digits, seed, case_params[case])
+    for case, pt in points.items():
+        digits, info = compare(case, pt, dps)
+        if is_vjp and float(info["vjp_max"]) <= tol.TINY_VJP * max(1.0, float(np.abs(
+                cotangent(y_shape, seed, op.name, case)).max())):
+            warnings.append(f"{case}: the VJP is ~0 at this point; the check proves little there")
+        residuals[case] = info.pop("_residuals")
         per_case[case] = {"digits": round(digits, 1), **info}
         if case_params[case]:
             per_case[case]["params"] = {k: str(v) for k, v in case_params[case].items()}
@@ -356,6 +364,20 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
         digits2, info2 = _compare_law(op, claim, pt, dy, dps2, seed, case_params[worst_case])
         persists = digits2 <= worst + tol.PERSIST_GAIN
     evidence["confirm"] = {"dps": dps2, "digits": round(digits2, 1)}
+    info2.pop("_residuals", None)
+    if persists and (names := op.rounded_constants(dims)):
+        # a failure only by the rounding of the op's float constants: the residual at every case is
+        # cancelled by moving each constant a few units in its last place
+        def moved(name):
+            with op.constants_shifted({name: 1}):
+                return [m - r for case, pt in points.items()
+                        for m, r in zip(compare(case, pt, dps)[1]["_residuals"], residuals[case])]
+        fit = rounding_fit([r for rs in residuals.values() for r in rs], {n: moved(n) for n in names})
+        if fit["explained"]:
+            evidence["witness"] = {"case": worst_case, **info2, "digits": round(digits2, 1)}
+            evidence["constant_fit"] = {k: fit[k] for k in ("ulps", "left")}
+            evidence["reason"] = rounding_words(names, fit)
+            return certificate("inconclusive", evidence)
     if persists:
         evidence["witness"] = {"case": worst_case, **info2, "digits": round(digits2, 1),
                                "point": {k: np.asarray(v).tolist() for k, v in pt.items()},

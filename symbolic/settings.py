@@ -27,6 +27,7 @@ WITNESS_MAX_LEAVES = 200
 # Exact witness: claims built from + - * / only are evaluated exactly at this many rational points.
 # A nonzero polynomial vanishes at a random point of a large grid with probability <= degree / grid.
 EXACT_WITNESS_POINTS = 3
+CONSTANT_FIT_POINTS = 2          # points at which a failure is fitted by the constants' rounding
 EXACT_WITNESS_POINTS_WIDE = 24      # when the relations step has shown the rational residual is nonzero
 EXACT_TEXT_MAX_CHARS = 2000    # longer exact rationals are shown to 30 digits (the point stays exact)
 

@@ -36,7 +36,7 @@ def torch_op(fn=None, **declaration):
     """Declare a PyTorch function (or an ``autograd.Function``) as an op: its forward and the
     backward PyTorch computes for it are traced and proved as they are. Takes ``inputs``, ``dims``,
     ``params``, ``nondiff``, ``output``, ``spec`` (an op or its name: the forward must equal it),
-    ``constants`` ("decimal" or "named") and ``name``; see ``vjpcert.frontends.pytorch.from_torch``."""
+    ``constants`` ("named", the default, or "decimal") and ``name``; see ``vjpcert.frontends.pytorch.from_torch``."""
     from vjpcert.frontends.pytorch import torch_op as make
     return make(fn, **_with_spec(declaration))
 

@@ -69,9 +69,10 @@ def _frontend_options(p):
                    help="a torch:/jax: target's non-differentiable input (after the differentiable ones)")
     p.add_argument("--spec", dest="like", metavar="OP|FILE::NAME",
                    help="a torch:/jax: target's forward must equal this spec's (and takes its inputs and dims)")
-    p.add_argument("--constants", choices=["decimal", "named"], default="decimal",
-                   help="read a torch:/jax: graph's float constants as the decimals they print as (default) "
-                        "or as the irrationals they round (1/sqrt(2), sqrt(2/pi), ...) where one matches")
+    p.add_argument("--constants", choices=["named", "decimal"], default="named",
+                   help="read a torch:/jax: graph's float constants as the reals they round (1/sqrt(2), "
+                        "sqrt(2/pi), ...) where one matches within a few ulps, else as the decimals they print "
+                        "as (named, the default), or always as the decimals (decimal)")
 
 
 def _numeric_options(p):

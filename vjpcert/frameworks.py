@@ -14,8 +14,10 @@ It writes ``reports/frameworks/``: ``certificates/`` (the source of truth, one J
 witnesses) and ``frameworks.json``. ``vjpcert verify`` checks these certificates too.
 
 Float constants are read two ways where a framework writes an irrational as a float (1/sqrt(2) in
-GELU, sqrt(2/pi) in its tanh form, the attention scale): as the decimals they print as (``decimal``),
-and as the irrationals they are the float64 rounding of (``named``, an op name ending in ``.named``).
+GELU, sqrt(2/pi) in its tanh form, the attention scale): as the reals they are the rounding of (the
+default, ``named``), and as the decimals they print as (``decimal``, an op name ending in ``.decimal``),
+where a claim fails only by their rounding: ``inconclusive``, with the fit that shows it, never
+``failed``.
 """
 from __future__ import annotations
 
@@ -55,8 +57,8 @@ def _ops(framework: str, functions: dict, make, names=None) -> dict[str, Op]:
         if name not in functions:
             continue
         fn, params = functions[name]
-        for constants in ("decimal", "named") if irrational else ("decimal",):
-            full = f"{framework}.{name}" + (".named" if constants == "named" else "")
+        for constants in ("named", "decimal") if irrational else ("named",):
+            full = f"{framework}.{name}" + (".decimal" if constants == "decimal" else "")
             if names is not None and full not in names:
                 continue
             op = make(fn, name=full, spec=specs[spec], params=params, constants=constants,
@@ -179,12 +181,12 @@ def write_note(root: Path, ops: dict[str, Op], certs=None) -> None:
             checks = [c for c in mine if c.tier == "numeric"]
             rows.append({
                 "op": name, "call": op.doc.split(": ", 1)[-1] if op else "", "claim": claim,
-                "constants": "named" if name.endswith(".named") else "decimal",
+                "constants": "decimal" if name.endswith(".decimal") else "named",
                 "proved": [_dims(c.dims) for c in proofs if c.verdict.startswith("proved")],
-                "not_proved": [{"dims": _dims(c.dims), "verdict": c.verdict, "witness": _brief(c)}
-                               for c in proofs if not c.verdict.startswith("proved")],
+                "not_proved": [{"dims": _dims(c.dims), "verdict": c.verdict, "rounding": _rounding(c),
+                                "witness": _brief(c)} for c in proofs if not c.verdict.startswith("proved")],
                 "checked": [{"dims": _dims(c.dims), "verdict": c.verdict, "digits": c.evidence.get("digits"),
-                             "witness": _brief(c)} for c in checks],
+                             "rounding": _rounding(c), "witness": _brief(c)} for c in checks],
             })
     atomic_write(Path(root) / "frameworks.json", json.dumps({"versions": versions, "rows": rows}, indent=1) + "\n")
     atomic_write(Path(root) / "README.md", render_note(rows, versions, by_op, ops))
@@ -192,6 +194,11 @@ def write_note(root: Path, ops: dict[str, Op], certs=None) -> None:
 
 def _dims(d: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(d.items()))
+
+
+def _rounding(c) -> bool:
+    """Whether a certificate's claim fails only by the rounding of constants read as decimals."""
+    return "constant_fit" in c.evidence
 
 
 def _brief(c) -> dict | None:
@@ -206,29 +213,26 @@ def _brief(c) -> dict | None:
 # Why a claim was not proved, for the findings: (op name pattern, claim pattern, text). A text is shown
 # only under a claim that was not proved, so it explains a result; it never stands in for one.
 WHY = [
-    (r"^(pytorch|jax)\.gelu$", r"^vjp\[", "GELU's backward is the derivative of GELU at the irrational its "
-     "forward rounds: PyTorch multiplies exp(-x^2/2) by 0.3989422804014327 (1/sqrt(2 pi)), JAX by "
+    (r"^(pytorch|jax)\.gelu\.decimal$", r"^vjp\[", "GELU's backward is the derivative of GELU at the irrational "
+     "its forward rounds: PyTorch multiplies exp(-x^2/2) by 0.3989422804014327 (1/sqrt(2 pi)), JAX by "
      "1.1283791670955126 (2/sqrt(pi)); with 0.7071067811865476 read as written, its square is not 1/2 and "
-     "the residual is in the 17th or 18th significant digit of the gradient. Read as the irrationals they round (`.named`): proved. "
-     "A rounding of constants, not a wrong formula."),
-    (r"^(pytorch|jax)\.(gelu|gelu_tanh|sdpa|sdpa_causal)$", r"^matches_spec", "The forward writes a rounded "
-     "irrational (1/sqrt(2), sqrt(2/pi), the attention scale); read as printed it is not the spec's exact "
-     "constant, so the traced forward differs from the spec in the 16th or 17th significant digit. See the "
-     "`.named` row."),
-    (r"^pytorch\.sdpa(_causal)?\.named$", r"^matches_spec", "PyTorch's math path scales Q and K each by "
-     "fl(sqrt(fl(1/sqrt(d)))); at d = 3 that float is not the rounding of 3^(-1/4), so no named constant "
-     "matches and the two scales multiply to a number off 1/sqrt(3) by about 1e-16. The VJP claims are "
-     "proved there: the backward uses the forward's own scale."),
+     "the residual is in the 17th or 18th significant digit of the gradient. Moving each constant by less "
+     "than an ulp cancels it at every point fitted, so the claim is `inconclusive` (constant rounding), not "
+     "`failed`; read as the reals they round (the row without `.decimal`): proved."),
+    (r"^(pytorch|jax)\.(gelu|gelu_tanh|sdpa|sdpa_causal)\.decimal$", r"^matches_spec", "The forward writes a "
+     "rounded irrational (1/sqrt(2), sqrt(2/pi), the attention scale); read as printed it is not the spec's "
+     "exact constant, so the traced forward differs from the spec in the 16th or 17th significant digit, "
+     "which moving the constant by at most a few ulps cancels: `inconclusive` (constant rounding). See the "
+     "row without `.decimal`."),
     (r"^jax\.", r"^max_shift_free$", "JAX's softmax subtracts its row maximum (`reduce_max`); that it is only "
      "a shift is proved at the smaller dims, but at these the exact strategies did not finish within the "
      "claim's budget, so the claim is `checked` (zero to 100 digits at three exact points; and `checked` at "
      "50 digits at the realistic dims). Not a failure: a limit of the prover."),
-    (r"^jax\.sdpa(_causal)?(\.named)?$", r"^matches_spec", "JAX computes the scale as 1/fl(sqrt(d)): "
-     "0.7071067811865475 at d = 2 and 0.5773502691896258 at d = 3, one ulp from the roundings of 1/sqrt(2) "
-     "and 1/sqrt(3), so no named constant matches (at d = 1 and 4 the scale is exact and the claim is "
-     "proved). JAX's causal mask is a large finite logit (-2.381976325057654e+38) rather than an excluded "
-     "entry, so even there causal attention holds up to e^(-10^38) (numerically exact, `checked`, not an "
-     "identity). The VJP claims are proved."),
+    (r"^jax\.sdpa_causal(\.decimal)?$", r"^matches_spec", "JAX's causal mask is a large finite logit "
+     "(-2.381976325057654e+38) rather than an excluded entry, so causal attention holds up to e^(-10^38) "
+     "(numerically exact, `checked`, not an identity). JAX computes the scale as 1/fl(sqrt(d)) "
+     "(0.5773502691896258 at d = 3, one ulp from the rounding of 1/sqrt(3): read as sqrt(1/3), a computed "
+     "rounding). The VJP claims are proved."),
 ]
 
 
@@ -289,14 +293,20 @@ def _summary_words(rows) -> list[str]:
     for op in sorted({r["op"] for r in rows}):
         mine = [r for r in rows if r["op"] == op]
         failed = sorted({r["claim"] for r in mine for x in r["not_proved"] if x["verdict"] == "failed"})
-        checked = sorted({r["claim"] for r in mine for x in r["not_proved"] if x["verdict"] != "failed"})
-        bad_checks = sorted({r["claim"] for r in mine for x in r["checked"] if x["verdict"] != "checked"})
-        if not failed and not checked and not bad_checks:
+        rounding = sorted({r["claim"] for r in mine for x in r["not_proved"] + r["checked"] if x["rounding"]})
+        checked = sorted({r["claim"] for r in mine for x in r["not_proved"]
+                          if x["verdict"] != "failed" and not x["rounding"]})
+        bad_checks = sorted({r["claim"] for r in mine for x in r["checked"]
+                             if x["verdict"] != "checked" and not x["rounding"]})
+        if not failed and not checked and not bad_checks and not rounding:
             out.append(f"- `{op}`: every claim proved at every small dims and checked at realistic dims.")
             continue
         parts = []
         if failed:
             parts.append("failed (with a witness): " + ", ".join(f"`{c}`" for c in failed))
+        if rounding:
+            parts.append("fail only by the rounding of constants read as decimals (inconclusive, with the fit): "
+                         + ", ".join(f"`{c}`" for c in rounding))
         if checked:
             parts.append("only checked at some dims (no exact strategy finished): " + ", ".join(f"`{c}`" for c in checked))
         if bad_checks:

@@ -74,7 +74,7 @@ def frontend_declaration(args) -> dict:
         decl["params"] = parse_params(args.param)
     if getattr(args, "like", None):
         decl["spec"] = args.like
-    if getattr(args, "constants", "decimal") != "decimal":
+    if getattr(args, "constants", "named") != "named":
         decl["constants"] = args.constants
     if getattr(args, "trace_dtype", None):
         decl["dtype"] = args.trace_dtype
@@ -103,7 +103,7 @@ def frontend_op(target: str, decl: dict) -> Op:
         raise SpecError(None, f"{target}: declare its inputs and dims (--input x=rows,n --dims rows=2,n=3) "
                               f"or name the spec it implements (--spec rmsnorm)")
     kwargs = dict(name=where.replace(":", "."), inputs=decl.get("inputs"), nondiff=decl.get("nondiff"),
-                  params=decl.get("params"), spec=spec, constants=decl.get("constants", "decimal"),
+                  params=decl.get("params"), spec=spec, constants=decl.get("constants", "named"),
                   dims=[dims] if dims and spec is None else None, dtype=decl.get("dtype"))
     if framework == "torch":
         from vjpcert.frontends.pytorch import from_torch

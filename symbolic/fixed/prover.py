@@ -25,6 +25,7 @@ import time
 from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.registry import Op
+from vjpcert.core.tolerance import rounding_words
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.fixed import strategies
 from vjpcert.symbolic.fixed.claims import trace_claim
@@ -70,6 +71,10 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
         return entry
 
     def certificate(verdict: str, method: str, evidence: dict) -> Certificate:
+        if verdict == "failed":
+            rounding = _constant_rounding(op, claim, traced, evidence, attempt, seed)
+            if rounding is not None:
+                verdict, method, evidence = "inconclusive", "constant-rounding", rounding
         evidence = {**evidence, "strategies": log, "dag_nodes": dag_size(traced.roots())}
         shown = formulas(op, claim, traced.dims, traced)
         if shown:
@@ -162,6 +167,24 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
         if w2["status"] == "zero":
             return certificate("checked", f"mpmath-{tol.HIGH_DPS}", decided(w2))
     return certificate("inconclusive", "none", {"reason": "no strategy decided within the budget"})
+
+
+def _constant_rounding(op: Op, claim: str, traced, evidence: dict, attempt, seed: int) -> dict | None:
+    """The evidence of a failure that is only the rounding of the op's float constants (a framework
+    graph's decimals no named real matches), or None when the failure stands."""
+    names = op.rounded_constants(traced.dims)
+    if not names:
+        return None
+
+    def retrace(shifts):
+        with op.constants_shifted(shifts):
+            return trace_claim(op, claim, traced.dims)
+    fit = attempt("constant-rounding", lambda: strategies.constant_rounding(traced, retrace, names, seed=seed),
+                  share=1.0)
+    if fit.get("status") != "explained":
+        return None
+    return {"reason": rounding_words(names, fit), "witness": evidence.get("witness"),
+            "constant_fit": {k: fit[k] for k in ("ulps", "left", "points", "dps")}}
 
 
 def exact_look(op: Op, claim: str, dims: dict, *, budget: float, seed: int = 0) -> dict:

@@ -14,7 +14,7 @@ from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.fixed.claims import TracedClaim, split_shifts
 from vjpcert.symbolic.fixed.false_pass import PRIME_BITS, BoundField, false_pass_bound, random_prime
 from vjpcert.symbolic.fixed.fields import AtomPoolExhausted, ModPField, MpField, RingField, SizeField
-from vjpcert.core.tolerance import digits as _digits
+from vjpcert.core.tolerance import digits as _digits, rounding_fit
 from vjpcert.core.evaluate import NotRational, QField
 from vjpcert.core.registry import SHIFT_CLAIM
 from vjpcert.core.trace import Leaf
@@ -274,6 +274,36 @@ def witness(claim: TracedClaim, *, seed: int = 0, points: int = tol.WITNESS_POIN
                 "dps": tol.HIGH_DPS, "seed": seed}
     return {"status": "unknown", "digits": round(worst_digits, 1),
             "reason": "the residual is neither clearly 0 nor a persistent nonzero"}
+
+
+def constant_rounding(claim: TracedClaim, retrace, names: list[str], *, seed: int = 0) -> dict:
+    """Whether a failing claim fails only by the rounding of its op's float constants (``names``,
+    read as decimals): its residual at CONSTANT_FIT_POINTS random points, against how that residual
+    moves when each constant moves by one unit in its last place (``retrace({name: 1})`` is the claim
+    traced so), fitted by ``core.tolerance.rounding_fit``. ``explained``: the failure is the
+    constants' rounding, not the formula."""
+    rng = random.Random(seed)
+    # at least twice as many residual components as constants to fit, and two more: a fit with as
+    # many unknowns as equations cancels anything small
+    per_point = len(claim.component_labels())
+    count = max(tol.CONSTANT_FIT_POINTS, -(-(2 * len(names) + 2) // max(per_point, 1)))
+    points = [random_point(claim.leaves(), rng) for _ in range(count)]
+    by_name = [{leaf.name: v for leaf, v in p.items()} for p in points]
+
+    def residual(c: TracedClaim) -> list:
+        out = []
+        for named in by_name:
+            diffs, _, _ = _rel_residuals(c, {leaf: named[leaf.name] for leaf in c.leaves()}, tol.HIGH_DPS)
+            out += diffs
+        return out
+    r0 = residual(claim)
+    sensitivity = {}
+    for name in names:
+        moved = residual(retrace({name: 1}))
+        sensitivity[name] = [a - b for a, b in zip(moved, r0)]
+    fit = rounding_fit(r0, sensitivity)
+    return {"status": "explained" if fit["explained"] else "not-explained", **fit,
+            "points": len(points), "dps": tol.HIGH_DPS}
 
 
 def exact_witness(claim: TracedClaim, *, seed: int = 0, points: int = tol.EXACT_WITNESS_POINTS) -> dict:
