@@ -32,17 +32,20 @@ def _as_array(value, what: str, op: Op) -> np.ndarray:
     return value.astype(object)
 
 
-_MACHINERY = (str(Path(__file__).resolve().parent), str(Path(np.__file__).resolve().parent))
+# vjpcert's machinery (core, and the frontends that evaluate a framework's graph) and numpy: never the
+# user's line
+_MACHINERY = (str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "frontends"),
+              str(Path(np.__file__).resolve().parent))
 
 
-def spec_location(tb) -> str:
+def spec_location(tb, skip: tuple[str, ...] = ()) -> str:
     """``file:line`` of the innermost frame of a traceback (or an extracted stack) that is the spec's
-    own code (not vjpcert's machinery, not numpy), or "" when there is none."""
+    own code (not vjpcert's machinery, not numpy, not the folders in ``skip``), or "" when there is none."""
     where = ""
     frames = tb if isinstance(tb, list) else traceback.extract_tb(tb)
     for frame in frames:
         path = str(Path(frame.filename).resolve()) if not frame.filename.startswith("<") else ""
-        if path and not path.startswith(_MACHINERY):
+        if path and not path.startswith(_MACHINERY + tuple(skip)):
             try:
                 shown = os.path.relpath(path)
             except ValueError:

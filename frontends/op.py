@@ -90,10 +90,10 @@ class FrontendOp(Op):
         forward.__signature__ = _signature(names)
         backward.__signature__ = _signature([*names, "dy"])
         forward.__name__, backward.__name__ = name, f"{name}_vjp"
-        self._declared_output = tuple(output) if output else None
-        first = self._first_graph(inputs, params, dims[0])
-        out_decl = self._declared_output or self._traced_output_decl(first, dims[0])
-        super().__init__(forward, name=name, inputs=inputs, output=out_decl, nondiff=self._user_nondiff,
+        # the output's shape is read from the graph when first asked for: nothing is traced while a
+        # file of ops is imported, so a refused op refuses itself when it is planned, not its neighbours
+        self._output = tuple(output) if output else None
+        super().__init__(forward, name=name, inputs=inputs, output=(), nondiff=self._user_nondiff,
                          params=params, dims=dims, large_dims=large_dims, check_dims=check_dims,
                          assumptions=(), constraints=None)
         self.vjp = backward
@@ -144,15 +144,22 @@ class FrontendOp(Op):
             arrays.append(values["dy"])
         return g.evaluate(B, arrays, part)
 
-    def _first_graph(self, inputs, params, dims):
-        shapes = tuple(tuple(dim_size(e, dims, self.name) for e in d)
-                       for d in [*inputs.values(), *self._user_nondiff.values()])
-        return self.traced(shapes, {k: p.default for k, p in params.items()})
+    @property
+    def output(self) -> tuple:
+        """The declared output shape, or entries read from the traced graph at each dims (exact),
+        labelled with the dim whose size they have at the first dims when only one dim has it."""
+        if self._output is None:
+            self._output = self._traced_output_decl(self.dims[0])
+        return self._output
 
-    def _traced_output_decl(self, first, dims) -> tuple:
-        """Output shape entries read from the traced graph at each dims (exact), labelled with the dim
-        whose size they have at the first dims when only one dim has it."""
-        out = first.output_shape
+    @output.setter
+    def output(self, value):           # Op.__init__ assigns (); the shape is the declared or traced one
+        pass
+
+    def _traced_output_decl(self, dims) -> tuple:
+        shapes = tuple(tuple(dim_size(e, dims, self.name) for e in d)
+                       for d in [*self.inputs.values(), *self._user_nondiff.values()])
+        out = self.traced(shapes, self.param_values()).output_shape
         names = {}
         for k, v in dims.items():
             names.setdefault(int(v), []).append(k)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
@@ -48,6 +49,7 @@ class TorchGraph:
         self.output_shape = tuple(int(s) for s in output_shape)
         self.decomposed = sorted(decomposed)
         self.constants_mode = constants
+        self.locate = None              # op name -> the user's file:line that calls it (set by trace)
         nodes = list(gm.graph.nodes)
         self.placeholders = [n for n in nodes if n.op == "placeholder"]
         if len(self.placeholders) != n_arrays + 1:
@@ -107,7 +109,13 @@ class TorchGraph:
                 raise SpecError(self.op_name, f"{_op_name(node.target)} has no exact rule")
             args = _map_args(node.args, env)
             kwargs = {k: _map_args(v, env) for k, v in node.kwargs.items()}
-            env[node] = fn(ctx, *args, **kwargs)
+            try:
+                env[node] = fn(ctx, *args, **kwargs)
+            except SpecError as exc:
+                where = self.locate(_op_name(node.target)) if self.locate else ""
+                if not where:
+                    raise
+                raise SpecError(exc.op, f"{where}: {exc.problem}") from None
         ctx.at = "output"
         roots = {"forward": self.outputs[:1], "backward": self.outputs[1:], "all": self.outputs}[part]
         return [ctx.output(env[r]) for r in roots]
@@ -230,7 +238,41 @@ def _trace(torch, fn, shapes, n_diff, params, constants, op_name, dtype) -> Torc
         packet = ".".join((source or t).split(".")[:2])
         hint = HINTS.get(packet, "")
         more = f" (also without one: {', '.join(_op_name(m) for m in missing[1:4])})" if len(missing) > 1 else ""
-        raise SpecError(op_name, f"{t} has no exact rule and PyTorch has no decomposition for it"
+        where = _locate(torch, joint, shapes, out_shape, tdt, {t, source} - {None})
+        raise SpecError(op_name, (f"{where}: " if where else "") + f"{t} has no exact rule and PyTorch has no "
+                                                                  f"decomposition for it"
                                  + (f" (it comes from PyTorch's decomposition of {source})" if source else "")
                                  + more + (f"; {hint}" if hint else ""))
-    return TorchGraph(gm, len(shapes), out_shape, sorted(decomposed), constants, op_name, dtype)
+    graph = TorchGraph(gm, len(shapes), out_shape, sorted(decomposed), constants, op_name, dtype)
+    graph.locate = lambda name: _locate(torch, joint, shapes, out_shape, tdt, {name, origin.get(name)} - {None})
+    return graph
+
+
+class _Found(BaseException):      # through the except Exception of the call it stops
+    def __init__(self, stack):
+        self.stack = stack
+
+
+def _locate(torch, joint, shapes, out_shape, tdt, names: set) -> str:
+    """The user's ``file:line`` that calls one of the ATen ops ``names`` first (the function run
+    eagerly on zeros, stopped at that op), or "" (an op only a decomposition or a C++ derivative
+    formula calls has no line of the user's)."""
+    import traceback
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from vjpcert.core.tracing import spec_location
+
+    class Find(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if _op_name(func) in names:
+                raise _Found(traceback.extract_stack())
+            return func(*args, **(kwargs or {}))
+    skip = (str(Path(torch.__file__).resolve().parent),)
+    try:
+        with Find():
+            joint(*[torch.zeros(s, dtype=tdt) for s in shapes], torch.zeros(out_shape, dtype=tdt))
+    except _Found as found:
+        return spec_location(found.stack, skip)
+    except Exception:          # noqa: BLE001  (a function that fails eagerly on zeros: no line to show)
+        return ""
+    return ""

@@ -257,36 +257,57 @@ def _plan(args, tiers: tuple[str, ...]):
         fixed, raw = _load_point(args.point, selected[0][1])
         point = tuple(sorted((k, _freeze(v)) for k, v in raw.items()))
     tasks, ops, deferred = [], {}, []
+    args.refused, args.selected = {}, len(selected)
     budget = getattr(args, "timeout", None)
     for ref, op in selected:
+        mine, later = [], []
+        try:
+            with _deadline(budget, f"planning {op.name} (tracing its spec at its dims)"):
+                for tier in tiers:
+                    mine += tier_tasks(tier, ref, op, overrides=overrides, large=args.large, seed=args.seed,
+                                       budget=budget, dps=getattr(args, "dps", 50),
+                                       method=getattr(args, "method", "mpmath-diff"), point=point,
+                                       fixed_dims=fixed, general=getattr(args, "general", False),
+                                       modular=getattr(args, "modular", False) and tier == "symbolic",
+                                       check=(lambda op, dims: None) if getattr(args, "read_only", False)
+                                       else (lambda op, dims, later=later: (check_claim_files(op),
+                                                                            later.append((op, dims)))))
+        except SpecError as exc:
+            if len(selected) == 1:
+                raise
+            args.refused[op.name] = str(exc)      # a refused op refuses itself, not its neighbours
+            continue
         ops[op.name] = op
-        with _deadline(budget, f"planning {op.name} (tracing its spec at its dims)"):
-            for tier in tiers:
-                tasks += tier_tasks(tier, ref, op, overrides=overrides, large=args.large, seed=args.seed,
-                                    budget=budget, dps=getattr(args, "dps", 50),
-                                    method=getattr(args, "method", "mpmath-diff"), point=point, fixed_dims=fixed,
-                                    general=getattr(args, "general", False),
-                                    modular=getattr(args, "modular", False) and tier == "symbolic",
-                                    check=(lambda op, dims: None) if getattr(args, "read_only", False)
-                                    else (lambda op, dims: (check_claim_files(op), deferred.append((op, dims)))))
+        tasks += mine
+        deferred += later
+    if selected and len(args.refused) == len(selected):
+        raise SpecError(None, "every op was refused:\n  " + "\n  ".join(args.refused.values()))
     args.validate_later = deferred
     return tasks, ops
 
 
-def _validate_todo(args, todo) -> None:
+def _validate_todo(args, todo) -> list:
     """Validate, before anything is written, the specs of the ops that have claims to run, at every
     dims planning named (``tiers.Planning.check``). An op whose every certificate is current is not
     traced again: its certificates were issued by this very spec and checker code, which passed the
-    same validation then."""
+    same validation then. Returns the tasks left to run: an op refused here is dropped (and named in
+    ``args.refused``) when other ops were selected with it."""
     from vjpcert.core.validate import validate
     running = {t.op.name for t in todo}
     seen = set()
+    refused = getattr(args, "refused", None)
     for op, dims in getattr(args, "validate_later", ()):
         key = (op.name, tuple(sorted(dims.items())))
-        if op.name in running and key not in seen:
+        if op.name in running and key not in seen and op.name not in (refused or {}):
             seen.add(key)
-            with _deadline(getattr(args, "timeout", None), f"planning {op.name} (tracing its spec at its dims)"):
-                validate(op, dims)
+            try:
+                with _deadline(getattr(args, "timeout", None), f"planning {op.name} (tracing its spec at its dims)"):
+                    validate(op, dims)
+            except SpecError as exc:
+                if refused is None or getattr(args, "selected", 1) == 1:
+                    raise
+                refused[op.name] = str(exc)
+    return [t for t in todo if t.op.name not in (refused or {})]
 
 
 class OutOfBudget(BaseException):
@@ -383,7 +404,12 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
         remove_orphaned_temporaries(root)          # left by a run killed with SIGKILL mid-write
     console = Console(stderr=True, soft_wrap=True)     # paths and witness lines are never broken
     todo, current = (tasks, []) if args.force else split_current(tasks, ops, root)
-    _validate_todo(args, todo)
+    todo = _validate_todo(args, todo)
+    refused = getattr(args, "refused", {})
+    for name in refused:
+        ops.pop(name, None)
+    if refused and len(refused) == len({t.op.name for t in tasks} | set(refused)):
+        raise SpecError(None, "every op was refused:\n  " + "\n  ".join(refused.values()))
     executor, client = _executor(args)
     done = []
     colour = {"failed": "red", "inconclusive": "yellow", "checked": "cyan"}
@@ -471,6 +497,12 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     console.print(table)
     console.print(f"reports: {root}/README.md and {root}/index.html")
     code = exit_code(final, proof_tier_only=proof_only)
+    if refused:                            # bad input, after the others' certificates: exit 2 unless one failed
+        for problem in refused.values():
+            print(f"vjpcert: error: {problem}", file=sys.stderr)
+        print(f"vjpcert: {len(refused)} op(s) refused ({', '.join(sorted(refused))}); the others' certificates "
+              f"are written", file=sys.stderr)
+        code = code if code == EXIT_FAILED else EXIT_BAD_INPUT
     if _shows_the_checkers(command, args, done, current, fresh_clone):
         if not _rederive_sample(root, ops, console, args.seed):
             return EXIT_FAILED
