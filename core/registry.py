@@ -116,9 +116,12 @@ def dim_size(entry, dims: Dims, op: str) -> int:
 
 
 def dim_names(shape) -> set[str]:
+    """The dims a shape is given by; a function of the dims names those it reads in ``reads``."""
     names = set()
     for entry in shape:
-        if not isinstance(entry, int) and not callable(entry):
+        if callable(entry):
+            names |= set(getattr(entry, "reads", ()))
+        elif not isinstance(entry, int):
             names |= {t.strip() for t in str(entry).split("*") if not t.strip().isdigit()}
     return names
 

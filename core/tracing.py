@@ -16,6 +16,7 @@ import numpy as np
 
 from vjpcert.core.errors import SpecError, take_refusals
 from vjpcert.core.language import INPUT_WRITE
+from vjpcert.core.reads import MACHINERY, PACKAGE
 from vjpcert.core.trace import TRACE, Leaf, Node, TraceBackend, leaf_array
 
 if TYPE_CHECKING:
@@ -32,10 +33,8 @@ def _as_array(value, what: str, op: Op) -> np.ndarray:
     return value.astype(object)
 
 
-# vjpcert's machinery (core, and the frontends that evaluate a framework's graph) and numpy: never the
-# user's line
-_MACHINERY = (str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "frontends"),
-              str(Path(np.__file__).resolve().parent))
+# vjpcert's machinery (every floor but the specs) and numpy: never the user's line
+_MACHINERY = tuple(str(PACKAGE / m) for m in sorted(MACHINERY)) + (str(Path(np.__file__).resolve().parent),)
 
 
 def spec_location(tb, skip: tuple[str, ...] = ()) -> str:

@@ -57,7 +57,7 @@ class FrontendOp(Op):
                  dims: list[dict], nondiff: Mapping[str, tuple] | None = None, params: Mapping | None = None,
                  output: tuple | None = None, large_dims=None, check_dims=None, spec: Op | None = None,
                  constants: str = DEFAULT_CONSTANTS, doc: str = "", framework_version: str = "",
-                 dtype: str | None = None):
+                 dtype: str | None = None, identity: Mapping | None = None):
         if not inputs:
             raise SpecError(name, "a framework op needs at least one differentiable input")
         if not dims:
@@ -74,6 +74,7 @@ class FrontendOp(Op):
         self.trace_dtype = dtype        # the dtype asked for; None: float64, compared with lower precisions
         self.spec = spec
         self._sha = None
+        self._identity = dict(identity or {})     # how the function is made (a module's class and init)
         params = {k: (v if isinstance(v, Param) else Param(v, symbolic=False)) for k, v in (params or {}).items()}
         for k, p in params.items():
             if p.symbolic:
@@ -299,7 +300,8 @@ class FrontendOp(Op):
                     "inputs": self.inputs, "nondiff": self.nondiff,
                     "params": {k: repr(p.default) for k, p in self.params.items()},
                     "dims": self.dims, "large_dims": self.large_dims, "check_dims": self.check_dims,
-                    "constants": self.constants, "output": [str(e) for e in self.output]}
+                    "constants": self.constants, "output": [str(e) for e in self.output],
+                    **({"made": self._identity} if self._identity else {})}
             h.update(json.dumps(_jsonable(decl), sort_keys=True, default=str).encode())
             h.update(files_sha256(self.source_files).encode())
             h.update(self.traced(self._shapes_at(self.dims[0]), self.param_values()).code.encode())

@@ -35,6 +35,8 @@ from vjpcert.core.registry import Op, SpecError
 from vjpcert.frontends.op import FrontendOp
 from vjpcert.frontends.precision import check_dtype
 from vjpcert.frontends.torch_graph import TorchGraph, trace  # noqa: F401  (re-exported: the frontend's names)
+from vjpcert.frontends.torch_module import ModuleTarget, is_module
+from vjpcert.frontends.torch_module import identity as module_identity
 from vjpcert.frontends.torch_paths import trace_checked
 from vjpcert.frontends.values import DEFAULT_CONSTANTS
 from vjpcert.frontends.torch_rules import RULES, _torch, rule  # noqa: F401  (re-exported: the frontend's names)
@@ -49,13 +51,26 @@ def from_torch(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tu
                dims: list[dict] | None = None, nondiff: Mapping[str, tuple] | None = None,
                params: Mapping | None = None, output: tuple | None = None, large_dims=None, check_dims=None,
                spec: Op | None = None, constants: str = DEFAULT_CONSTANTS, module=None, doc: str = "",
-               dtype: str | None = None) -> FrontendOp:
+               dtype: str | None = None, init: Mapping | None = None, train: bool = False) -> FrontendOp:
     """An op whose forward is ``fn(*inputs, *nondiff, **params)`` (torch tensors in, one tensor out)
     and whose backward is what PyTorch computes for it. Inputs, dims and output default to the
     spec's when ``spec`` is given. ``dtype``: the graph traced at that dtype is the one proved; by
     default float64, and the function must have the same graph at every lower precision too
-    (``vjpcert.frontends.torch_paths``)."""
-    if isinstance(fn, type):
+    (``vjpcert.frontends.torch_paths``). ``fn`` may be an ``nn.Module`` class (built at each dims with
+    ``init``) or instance: its parameters and buffers are inputs too (``frontends.torch_module``), and
+    it runs in eval mode unless ``train``."""
+    made = None
+    if is_module(fn):
+        if not dims:
+            raise SpecError(name, "a module op needs dims: the sizes its inputs (and init) are given at")
+        target = ModuleTarget(fn, init, name or getattr(fn, "__name__", type(fn).__name__), train)
+        inputs, nondiff = target.declare(dims[0], inputs or {}, nondiff or {})
+        made = module_identity(target)
+        name, fn = name or target.__name__, target
+        doc = doc or target.__doc__
+    elif init is not None or train:
+        raise SpecError(name, "init= and train= build an nn.Module; this is not one")
+    elif isinstance(fn, type):
         fn = _function_caller(fn, list((params or {}).keys()))
     if spec is not None:
         inputs = inputs or spec.inputs
@@ -78,7 +93,7 @@ def from_torch(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tu
                       module=module if module is not None else inspect.getmodule(fn), inputs=inputs,
                       dims=list(dims or []), nondiff=nondiff, params=params, output=output,
                       large_dims=large_dims, check_dims=check_dims, spec=spec, constants=constants,
-                      doc=doc or inspect.getdoc(fn) or "")
+                      doc=doc or inspect.getdoc(fn) or "", identity=made)
 
 
 def _function_caller(cls, param_names):

@@ -27,6 +27,11 @@ HINTS = {
                                 "a branch on a tensor)",
     "aten.abs": "abs has a kink at 0 (a comparison of input values)",
 }
+_RANDOM = ("aten.empty", "prims.uniform", "aten.uniform", "aten.normal", "aten.bernoulli", "aten.rand",
+           "aten.native_dropout", "prims.normal")
+_RANDOM_HINT = ("the function makes random or uninitialised tensors: build submodules in __init__ (a module's "
+                "parameters become inputs), run dropout in eval mode (a module op's default), or pass the "
+                "tensor as an input")
 
 
 def _op_name(target) -> str:
@@ -142,6 +147,10 @@ def _flat_args(node):
 def _describe_error(exc: Exception) -> str:
     text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
     low = str(exc).lower()
+    if "convert all tensors to faketensors" in low:
+        return ("a tensor the function holds itself, neither an input nor a module's parameter or buffer (a "
+                "captured constant): register it (self.register_buffer(name, t): a non-differentiable input of a "
+                "module op) or pass it as an input")
     if "data-dependent" in low or "data dependent" in low or "_local_scalar_dense" in low:
         text += " (the function branches on, or reads, input values: its graph would hold at one point only)"
     return text[:400]
@@ -171,17 +180,32 @@ def _trace(torch, fn, shapes, n_diff, params, constants, op_name, dtype) -> Torc
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.overrides import TorchFunctionMode
+
     params = dict(params)
     tdt = getattr(torch, dtype)
+    sdpa = []
+
+    class SeesAttention(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.nn.functional.scaled_dot_product_attention:
+                sdpa.append(True)
+            return func(*args, **(kwargs or {}))
 
     def call(*xs):
         try:
-            out = fn(*xs, **params)
+            # attention on its math backend: the fused CPU kernel's backward has no exact rule, and
+            # the math path is the formula every backend computes (the assumptions say so)
+            with sdpa_kernel(SDPBackend.MATH), SeesAttention():
+                out = fn(*xs, **params)
         except SpecError:
             raise
         except Exception as exc:
-            raise SpecError(op_name, f"calling the function on tensors of shapes {shapes} raised "
-                                     f"{_describe_error(exc)}") from None
+            from vjpcert.core.tracing import spec_location
+            where = spec_location(exc.__traceback__, (str(Path(torch.__file__).resolve().parent),))
+            raise SpecError(op_name, (f"{where}: " if where else "") + f"calling the function on tensors of "
+                                     f"shapes {shapes} raised {_describe_error(exc)}") from None
         if not isinstance(out, torch.Tensor):
             raise SpecError(op_name, f"the function returned a {type(out).__name__}; it must return one tensor")
         return out
@@ -236,13 +260,16 @@ def _trace(torch, fn, shapes, n_diff, params, constants, op_name, dtype) -> Torc
         t = _op_name(missing[0])
         source = origin.get(t)
         packet = ".".join((source or t).split(".")[:2])
-        hint = HINTS.get(packet, "")
+        hint = HINTS.get(packet, "") or (_RANDOM_HINT if t.startswith(_RANDOM) else "")
         more = f" (also without one: {', '.join(_op_name(m) for m in missing[1:4])})" if len(missing) > 1 else ""
         where = _locate(torch, joint, shapes, out_shape, tdt, {t, source} - {None})
         raise SpecError(op_name, (f"{where}: " if where else "") + f"{t} has no exact rule and PyTorch has no "
                                                                   f"decomposition for it"
                                  + (f" (it comes from PyTorch's decomposition of {source})" if source else "")
                                  + more + (f"; {hint}" if hint else ""))
+    if sdpa:
+        decomposed.add("F.scaled_dot_product_attention by its math backend (the fused kernels and their own "
+                       "backward are not what is proved)")
     graph = TorchGraph(gm, len(shapes), out_shape, sorted(decomposed), constants, op_name, dtype)
     graph.locate = lambda name: _locate(torch, joint, shapes, out_shape, tdt, {name, origin.get(name)} - {None})
     return graph
@@ -262,9 +289,13 @@ def _locate(torch, joint, shapes, out_shape, tdt, names: set) -> str:
     from torch.utils._python_dispatch import TorchDispatchMode
     from vjpcert.core.tracing import spec_location
 
+    def functional(name: str) -> str:          # aten.uniform_.default is aten.uniform.default, in place
+        parts = name.split(".")
+        return ".".join([parts[0], parts[1].rstrip("_"), *parts[2:]]) if len(parts) > 1 else name
+
     class Find(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if _op_name(func) in names:
+            if functional(_op_name(func)) in names:
                 raise _Found(traceback.extract_stack())
             return func(*args, **(kwargs or {}))
     skip = (str(Path(torch.__file__).resolve().parent),)

@@ -238,6 +238,13 @@ def _full_like(c, x, fill_value, dtype=None, **_):
     return c.full(x.shape, fill_value, _kind(dtype) or x.kind)
 
 
+@rule("aten.empty.memory_format")
+def _empty(c, size, dtype=None, **_):
+    """Uninitialised memory: NaN-poisoned, so an output that reads it is refused (a placeholder nothing
+    reads, such as batch norm's saved statistics in eval mode, is never evaluated)."""
+    return c.full(_shape(size), float("nan"), "float")
+
+
 @rule("aten.zeros.default")
 def _zeros(c, size, dtype=None, **_):
     return c.full(_shape(size), 0, _kind(dtype) or "float")

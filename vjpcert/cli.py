@@ -67,6 +67,11 @@ def _frontend_options(p):
                         "(repeatable), e.g. --input x=rows,n --input gamma=n")
     p.add_argument("--nondiff", action="append", default=[], metavar="NAME=DIM,DIM",
                    help="a torch:/jax: target's non-differentiable input (after the differentiable ones)")
+    p.add_argument("--init", action="append", default=[], metavar="NAME=VALUE",
+                   help="a torch: nn.Module class's constructor argument (repeatable): a Python literal, or a "
+                        "dim's name for its size at each dims, e.g. --init dim=D --init heads=4")
+    p.add_argument("--train", action="store_true",
+                   help="trace a torch: nn.Module in training mode (default: eval mode, dropout off)")
     p.add_argument("--spec", dest="like", metavar="OP|FILE::NAME",
                    help="a torch:/jax: target's forward must equal this spec's (and takes its inputs and dims)")
     p.add_argument("--constants", choices=["named", "decimal"], default="named",

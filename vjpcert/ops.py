@@ -72,6 +72,10 @@ def frontend_declaration(args) -> dict:
         decl["nondiff"] = _parse_decl(args.nondiff, "--nondiff")
     if getattr(args, "param", None) and not getattr(args, "impl", None):
         decl["params"] = parse_params(args.param)
+    if getattr(args, "init", None):
+        decl["init"] = parse_params(args.init, option="--init", names=True)
+    if getattr(args, "train", False):
+        decl["train"] = True
     if getattr(args, "like", None):
         decl["spec"] = args.like
     if getattr(args, "constants", "named") != "named":
@@ -107,7 +111,9 @@ def frontend_op(target: str, decl: dict) -> Op:
                   dims=[dims] if dims and spec is None else None, dtype=decl.get("dtype"))
     if framework == "torch":
         from vjpcert.frontends.pytorch import from_torch
-        return from_torch(obj, **kwargs)
+        return from_torch(obj, **kwargs, init=decl.get("init"), train=decl.get("train", False))
+    if decl.get("init") or decl.get("train"):
+        raise SpecError(None, f"{target}: --init and --train build a torch nn.Module; this is a jax: target")
     from vjpcert.frontends.jaxpr import from_jax
     return from_jax(obj, **kwargs)
 
@@ -118,8 +124,8 @@ def select_ops(targets: list[str], frontend: dict | None = None) -> list[tuple[O
     builtins = builtin_ops()
     frontend = dict(frontend or {})
     if frontend and not any(is_frontend_target(t) for t in targets):
-        raise SpecError(None, "--input, --nondiff, --param, --spec, --constants and --dtype declare a torch:/jax: "
-                              "target (--param also goes with --impl); no such target was given")
+        raise SpecError(None, "--input, --nondiff, --param, --init, --train, --spec, --constants and --dtype "
+                              "declare a torch:/jax: target (--param also goes with --impl); no such target was given")
     if not targets:
         return [(OpRef(n), o) for n, o in builtins.items()]
     out: list[tuple[OpRef, Op]] = []
@@ -179,19 +185,22 @@ def import_object(spec: str, flag: str):
     return obj
 
 
-def parse_params(items) -> dict:
+def parse_params(items, option: str = "--param", names: bool = False) -> dict:
     """``["eps=1e-6", "causal=True"]`` -> {"eps": 1e-06, "causal": True}: Python literals (numbers,
-    booleans, tuples, strings)."""
+    booleans, tuples, strings); with ``names``, a bare name (``dim=D``) is that string."""
     import ast
     out = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip().isidentifier():
-            raise SpecError(None, f"--param expects name=value such as eps=1e-6; got {item!r}")
+            raise SpecError(None, f"{option} expects name=value such as eps=1e-6; got {item!r}")
+        if names and value.strip().isidentifier() and value.strip() not in ("True", "False", "None"):
+            out[key.strip()] = value.strip()
+            continue
         try:
             out[key.strip()] = ast.literal_eval(value.strip())
         except (ValueError, SyntaxError):
-            raise SpecError(None, f"--param {item}: {value.strip()!r} is not a Python literal "
+            raise SpecError(None, f"{option} {item}: {value.strip()!r} is not a Python literal "
                                   f"(a number, True/False, a tuple, a quoted string)") from None
     return out
 
