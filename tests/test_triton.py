@@ -296,3 +296,79 @@ def test_the_committed_liger_report_has_a_verdict_for_every_kernel_and_size_and_
             stale.append(path.name)
     assert not stale, f"stale Liger certificates (regenerate the report): {stale[:5]}"
     assert len(list((ROOT / "reports" / "liger" / "certificates").glob("*.json"))) == len(expected)
+
+
+# ------------------------------------------------------------------------------ partial cotangents, own specs
+OWN_SPEC_FILE = '''
+import vjpcert.triton_kernels  # first: the interpreter on before triton decorates the kernel
+import triton
+import triton.language as tl
+from vjpcert.core.registry import op
+from vjpcert.triton_kernels import harness
+from vjpcert.triton_kernels.registry import TritonKernel
+
+
+@op(inputs={"x": ("rows", "n"), "w": ("n",)}, output=("rows", "n"), dims=[{"rows": 1, "n": 2}])
+def scale(B, x, w):
+    return x * w
+
+
+@scale.defvjp
+def scale_vjp(B, x, w, dy):
+    return dy * w, (dy * x).sum(0)
+
+
+@triton.jit
+def scale_dx_kernel(dy_ptr, w_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    for start in range(0, n, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < n
+        dy = tl.load(dy_ptr + row * n + offs, mask=mask)
+        w = tl.load(w_ptr + offs, mask=mask)
+        tl.store(dx_ptr + row * n + offs, FACTOR * dy * w, mask=mask)
+
+
+def scale_dx(x, w, dy):
+    """dx only: w is a frozen weight, its gradient never computed."""
+    rows, n = dy.shape
+    d, ww, out = harness.device_tensor(dy), harness.device_tensor(w), harness.empty(dy.shape)
+    scale_dx_kernel[(rows,)](d, ww, out, n, BLOCK=16)
+    return (harness.to_numpy(out),)
+
+
+TRITON_KERNELS = [TritonKernel("scale_dx", scale, "backward", ("dx",), scale_dx, source="my file",
+                               sizes=({"rows": 3, "n": 33},))]
+'''
+
+
+@pytest.mark.parametrize("factor,verdict", [("1.0", "kernel-match"), ("2.0", "failed")])
+def test_a_backward_returning_dx_only_is_checked_against_a_spec_of_its_own_file(tmp_path, factor, verdict):
+    from vjpcert.triton_report import load_user_kernels
+    f = tmp_path / "own_spec.py"
+    f.write_text(OWN_SPEC_FILE.replace("FACTOR", factor))
+    (kernel,) = load_user_kernels(str(f))
+    cert = check_triton_claim(kernel.op, kernel.claim, {"rows": 3, "n": 33}, kernel=kernel)
+    assert cert.verdict == verdict and cert.op == "scale"
+    assert any("returns dx of the spec's cotangents (dx, dw): only those are checked" in a
+               for a in cert.assumptions)
+    if verdict == "failed":
+        assert cert.evidence["witness"]["check"] == "tolerance" and cert.evidence["witness"]["output"] == "dx"
+
+
+def test_the_command_checks_a_file_with_its_own_spec_and_no_driver(tmp_path):
+    from vjpcert.cli import main
+    f = tmp_path / "own_spec.py"
+    f.write_text(OWN_SPEC_FILE.replace("FACTOR", "1.0"))
+    assert main(["triton", str(f), "--out", str(tmp_path / "o")]) == 0
+    rows = json.loads((tmp_path / "o" / "triton.json").read_text())["rows"]
+    assert [(r["op"], r["verdict"]) for r in rows] == [("scale", "kernel-match")]
+
+
+def test_a_partial_backward_must_name_the_cotangents_it_returns(tmp_path):
+    from vjpcert.triton_report import load_user_kernels
+    f = tmp_path / "own_spec.py"
+    f.write_text(OWN_SPEC_FILE.replace("FACTOR", "1.0").replace('("dx",), scale_dx', '("grad",), scale_dx'))
+    (kernel,) = load_user_kernels(str(f))
+    with pytest.raises(SpecError, match="names each d<input>"):
+        check_triton_claim(kernel.op, kernel.claim, {"rows": 3, "n": 33}, kernel=kernel)

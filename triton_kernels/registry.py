@@ -8,7 +8,8 @@ the pytest fixture).
 
 A launcher takes the spec's argument names (inputs, non-differentiable inputs, ``dy`` for a backward,
 the op's params) as numpy arrays and returns numpy arrays: the forward output, or the cotangents in
-the order of the spec's differentiable inputs. It makes its device tensors with
+the order of the spec's differentiable inputs (or those the kernel's ``outputs`` name, ``d<input>``).
+The spec is a built-in op's name or an ``Op`` (a user's file may define its own with ``@op``). It makes its device tensors with
 ``triton_kernels.harness`` (fenced, and its outputs NaN-poisoned) and launches the kernel.
 """
 from __future__ import annotations
@@ -29,9 +30,11 @@ GPU_SIZES = ({"rows": 1, "n": 1}, {"rows": 33, "n": 1025}, {"rows": 2048, "n": 4
 @dataclass(frozen=True)
 class TritonKernel:
     name: str                       # the claim is "triton:<name>"
-    op: str                         # the spec op it implements
+    op: object                      # the spec op it implements: its name, or the Op (one of the file's own)
     kind: str                       # "forward" or "backward"
-    outputs: tuple                  # ("y",) or the cotangents in spec order
+    # ("y",), or the cotangents in spec order; a backward that returns some of them (dx only, for frozen
+    # weights) names each "d<input>" and is checked on those
+    outputs: tuple
     launcher: Callable
     laws: tuple = ()                # spec law names and Law objects (cuda_kernels.registry.kernel_law style)
     forward: str | None = None      # for a backward kernel: the forward kernel its laws use
@@ -46,6 +49,10 @@ class TritonKernel:
     @property
     def claim(self) -> str:
         return f"triton:{self.name}"
+
+    @property
+    def op_name(self) -> str:
+        return self.op if isinstance(self.op, str) else self.op.name
 
 
 def fwd_bwd(op, fwd, bwd, *, prefix=None, cots=("dx",), fwd_laws=(), bwd_laws=(), **common):
@@ -91,4 +98,4 @@ def discover() -> tuple[dict, dict]:
 
 
 def kernels_for(op_name: str) -> list[TritonKernel]:
-    return [k for k in discover()[0].values() if k.op == op_name]
+    return [k for k in discover()[0].values() if k.op_name == op_name]

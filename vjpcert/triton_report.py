@@ -67,7 +67,7 @@ def run(kernels, *, seed: int = 0, progress=print) -> list[dict]:
                 progress(f"  {k.name} {dims}: bad input: {exc}")
                 raise
             seconds = time.perf_counter() - t0
-            rows.append({"kernel": k.name, "op": k.op, "kind": k.kind, "source": k.source, "doc": k.doc,
+            rows.append({"kernel": k.name, "op": k.op_name, "kind": k.kind, "source": k.source, "doc": k.doc,
                          "params": {n: str(v) for n, v in k.params.items()},
                          "dims": dims, "verdict": cert.verdict, "seconds": round(seconds, 3),
                          "outputs": _worst(cert), "witness": cert.evidence.get("witness"), "cert": cert})
