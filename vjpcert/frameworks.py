@@ -229,8 +229,9 @@ WHY = [
      "claim's budget, so the claim is `checked` (zero to 100 digits at three exact points; and `checked` at "
      "50 digits at the realistic dims). Not a failure: a limit of the prover."),
     (r"^jax\.sdpa_causal(\.decimal)?$", r"^matches_spec", "JAX's causal mask is a large finite logit "
-     "(-2.381976325057654e+38) rather than an excluded entry, so causal attention holds up to e^(-10^38) "
-     "(numerically exact, `checked`, not an identity). JAX computes the scale as 1/fl(sqrt(d)) "
+     "(-2.381976325057654e+38) rather than an excluded entry, so its causal attention equals the spec's only "
+     "up to terms of size e^(-10^38): exact normalisation leaves that residual, 100 digits see none, and the "
+     "claim is `inconclusive` (correct code, not an identity; not `failed`). JAX computes the scale as 1/fl(sqrt(d)) "
      "(0.5773502691896258 at d = 3, one ulp from the rounding of 1/sqrt(3): read as sqrt(1/3), a computed "
      "rounding). The VJP claims are proved."),
 ]
