@@ -372,32 +372,59 @@ def run_jaxpr(c: Context, jaxpr, consts, args, wanted=None) -> list:
     for i, e in enumerate(jaxpr.eqns):
         if i not in keep:
             continue
-        name = e.primitive.name
-        c.at = name
-        ins = [read(v) for v in e.invars]
-        if name in CALLS:
-            sub = e.params.get(CALLS[name])
-            if sub is None:
-                c.refuse(f"{name} without its jaxpr")
-            closed = sub() if callable(sub) and not hasattr(sub, "jaxpr") else sub
-            inner, inner_consts = (closed.jaxpr, closed.consts) if hasattr(closed, "consts") else (closed, [])
-            n_in = len(inner.invars)
-            sub_wanted = [not _is_drop(o) for o in e.outvars]
-            res = run_jaxpr(c, inner, list(inner_consts), ins[len(ins) - n_in:], sub_wanted)
-            it = iter(res)
-            outs_val = [next(it) if w else None for w in sub_wanted]
-        else:
-            fn = RULES.get(name)
-            if fn is None:
-                hint = HINTS.get(name)
-                c.refuse(f"the JAX primitive {name!r} has no exact rule" + (f" ({hint})" if hint else ""))
-            res = fn(c, *ins, **{k: v for k, v in e.params.items()})
-            outs_val = res if e.primitive.multiple_results else [res]
-        for o, val in zip(e.outvars, outs_val):
-            if not _is_drop(o):
-                env[id(o)] = val
+        try:
+            _run_eqn(c, e, read, env)
+        except SpecError as exc:
+            where = "" if getattr(exc, "located", False) else _user_line(e)
+            if not where:
+                raise
+            located = SpecError(exc.op, f"{where}: {exc.problem}")
+            located.located = True
+            raise located from None
     c.at = "output"
     return [read(o) for o in outs]
+
+
+def _user_line(eqn) -> str:
+    """The user's ``file:line`` an equation comes from (JAX records the Python stack of each), or ""."""
+    import traceback
+
+    from vjpcert.core.tracing import spec_location
+    try:
+        from jax._src import source_info_util
+        frames = list(source_info_util.user_frames(eqn.source_info.traceback))
+    except Exception:        # noqa: BLE001  (JAX's private API moved: no line, the refusal stands)
+        return ""
+    return spec_location([traceback.FrameSummary(f.file_name, f.start_line, f.function_name)
+                          for f in reversed(frames)])
+
+
+def _run_eqn(c: Context, e, read, env) -> None:
+    """One equation of a jaxpr: its outputs into ``env``."""
+    name = e.primitive.name
+    c.at = name
+    ins = [read(v) for v in e.invars]
+    if name in CALLS:
+        sub = e.params.get(CALLS[name])
+        if sub is None:
+            c.refuse(f"{name} without its jaxpr")
+        closed = sub() if callable(sub) and not hasattr(sub, "jaxpr") else sub
+        inner, inner_consts = (closed.jaxpr, closed.consts) if hasattr(closed, "consts") else (closed, [])
+        n_in = len(inner.invars)
+        sub_wanted = [not _is_drop(o) for o in e.outvars]
+        res = run_jaxpr(c, inner, list(inner_consts), ins[len(ins) - n_in:], sub_wanted)
+        it = iter(res)
+        outs_val = [next(it) if w else None for w in sub_wanted]
+    else:
+        fn = RULES.get(name)
+        if fn is None:
+            hint = HINTS.get(name)
+            c.refuse(f"the JAX primitive {name!r} has no exact rule" + (f" ({hint})" if hint else ""))
+        res = fn(c, *ins, **{k: v for k, v in e.params.items()})
+        outs_val = res if e.primitive.multiple_results else [res]
+    for o, val in zip(e.outvars, outs_val):
+        if not _is_drop(o):
+            env[id(o)] = val
 
 
 class JaxGraph:

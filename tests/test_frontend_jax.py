@@ -93,6 +93,20 @@ def test_value_dependent_jax_code_is_bad_input(fn, match):
         prove_claim(op, "vjp[x]", DIMS)
 
 
+def _kinked(x):
+    y = x * 2
+    return jnp.where(y > 0, y, 0.0)           # the line a refusal must name
+
+
+def test_a_refusal_names_the_users_file_and_line():
+    import inspect
+    line = inspect.getsourcelines(_kinked)[1] + 2
+    op = from_jax(_kinked, name="kinked", inputs={"x": ("rows", "n")}, dims=[DIMS])
+    with pytest.raises(SpecError, match=rf"test_frontend_jax.py:{line}: gt") as info:
+        prove_claim(op, "vjp[x]", DIMS)
+    assert "frontends" not in str(info.value)
+
+
 MODULE = '''
 import jax
 import jax.numpy as jnp
