@@ -199,3 +199,25 @@ def test_uninitialised_memory_that_reaches_the_output_is_refused():
                     inputs={"x": ("n",)}, dims=[{"n": 2}])
     with pytest.raises(SpecError, match="(?i)nan"):
         prove_claim(op, "vjp[x]", {"n": 2})
+
+
+class HFRMSNorm(nn.Module):
+    """RMSNorm as a widely used model library writes it: computed in float32 and cast back."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return h.type_as(x) * self.weight
+
+
+def test_a_module_that_casts_to_float32_and_back_is_proved_with_the_casts_stated():
+    dims = {"rows": 2, "n": 3}
+    op = from_torch(HFRMSNorm, init={"dim": "n"}, inputs={"x": ("rows", "n")}, dims=[dims])
+    certs = [prove_claim(op, c, dims) for c in op.claims()]
+    assert [c.verdict for c in certs] == ["proved", "proved"]
+    assert any("converts between float dtypes" in a for a in certs[0].assumptions)
