@@ -86,6 +86,13 @@ def _jax(op):
     return (not check_grads(op, sample_point(op, op.check_dims, "random", 0))), ""
 
 
+def _last_line(exc: Exception) -> str:
+    """What an exception says, without a traceback it carries in its message (JAX's callback errors
+    hold the callback's whole stack, with this machine's paths)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
 def run_row(ref: OpRef) -> dict:
     """One row of the matrix: a mutant (or the correct op) under every tier, with times."""
     op = ref.resolve()
@@ -96,7 +103,7 @@ def run_row(ref: OpRef) -> dict:
         try:
             out = fn(op)
         except Exception as exc:    # a checker that crashes on a mutant did not kill it
-            out = (False, f"error: {type(exc).__name__}: {exc}"[:200])
+            out = (False, f"error: {type(exc).__name__}: {_last_line(exc)}"[:200])
         seconds = round(time.perf_counter() - t, 3)
         row["tiers"][tier] = None if out is None else {"killed": bool(out[0]), "by": out[1], "seconds": seconds}
     return row
