@@ -2,6 +2,7 @@
 built at each dims from its constructor arguments; every parameter gets its cotangent proved."""
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 import textwrap
@@ -162,21 +163,8 @@ def test_init_is_only_for_modules():
         from_torch(LlamaMLP(2, 3), init={"dim": 2}, inputs={"x": ("rows", "D")}, dims=[{"rows": 1, "D": 2}])
 
 
-MODULE = '''
-import torch.nn as nn
-import torch.nn.functional as F
-
-
-class LlamaMLP(nn.Module):
-    def __init__(self, dim, hidden):
-        super().__init__()
-        self.gate = nn.Linear(dim, hidden, bias=False)
-        self.up = nn.Linear(dim, hidden, bias=False)
-        self.down = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x):
-        return self.down(F.silu(self.gate(x)) * self.up(x))
-'''
+# the same class as a user's own file, for the command line
+MODULE = "import torch.nn as nn\nimport torch.nn.functional as F\n\n\n" + inspect.getsource(LlamaMLP)
 
 
 def test_the_command_line_proves_a_module_class_named_with_its_constructor(tmp_path, monkeypatch):
