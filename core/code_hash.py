@@ -8,6 +8,13 @@ Each file counts as its syntax tree without docstrings (``ast.dump``): comments,
 lines and formatting are not behaviour, so editing them stales nothing, while any change to code does.
 A change in one prover stales that prover's certificates only: the every-size prover's modules are not
 in the modular test's closure, and the other way round.
+
+The framework frontends (``vjpcert.frontends``) are not a checker's code but an op's definition: they
+turn a user's PyTorch or JAX code into the op a checker is handed, and a checker reaches them only
+through such an op (the package's ``torch_op``/``jax_op`` import them when a user calls them). So they
+are left out of every checker's closure and hashed into each framework op's identity instead
+(``definition_sha256``, read by ``FrontendOp.spec_sha256``): an edit of a frontend stales the
+framework certificates, and no certificate of a spec.
 """
 from __future__ import annotations
 
@@ -21,6 +28,8 @@ from functools import lru_cache
 from pathlib import Path
 
 _PACKAGE = "vjpcert"
+# packages whose code defines ops rather than checks them: in an op's identity, not a checker's hash
+OP_DEFINITIONS = ("vjpcert.frontends",)
 _COVERS: dict[str, str] = {}       # hash -> the sentence that says what it covers
 
 
@@ -145,13 +154,18 @@ def _imported(path: Path, modname: str) -> list[str]:
     return [n for n in _parsed(path, modname)[1] if _module_file(n) is not None]
 
 
-def closure(entry: str) -> dict[str, Path]:
-    """Module name -> file for the entry module and every vjpcert module it imports, transitively."""
+def _defines_ops(name: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in OP_DEFINITIONS)
+
+
+def closure(entry: str, *, definitions: bool = False) -> dict[str, Path]:
+    """Module name -> file for the entry module and every vjpcert module it imports, transitively;
+    without the op-defining packages (``OP_DEFINITIONS``) unless ``definitions``."""
     out: dict[str, Path] = {}
     todo = [entry]
     while todo:
         name = todo.pop()
-        if name in out:
+        if name in out or (not definitions and name != entry and _defines_ops(name)):
             continue
         path = _module_file(name)
         if path is None:
@@ -169,21 +183,40 @@ def checker_code_sha256(entry: str, *, discovered: str | None = None) -> str:
     ``discovered``, for a checker whose registry finds files there at run time)."""
     modules = closure(entry)
     if discovered is not None:
-        pkg_file = _module_file(discovered)
-        for path in sorted(Path(pkg_file).parent.glob("*.py")) if pkg_file else []:
-            name = f"{discovered}.{path.stem}" if path.stem != "__init__" else discovered
-            for sub, sub_path in closure(name).items():
-                modules.setdefault(sub, sub_path)
-    h = hashlib.sha256()
-    for name in sorted(modules):
-        h.update(name.encode() + b"\0" + _parsed(modules[name], name)[0].encode() + b"\0")
-    digest = h.hexdigest()
-    _save()
+        modules.update({k: v for k, v in _package_closure(discovered).items() if k not in modules})
+    digest = _digest(modules)
     _COVERS[digest] = (f"the code of {entry} and the {len(modules) - 1} vjpcert modules it imports"
                        + (f" (and every module of {discovered}, whose files are found at run time)"
                           if discovered else "")
+                       + ", the framework frontends aside (they are in each framework op's identity)"
                        + ", as syntax trees: comments, docstrings and formatting do not count")
     return digest
+
+
+def _package_closure(package: str, *, definitions: bool = False) -> dict[str, Path]:
+    """The closure of every module of ``package`` (its files, found as a registry finds them)."""
+    modules: dict[str, Path] = {}
+    pkg_file = _module_file(package)
+    for path in sorted(Path(pkg_file).parent.glob("*.py")) if pkg_file else []:
+        name = f"{package}.{path.stem}" if path.stem != "__init__" else package
+        for sub, sub_path in closure(name, definitions=definitions).items():
+            modules.setdefault(sub, sub_path)
+    return modules
+
+
+def _digest(modules: dict[str, Path]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(modules):
+        h.update(name.encode() + b"\0" + _parsed(modules[name], name)[0].encode() + b"\0")
+    _save()
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=None)
+def definition_sha256(package: str) -> str:
+    """The normalised code of an op-defining package and of everything it imports (the machinery it
+    runs on included): part of the identity of every op it defines."""
+    return _digest(_package_closure(package, definitions=True))
 
 
 def covers(digest: str) -> str | None:

@@ -23,8 +23,6 @@ from vjpcert.core.registry import Op, Param, SpecError, check_name, dim_size
 from vjpcert.frontends.precision import CAST_WORDS, DEFAULT, device_words, identity_of, traced_words
 from vjpcert.frontends.values import DEFAULT_CONSTANTS, constants_shifted, decimal_of, describe_readings
 
-FRONTEND_DIR = Path(__file__).resolve().parent
-
 
 def _signature(names) -> inspect.Signature:
     """The spec calling convention (the backend first, then the arrays by name), with the backend
@@ -287,14 +285,16 @@ class FrontendOp(Op):
 
     @property
     def spec_sha256(self) -> str:
-        """The op's identity: the frontend's own code, the framework's version, the declaration (with
+        """The op's identity: the frontends' normalised code (``core.code_hash.definition_sha256``: a
+        checker's hash leaves it out), the framework's version, the declaration (with
         the dtype and device it is traced at: a float32 graph is another op than the float64 one),
         the user's source file(s), the spec it is tied to, and the traced graph at the first dims
         (a framework release that changes a derivative formula changes the graph)."""
         if self._sha is None:
+            from vjpcert.core.code_hash import definition_sha256
             from vjpcert.core.sources import files_sha256
             h = hashlib.sha256()
-            h.update(files_sha256(sorted(FRONTEND_DIR.glob("*.py"))).encode())
+            h.update(definition_sha256(__package__).encode())
             h.update(f"{self.framework} {self.framework_version}".encode())
             decl = {"name": self.name, "traced": identity_of(self.trace_dtype),
                     "inputs": self.inputs, "nondiff": self.nondiff,

@@ -1,5 +1,6 @@
 """A checker hash follows behaviour: a comment, a docstring or formatting changes nothing, a code change
-stales the certificates of the checker whose code changed and no others."""
+stales the certificates of the checker whose code changed and no others. The framework frontends define
+ops, so their code is in each framework op's identity and in no checker's hash."""
 import json
 import shutil
 import subprocess
@@ -21,6 +22,8 @@ for name in ("symbolic", "numeric", "kernel", "triton"):
             continue
         import importlib, vjpcert
         out[f"{name}:{method}"] = t.checker_sha256(method)
+from vjpcert.core.code_hash import definition_sha256
+out["frontend-ops"] = definition_sha256("vjpcert.frontends")   # in every framework op's identity
 out["origin"] = vjpcert.__file__
 print(json.dumps(out))
 """
@@ -76,7 +79,10 @@ def test_comment_and_docstring_edits_of_every_checker_file_and_of_core_change_no
     ("symbolic/modular/arith.py", {"symbolic:modular"}),                # the modular test only
     ("cuda_kernels/softmax.py", {"kernel"}),                             # a kernel file, found at run time
     ("core/trace.py", {"symbolic:None", "symbolic:compositional", "symbolic:general", "symbolic:modular",
-                       "numeric", "kernel", "triton"}),                  # machinery every checker runs on
+                       "numeric", "kernel", "triton", "frontend-ops"}),  # machinery every checker runs on
+    ("frontends/values.py", {"frontend-ops"}),                          # framework ops only, not the specs'
+    ("vjpcert/__init__.py", {"symbolic:None", "symbolic:compositional", "symbolic:general", "symbolic:modular",
+                             "numeric", "kernel", "triton", "frontend-ops"}),
 ])
 def test_a_code_change_stales_the_checkers_that_run_that_code_and_no_others(tmp_path, before, path, stale):
     root = _copy(tmp_path)
@@ -85,3 +91,19 @@ def test_a_code_change_stales_the_checkers_that_run_that_code_and_no_others(tmp_
     after = _hashes(root)
     changed = {k for k in before if before[k] != after[k]}
     assert {k.removesuffix(":None") if not k.startswith("symbolic") else k for k in changed} == stale
+
+
+def test_a_framework_ops_identity_carries_the_frontends_code(monkeypatch):
+    """What leaves the frontends out of the checkers' hashes is that each framework op's identity has
+    them: a different frontend code hash is a different op (its certificates stale)."""
+    pytest.importorskip("torch")
+    from vjpcert.core import code_hash
+    from vjpcert.frontends.pytorch import from_torch
+
+    def make():
+        return from_torch(lambda x: x * x, inputs={"x": ("n",)}, dims=[{"n": 2}], name="hash_square")
+
+    before = make().spec_sha256
+    assert make().spec_sha256 == before
+    monkeypatch.setattr(code_hash, "definition_sha256", lambda package: "another frontend")
+    assert make().spec_sha256 != before
