@@ -111,8 +111,8 @@ def _needs_of(tree) -> set[str]:
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.append(node.module)
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "importorskip" and node.args \
-                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("importorskip", "imported") \
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
             names.append(node.args[0].value)
     return {need for need, prefixes in NEEDS.items()
             for n in names for p in prefixes if n == p or n.startswith(p + ".")}
@@ -148,12 +148,33 @@ LONG_FIRST = ("test_numeric.py", "test_composition.py", "test_readme.py", "test_
               "test_kernels.py", "test_soundness.py", "test_every_size_language.py", "test_dask.py")
 
 
+FRAMEWORKS = ("torch", "jax", "triton", "dask")
+
+
+def framework_tests_last(items: list, workers: int, needs_framework) -> list:
+    """The tests that need a framework last in each worker (tests/optional.py: a worker that imported
+    one forks its proofs slower). pytest-xdist's worksteal hands each worker a contiguous share of the
+    list, so each share is its light tests, then its framework tests; the order within each stays."""
+    light = [i for i in items if not needs_framework(i)]
+    heavy = [i for i in items if needs_framework(i)]
+    return [item for k in range(workers)
+            for part in (light[k * len(light) // workers:(k + 1) * len(light) // workers],
+                         heavy[k * len(heavy) // workers:(k + 1) * len(heavy) // workers])
+            for item in part]
+
+
+def _workers(config) -> int:
+    workerinput = getattr(config, "workerinput", None)      # pytest-xdist's, in a worker
+    return int(workerinput["workercount"]) if workerinput else 1
+
+
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path.name not in LONG_FIRST)      # stable: the order within stays
     for item in items:
         function = getattr(getattr(item, "function", None), "__name__", None)
         for need in sorted(needs(item.path, function)):
             item.add_marker(need)
+    items[:] = framework_tests_last(items, _workers(config), lambda i: any(m in i.keywords for m in FRAMEWORKS))
     if config.getoption("--slow"):
         return
     skip = pytest.mark.skip(reason="a full matrix or realistic size: pytest --slow")

@@ -10,13 +10,14 @@ import math
 import numpy as np
 import pytest
 
+import optional
 from conftest import OPS
 from vjpcert.symbolic.composition.compose import _CACHE, prove_compositional
 from vjpcert.symbolic.fixed.prover import prove_claim
 
-torch = pytest.importorskip("torch")
-F = torch.nn.functional
-from vjpcert.numeric.torch_bridge import as_function  # noqa: E402
+torch = optional.importorskip("torch")
+F = optional.importorskip("torch.nn.functional")
+as_function = optional.imported("vjpcert.numeric.torch_bridge", "as_function")
 
 
 def _tensors(rng, shapes):

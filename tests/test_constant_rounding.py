@@ -8,13 +8,15 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+import optional
+
 from vjpcert.core.registry import SpecError
 from vjpcert.core.tolerance import CONSTANT_ROUNDING_ULPS, rounding_fit
 from vjpcert.frontends.precision import significant_digits, ulp
 from vjpcert.frontends.values import Constants, constants_shifted, recognise
 
-torch = pytest.importorskip("torch")
-F = torch.nn.functional
+torch = optional.importorskip("torch")
+F = optional.importorskip("torch.nn.functional")
 
 from vjpcert.frontends.pytorch import from_torch  # noqa: E402
 from vjpcert.numeric.check import check_claim  # noqa: E402

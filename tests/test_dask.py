@@ -3,7 +3,9 @@ import json
 
 import pytest
 
-distributed = pytest.importorskip("distributed", reason="pip install -e '.[test]' installs dask[distributed]")
+import optional
+
+distributed = optional.importorskip("distributed", reason="pip install -e '.[test]' installs dask[distributed]")
 
 from vjpcert.cli import main  # noqa: E402
 

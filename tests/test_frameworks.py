@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch", reason="the Framework backwards report needs PyTorch")
+import optional
+
+optional.importorskip("torch", reason="the Framework backwards report needs PyTorch")
 
 from vjpcert.cli import main  # noqa: E402
 from vjpcert.frameworks import TABLE, expected_paths, plan, pytorch_ops, verify_report  # noqa: E402

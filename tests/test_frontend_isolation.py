@@ -7,7 +7,9 @@ import textwrap
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import optional
+
+torch = optional.importorskip("torch")
 
 from vjpcert.cli import main  # noqa: E402
 from vjpcert.core.registry import SpecError  # noqa: E402

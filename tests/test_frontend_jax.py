@@ -3,11 +3,13 @@ proved and failed from its JAX code, the jaxpr evaluated against JAX itself, ref
 import numpy as np
 import pytest
 
-jax = pytest.importorskip("jax", reason="JAX is optional (pip install -e '.[jax]')")
+import optional
+
+jax = optional.importorskip("jax", reason="JAX is optional (pip install -e '.[jax]')")
 # The prover runs each strategy in a forked child; JAX warns at every fork because it runs threads.
 # The children never call JAX (the claim is traced in the parent), so the warning does not apply.
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
-import jax.numpy as jnp  # noqa: E402
+jnp = optional.importorskip("jax.numpy")
 
 from vjpcert.cli import main  # noqa: E402
 from vjpcert.core.backends import F64, MpmathBackend  # noqa: E402

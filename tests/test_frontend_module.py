@@ -9,74 +9,17 @@ import textwrap
 
 import pytest
 
-torch = pytest.importorskip("torch")
-nn = torch.nn
-F = torch.nn.functional
+import optional
+
+torch = optional.importorskip("torch")
+nn = optional.importorskip("torch.nn")
+F = optional.importorskip("torch.nn.functional")
+models = optional.importorskip("torch_models")
 
 from vjpcert.cli import main  # noqa: E402
 from vjpcert.core.registry import SpecError  # noqa: E402
 from vjpcert.frontends.pytorch import from_torch  # noqa: E402
 from vjpcert.symbolic.fixed.prover import prove_claim  # noqa: E402
-
-
-class LlamaMLP(nn.Module):
-    def __init__(self, dim, hidden):
-        super().__init__()
-        self.gate = nn.Linear(dim, hidden, bias=False)
-        self.up = nn.Linear(dim, hidden, bias=False)
-        self.down = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x):
-        return self.down(F.silu(self.gate(x)) * self.up(x))
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).split(d, -1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)      # the fused CPU kernel by default
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))
-
-
-class _WrongSquare(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, dy):
-        (x,) = ctx.saved_tensors
-        return dy * x                                                  # should be 2 x dy
-
-
-class WrongBlock(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.lin = nn.Linear(dim, dim)
-
-    def forward(self, x):
-        return _WrongSquare.apply(self.lin(x))
-
-
-class Normed(nn.Module):
-    """BatchNorm in eval mode (running statistics: buffers) after a frozen projection."""
-
-    def __init__(self, dim):
-        super().__init__()
-        self.frozen = nn.Linear(dim, dim, bias=False)
-        self.frozen.weight.requires_grad_(False)
-        self.bn = nn.BatchNorm1d(dim)
-
-    def forward(self, x):
-        return self.bn(self.frozen(x))
 
 
 def _claims(op, dims):
@@ -85,7 +28,7 @@ def _claims(op, dims):
 
 def test_a_module_class_is_built_at_its_dims_and_every_parameter_is_proved():
     dims = {"rows": 2, "D": 2, "F": 3}
-    op = from_torch(LlamaMLP, init={"dim": "D", "hidden": "F"}, inputs={"x": ("rows", "D")}, dims=[dims])
+    op = from_torch(models.LlamaMLP, init={"dim": "D", "hidden": "F"}, inputs={"x": ("rows", "D")}, dims=[dims])
     assert list(op.inputs) == ["x", "gate_weight", "up_weight", "down_weight"]
     assert op.shape(op.inputs["down_weight"], dims) == (2, 3)
     assert _claims(op, dims) == {f"vjp[{n}]": "proved" for n in op.inputs}
@@ -95,21 +38,21 @@ def test_a_module_class_is_built_at_its_dims_and_every_parameter_is_proved():
 
 def test_attention_inside_a_module_is_traced_on_its_math_path_and_proved():
     dims = {"b": 1, "t": 2, "D": 4}
-    op = from_torch(CausalSelfAttention, init={"dim": "D", "heads": 2}, inputs={"x": ("b", "t", "D")}, dims=[dims])
+    op = from_torch(models.CausalSelfAttention, init={"dim": "D", "heads": 2}, inputs={"x": ("b", "t", "D")}, dims=[dims])
     certs = [prove_claim(op, c, dims) for c in op.claims()]
     assert {c.verdict for c in certs} == {"proved"} and "vjp[qkv_weight]" in op.claims()
     assert any("math backend" in a for a in certs[0].assumptions)
 
 
 def test_a_wrong_backward_inside_a_module_fails_with_a_witness():
-    op = from_torch(WrongBlock, init={"dim": 2}, inputs={"x": ("rows", "n")}, dims=[{"rows": 1, "n": 2}])
+    op = from_torch(models.WrongBlock, init={"dim": 2}, inputs={"x": ("rows", "n")}, dims=[{"rows": 1, "n": 2}])
     for claim in ("vjp[x]", "vjp[lin_weight]", "vjp[lin_bias]"):
         cert = prove_claim(op, claim, {"rows": 1, "n": 2})
         assert cert.verdict == "failed" and cert.evidence["witness"]
 
 
 def test_an_instance_with_buffers_and_frozen_parameters():
-    op = from_torch(Normed(3), inputs={"x": ("rows", "n")}, dims=[{"rows": 2, "n": 3}])
+    op = from_torch(models.Normed(3), inputs={"x": ("rows", "n")}, dims=[{"rows": 2, "n": 3}])
     assert list(op.inputs) == ["x", "bn_weight", "bn_bias"]
     assert set(op.nondiff) == {"frozen_weight", "bn_running_mean", "bn_running_var"}
     assert set(_claims(op, {"rows": 2, "n": 3}).values()) == {"proved"}
@@ -119,7 +62,7 @@ def test_dims_whose_modules_differ_in_no_shape_are_refused_not_mixed_up():
     """heads changes the function but no tensor's shape: a graph keyed by shapes cannot tell the two
     modules apart, so the op refuses rather than prove one with the other's graph."""
     ladder = [{"b": 1, "t": 2, "D": 4, "H": 1}, {"b": 1, "t": 2, "D": 4, "H": 2}]
-    op = from_torch(CausalSelfAttention, init={"dim": "D", "heads": "H"}, inputs={"x": ("b", "t", "D")},
+    op = from_torch(models.CausalSelfAttention, init={"dim": "D", "heads": "H"}, inputs={"x": ("b", "t", "D")},
                     dims=ladder)
     assert prove_claim(op, "vjp[x]", ladder[0]).verdict == "proved"
     with pytest.raises(SpecError, match="same shapes"):
@@ -160,15 +103,13 @@ def test_init_is_only_for_modules():
     with pytest.raises(SpecError, match="nn.Module"):
         from_torch(lambda x: x * 2, inputs={"x": ("n",)}, dims=[{"n": 2}], init={"dim": 2})
     with pytest.raises(SpecError, match="instance"):
-        from_torch(LlamaMLP(2, 3), init={"dim": 2}, inputs={"x": ("rows", "D")}, dims=[{"rows": 1, "D": 2}])
-
-
-# the same class as a user's own file, for the command line
-MODULE = "import torch.nn as nn\nimport torch.nn.functional as F\n\n\n" + inspect.getsource(LlamaMLP)
+        from_torch(models.LlamaMLP(2, 3), init={"dim": 2}, inputs={"x": ("rows", "D")}, dims=[{"rows": 1, "D": 2}])
 
 
 def test_the_command_line_proves_a_module_class_named_with_its_constructor(tmp_path, monkeypatch):
-    (tmp_path / "user_mlp.py").write_text(MODULE)
+    # the same class as a user's own file
+    module = "import torch.nn as nn\nimport torch.nn.functional as F\n\n\n" + inspect.getsource(models.LlamaMLP)
+    (tmp_path / "user_mlp.py").write_text(module)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
     sys.modules.pop("user_mlp", None)
@@ -189,23 +130,9 @@ def test_uninitialised_memory_that_reaches_the_output_is_refused():
         prove_claim(op, "vjp[x]", {"n": 2})
 
 
-class HFRMSNorm(nn.Module):
-    """RMSNorm as a widely used model library writes it: computed in float32 and cast back."""
-
-    def __init__(self, dim, eps=1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x):
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return h.type_as(x) * self.weight
-
-
 def test_a_module_that_casts_to_float32_and_back_is_proved_with_the_casts_stated():
     dims = {"rows": 2, "n": 3}
-    op = from_torch(HFRMSNorm, init={"dim": "n"}, inputs={"x": ("rows", "n")}, dims=[dims])
+    op = from_torch(models.HFRMSNorm, init={"dim": "n"}, inputs={"x": ("rows", "n")}, dims=[dims])
     certs = [prove_claim(op, c, dims) for c in op.claims()]
     assert [c.verdict for c in certs] == ["proved", "proved"]
     assert any("converts between float dtypes" in a for a in certs[0].assumptions)

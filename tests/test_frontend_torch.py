@@ -7,8 +7,11 @@ import textwrap
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the PyTorch frontend needs PyTorch")
-import torch.nn.functional as F  # noqa: E402
+import optional
+
+torch = optional.importorskip("torch", reason="the PyTorch frontend needs PyTorch")
+F = optional.importorskip("torch.nn.functional")
+models = optional.importorskip("torch_models")
 
 from vjpcert.cli import main  # noqa: E402
 from vjpcert.core.backends import F32, F64, MpmathBackend  # noqa: E402
@@ -20,30 +23,6 @@ from vjpcert.symbolic.fixed.prover import prove_claim  # noqa: E402
 ROWS_N = {"x": ("rows", "n"), "gamma": ("n",)}
 
 
-class RMSNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, gamma, eps):
-        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-        ctx.save_for_backward(x, gamma, rstd)
-        return x * rstd * gamma
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, gamma, rstd = ctx.saved_tensors
-        g = dy * gamma
-        dx = rstd * (g - x * rstd * rstd * (g * x).mean(-1, keepdim=True))
-        return dx, (dy * x * rstd).sum(0), None
-
-
-class RMSNormWrongTerm(RMSNorm):
-    @staticmethod
-    def backward(ctx, dy):
-        x, gamma, rstd = ctx.saved_tensors
-        g = dy * gamma
-        dx = rstd * (g - x * rstd * (g * x).mean(-1, keepdim=True))       # one rstd too few
-        return dx, (dy * x * rstd).sum(0), None
-
-
 def rms_op(cls, **kw):
     return from_torch(lambda x, gamma, eps: cls.apply(x, gamma, eps), name=cls.__name__, inputs=ROWS_N,
                       dims=[{"rows": 1, "n": 2}, {"rows": 2, "n": 3}], params={"eps": 1e-6}, **kw)
@@ -51,14 +30,14 @@ def rms_op(cls, **kw):
 
 # ------------------------------------------------------------------------------ done when
 def test_a_custom_rmsnorm_function_is_proved_from_its_torch_code():
-    op = rms_op(RMSNorm)
+    op = rms_op(models.RMSNorm)
     certs = [prove_claim(op, c, d) for d in op.dims for c in op.claims()]
     assert [c.verdict for c in certs] == ["proved"] * 4
     assert any("1e-06 as 1/1000000" in a for a in certs[0].assumptions)
 
 
 def test_the_same_function_with_one_wrong_term_fails_with_a_witness():
-    op = rms_op(RMSNormWrongTerm)
+    op = rms_op(models.RMSNormWrongTerm)
     cert = prove_claim(op, "vjp[x]", {"rows": 2, "n": 3})
     assert cert.verdict == "failed"
     w = cert.evidence["witness"]
@@ -67,9 +46,9 @@ def test_the_same_function_with_one_wrong_term_fails_with_a_witness():
 
 
 def test_the_forward_is_tied_to_the_spec_and_a_wrong_forward_fails_it():
-    op = rms_op(RMSNorm, spec=resolve_op("rmsnorm"))
+    op = rms_op(models.RMSNorm, spec=resolve_op("rmsnorm"))
     assert prove_claim(op, "matches_spec[rmsnorm]", {"rows": 2, "n": 3}).verdict == "proved"
-    wrong = from_torch(lambda x, gamma, eps: RMSNorm.apply(x, gamma, 1e-3), name="rms_eps", inputs=ROWS_N,
+    wrong = from_torch(lambda x, gamma, eps: models.RMSNorm.apply(x, gamma, 1e-3), name="rms_eps", inputs=ROWS_N,
                        dims=[{"rows": 2, "n": 3}], params={"eps": 1e-6}, spec=resolve_op("rmsnorm"))
     assert prove_claim(wrong, "matches_spec[rmsnorm]", {"rows": 2, "n": 3}).verdict == "failed"
     assert prove_claim(wrong, "vjp[x]", {"rows": 2, "n": 3}).verdict == "proved"   # consistent with itself
@@ -77,7 +56,7 @@ def test_the_forward_is_tied_to_the_spec_and_a_wrong_forward_fails_it():
 
 # ------------------------------------------------------------------------------ the evaluator is PyTorch
 CASES = {
-    "rmsnorm_fn": (lambda x, gamma: RMSNorm.apply(x, gamma, 1e-6), [(3, 5), (5,)]),
+    "rmsnorm_fn": (lambda x, gamma: models.RMSNorm.apply(x, gamma, 1e-6), [(3, 5), (5,)]),
     "rms_norm": (lambda x, gamma: F.rms_norm(x, x.shape[-1:], gamma, 1e-6), [(3, 5), (5,)]),
     "layer_norm": (lambda x, g, b: F.layer_norm(x, x.shape[-1:], g, b, 1e-5), [(3, 5), (5,), (5,)]),
     "softmax": (lambda x: torch.softmax(x, -1), [(3, 5)]),
@@ -195,16 +174,6 @@ def test_a_maximum_used_as_a_shift_is_proved_to_cancel_and_one_that_does_not_fai
     assert prove_claim(bad, "max_shift_free", dims).verdict == "failed"
 
 
-class WrongShape(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
-    @staticmethod
-    def backward(ctx, dy):
-        return dy.sum(0)
-
-
 def test_an_input_named_B_is_an_input_like_any_other():
     """The spec convention passes the backend first; a framework op takes it positionally, so a
     function of (A, B) is proved (and its wrong twin fails), not refused for a duplicate name."""
@@ -229,7 +198,7 @@ def test_an_input_named_B_is_an_input_like_any_other():
 
 
 def test_a_function_whose_backward_has_the_wrong_shape_is_bad_input():
-    refused(lambda x: WrongShape.apply(x), [(2, 3)], "invalid gradient")
+    refused(lambda x: models.WrongShape.apply(x), [(2, 3)], "invalid gradient")
 
 
 def test_a_rounded_constant_is_not_laundered_into_an_irrational():
@@ -290,7 +259,6 @@ class RMSNorm(torch.autograd.Function):
 
 def rmsnorm(x, gamma, eps=1e-6):
     return RMSNorm.apply(x, gamma, eps)
-
 
 
 @torch_op(inputs={"x": ("rows", "n"), "gamma": ("n",)}, dims=[{"rows": 2, "n": 3}], params={"eps": 1e-6})

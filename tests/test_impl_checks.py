@@ -8,8 +8,11 @@ import textwrap
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is needed for the implementations under test")
-import torch.nn.functional as F  # noqa: E402
+import optional
+
+torch = optional.importorskip("torch", reason="PyTorch is needed for the implementations under test")
+F = optional.importorskip("torch.nn.functional")
+models = optional.importorskip("torch_models")
 
 from vjpcert.cli import main  # noqa: E402
 from vjpcert.impl import check_backward  # noqa: E402
@@ -58,29 +61,11 @@ def test_a_correct_float64_layer_norm_forward_passes_on_near_constant_rows():
     assert_matches_spec("layernorm", forward, kind="forward", dtype=np.float64)
 
 
-# ------------------------------------------------------------------------------ gap: a Function's forward
-class WrongForwardLayerNorm(torch.autograd.Function):
-    """The forward uses eps = 1e-3; the backward is PyTorch's own at the spec's eps (right)."""
-
-    @staticmethod
-    def forward(ctx, x, gamma, beta):
-        ctx.save_for_backward(x, gamma, beta)
-        return F.layer_norm(x, x.shape[-1:], gamma, beta, 1e-3)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, gamma, beta = ctx.saved_tensors
-        with torch.enable_grad():
-            xs = [t.detach().requires_grad_(True) for t in (x, gamma, beta)]
-            y = F.layer_norm(xs[0], xs[0].shape[-1:], xs[1], xs[2], 1e-5)
-            return torch.autograd.grad(y, xs, dy)
-
-
 def test_an_autograd_function_with_a_wrong_forward_fails_the_backward_check():
-    cert = check_backward(resolve_op("layernorm"), WrongForwardLayerNorm, name="wrong-forward", dtype=np.float64)
+    cert = check_backward(resolve_op("layernorm"), models.WrongForwardLayerNorm, name="wrong-forward", dtype=np.float64)
     assert cert.verdict == "failed" and cert.evidence["witness"]["cotangent"] == "forward"
     with pytest.raises(CertificationError, match="forward"):
-        assert_matches_spec("layernorm", WrongForwardLayerNorm, kind="backward", dtype=np.float64)
+        assert_matches_spec("layernorm", models.WrongForwardLayerNorm, kind="backward", dtype=np.float64)
 
 
 # ------------------------------------------------------------------------------ gap: float64 leaks

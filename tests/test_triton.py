@@ -5,6 +5,7 @@ from the fixture. Skipped, with the reason, where triton / torch / liger-kernel 
 (`pip install -e '.[triton]'`)."""
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import subprocess
@@ -15,10 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import optional
+
 import vjpcert.triton_kernels  # noqa: F401  (TRITON_INTERPRET before anything decorates a kernel)
 
-pytest.importorskip("torch", reason="the Triton tier needs torch: pip install -e '.[triton]'")
-pytest.importorskip("triton", reason="the Triton tier needs triton: pip install -e '.[triton]'")
+optional.importorskip("torch", reason="the Triton tier needs torch: pip install -e '.[triton]'")
+optional.importorskip("triton", reason="the Triton tier needs triton: pip install -e '.[triton]'")
 
 from vjpcert.core.registry import SpecError  # noqa: E402
 from vjpcert.triton_kernels.check import check_triton_claim, detect_mode  # noqa: E402
@@ -27,36 +30,53 @@ from vjpcert.triton_kernels.registry import discover  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 liger_installed = importlib.util.find_spec("liger_kernel") is not None
 needs_liger = pytest.mark.skipif(not liger_installed, reason="liger-kernel is not installed: pip install -e '.[triton]'")
+CONTROLS_FILE = ROOT / "tests" / "triton" / "controls.py"
+CONTROLS_MODULE = optional.from_file(CONTROLS_FILE, "triton_controls")
 
 
-def _controls():
-    spec = importlib.util.spec_from_file_location("triton_controls", ROOT / "tests" / "triton" / "controls.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.CONTROLS
+# The parameters are named without importing a kernel (collection imports no Triton, tests/optional.py):
+# the controls by the keys of their table as written, the registered kernels by (op, kind), each list
+# held to the registry by a test.
+def _keys_of_the_table(path: Path, name: str) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    table = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and any(getattr(t, "id", None) == name for t in node.targets))
+    return [k.value for k in table.keys]
 
 
-CONTROLS = _controls()
-REFERENCE = [k for k in discover()[0].values() if k.source == "vjpcert"]
+CONTROL_NAMES = _keys_of_the_table(CONTROLS_FILE, "CONTROLS")
+REFERENCE_PAIRS = [("softmax", "forward"), ("softmax", "backward"), ("gelu_tanh", "forward"), ("gelu_tanh", "backward")]
+
+
+def _registered(source: str, pair=None) -> list:
+    """The registered kernels from ``source`` ("vjpcert", "liger-kernel"), of one (op, kind) if given."""
+    return [k for k in discover()[0].values() if k.source.startswith(source)
+            and (pair is None or (k.op_name, k.kind) == pair)]
+
+
+def test_the_parameters_name_every_control_and_registered_kernel():
+    assert CONTROL_NAMES == list(CONTROLS_MODULE.CONTROLS)
+    assert sorted({(k.op_name, k.kind) for k in _registered("vjpcert")}) == sorted(REFERENCE_PAIRS)
 
 
 def test_the_mode_is_the_interpreter_or_a_gpu():
     assert detect_mode() in ("interpreter", "gpu")
 
 
-@pytest.mark.parametrize("kernel", REFERENCE, ids=lambda k: k.name)
-def test_our_reference_kernels_match_at_every_size(kernel, request):
+@pytest.mark.parametrize("pair", REFERENCE_PAIRS, ids="-".join)
+def test_our_reference_kernels_match_at_every_size(pair, request):
     """At every size of the kernel's ladder with --slow; by default at its middle one (past a block)."""
-    middle = len(kernel.sizes) // 2
-    for dims in kernel.sizes if request.config.getoption("--slow") else kernel.sizes[middle:middle + 1]:
-        cert = check_triton_claim(kernel.op, kernel.claim, dims)
-        assert cert.verdict == "kernel-match", cert.evidence.get("witness")
-        assert cert.tier == "triton" and cert.method == f"triton-{detect_mode()}"
+    for kernel in _registered("vjpcert", pair):
+        middle = len(kernel.sizes) // 2
+        for dims in kernel.sizes if request.config.getoption("--slow") else kernel.sizes[middle:middle + 1]:
+            cert = check_triton_claim(kernel.op, kernel.claim, dims)
+            assert cert.verdict == "kernel-match", (kernel.name, cert.evidence.get("witness"))
+            assert cert.tier == "triton" and cert.method == f"triton-{detect_mode()}"
 
 
-@pytest.mark.parametrize("name", list(CONTROLS))
+@pytest.mark.parametrize("name", CONTROL_NAMES)
 def test_every_negative_control_goes_red_by_its_own_check(name):
-    kernel, dims, check = CONTROLS[name]
+    kernel, dims, check = CONTROLS_MODULE.CONTROLS[name]
     cert = check_triton_claim(kernel.op, kernel.claim, dims, kernel=kernel)
     assert cert.verdict == "failed"
     assert cert.evidence["witness"]["check"] == check, cert.evidence["witness"]
@@ -65,7 +85,7 @@ def test_every_negative_control_goes_red_by_its_own_check(name):
 def test_a_read_past_the_end_that_nan_alone_would_miss_is_caught_by_the_second_fence():
     """The unmasked max pass reads NaN from the fence, which tl.maximum ignores: the outputs are right
     with NaN fences, so only the run with fences of 3e38 shows the read."""
-    kernel, dims, _ = CONTROLS["softmax_unmasked_load"]
+    kernel, dims, _ = CONTROLS_MODULE.CONTROLS["softmax_unmasked_load"]
     cert = check_triton_claim(kernel.op, kernel.claim, dims, kernel=kernel, cases=("random",))
     w = cert.evidence["witness"]
     assert w["check"] == "fence read" and w["index"][0] == dims["rows"] - 1     # the last row only
@@ -73,7 +93,7 @@ def test_a_read_past_the_end_that_nan_alone_would_miss_is_caught_by_the_second_f
 
 def test_the_skipped_block_is_invisible_when_the_size_is_a_multiple_of_the_block():
     """Why the sizes include non-multiples: at 2 x 64 elements nothing is skipped."""
-    kernel, _, _ = CONTROLS["gelu_skips_last_block"]
+    kernel, _, _ = CONTROLS_MODULE.CONTROLS["gelu_skips_last_block"]
     cert = check_triton_claim(kernel.op, kernel.claim, {"rows": 2, "n": 64}, kernel=kernel, cases=("random",))
     assert cert.verdict == "kernel-match"
 
@@ -118,24 +138,27 @@ def test_a_kernel_decorated_before_the_interpreter_was_on_is_bad_input_not_a_fai
 
 
 # ------------------------------------------------------------------------------ Liger-Kernel
-LIGER = [k for k in discover()[0].values() if k.source.startswith("liger-kernel")]
 LIGER_OPS = {"rmsnorm", "layernorm", "softmax", "rope_half", "swiglu", "geglu", "cross_entropy"}
+LIGER_PAIRS = [(op, kind) for op in sorted(LIGER_OPS) for kind in ("forward", "backward")]
 
 
 @needs_liger
 def test_every_liger_op_of_the_issue_is_registered_forward_and_backward():
-    pairs = {(k.op, k.kind) for k in LIGER}
+    pairs = {(k.op, k.kind) for k in _registered("liger-kernel")}
     assert pairs == {(op, kind) for op in LIGER_OPS for kind in ("forward", "backward")}
 
 
 @needs_liger
-@pytest.mark.parametrize("kernel", LIGER, ids=lambda k: k.name)
-def test_liger_kernels_run_and_match_at_a_middle_size(kernel):
+@pytest.mark.parametrize("pair", LIGER_PAIRS, ids="-".join)
+def test_liger_kernels_run_and_match_at_a_middle_size(pair):
     """One size that is not a power of two and has several rows, random inputs: every Liger kernel
     runs through the harness and matches (the whole ladder and every case: reports/liger/)."""
-    dims = kernel.sizes[2]
-    cert = check_triton_claim(kernel.op, kernel.claim, dims, cases=("random",))
-    assert cert.verdict == "kernel-match", cert.evidence.get("witness")
+    kernels = _registered("liger-kernel", pair)
+    assert kernels
+    for kernel in kernels:
+        dims = kernel.sizes[2]
+        cert = check_triton_claim(kernel.op, kernel.claim, dims, cases=("random",))
+        assert cert.verdict == "kernel-match", (kernel.name, cert.evidence.get("witness"))
 
 
 @needs_liger
@@ -283,7 +306,7 @@ def test_the_committed_liger_report_has_a_verdict_for_every_kernel_and_size_and_
     from vjpcert.triton_kernels.check import CHECKER_SHA256
     data = json.loads((ROOT / "reports" / "liger" / "liger.json").read_text())
     rows = {(r["kernel"], json.dumps(r["dims"], sort_keys=True)): r for r in data["rows"]}
-    expected = {(k.name, json.dumps(d, sort_keys=True)) for k in LIGER for d in k.sizes}
+    expected = {(k.name, json.dumps(d, sort_keys=True)) for k in _registered("liger-kernel") for d in k.sizes}
     assert set(rows) == expected
     assert all(r["verdict"] in ("kernel-match", "failed") for r in rows.values())
     text = (ROOT / "reports" / "liger" / "README.md").read_text()

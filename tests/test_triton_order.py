@@ -10,27 +10,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import optional
+
 import vjpcert.triton_kernels  # noqa: F401  (TRITON_INTERPRET before anything decorates a kernel)
 
-pytest.importorskip("torch", reason="the Triton tier needs torch: pip install -e '.[triton]'")
-pytest.importorskip("triton", reason="the Triton tier needs triton: pip install -e '.[triton]'")
+optional.importorskip("torch", reason="the Triton tier needs torch: pip install -e '.[triton]'")
+optional.importorskip("triton", reason="the Triton tier needs triton: pip install -e '.[triton]'")
 
-from vjpcert.triton_kernels.check import check_triton_claim, detect_mode  # noqa: E402
+from vjpcert.triton_kernels.check import check_triton_claim, detect_mode  # noqa: E402,F401  (pytestmark reads it)
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(detect_mode() != "interpreter",
+# a condition as text is evaluated when a test is set up, not when the file is collected (detect_mode
+# imports torch and triton)
+pytestmark = pytest.mark.skipif("detect_mode() != 'interpreter'",
                                 reason="program orders are chosen in Triton's interpreter only")
-
-
-def _controls():
-    spec = importlib.util.spec_from_file_location("triton_controls", ROOT / "tests" / "triton" / "controls.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-CONTROLS_MODULE = _controls()
-CONTROLS, TWINS = CONTROLS_MODULE.CONTROLS, CONTROLS_MODULE.TWINS
+CONTROLS_MODULE = optional.from_file(ROOT / "tests" / "triton" / "controls.py", "triton_controls")
 
 
 def _check(kernel, dims, cases=("random",)):
@@ -40,7 +34,7 @@ def _check(kernel, dims, cases=("random",)):
 def test_a_split_softmax_whose_last_program_does_not_wait_fails_naming_the_order():
     """Right in grid order (the last program runs last), wrong once it runs first: the witness says
     which order, which entry, and the entry in grid order and in that order."""
-    kernel, dims, _ = CONTROLS["softmax_split_racy"]
+    kernel, dims, _ = CONTROLS_MODULE.CONTROLS["softmax_split_racy"]
     cert = _check(kernel, dims)
     assert cert.verdict == "failed", cert.evidence.get("program_orders")
     w = cert.evidence["witness"]
@@ -56,7 +50,7 @@ def test_a_split_softmax_whose_last_program_does_not_wait_fails_naming_the_order
                          ids=lambda d: f"{d['rows']}x{d['n']}")
 def test_the_race_is_seen_wherever_a_row_has_more_than_one_program(dims):
     """n <= 16 is one program a row: no program reads another's partials, and nothing is racy."""
-    kernel, _, _ = CONTROLS["softmax_split_racy"]
+    kernel, _, _ = CONTROLS_MODULE.CONTROLS["softmax_split_racy"]
     cert = _check(kernel, dims)
     racy = dims["n"] > CONTROLS_MODULE.BLOCK_SPLIT
     assert cert.verdict == ("failed" if racy else "kernel-match"), cert.evidence.get("witness")
@@ -64,7 +58,7 @@ def test_the_race_is_seen_wherever_a_row_has_more_than_one_program(dims):
 
 @pytest.mark.parametrize("dims", [{"rows": 5, "n": 33}, {"rows": 2, "n": 1025}], ids=lambda d: f"{d['rows']}x{d['n']}")
 def test_the_two_pass_twin_gives_the_same_bits_in_every_order(dims):
-    cert = _check(TWINS["softmax_split_two_pass"], dims)
+    cert = _check(CONTROLS_MODULE.TWINS["softmax_split_two_pass"], dims)
     assert cert.verdict == "kernel-match", cert.evidence.get("witness")
     orders = cert.evidence["program_orders"]
     assert orders["ran"][:2] == ["grid", "reversed"] and len(orders["ran"]) >= 4
@@ -75,19 +69,19 @@ def test_the_two_pass_twin_gives_the_same_bits_in_every_order(dims):
 def test_the_orders_and_their_seed_are_recorded():
     """The seed of the shuffles comes from a hash of the kernel, its dims and the case (reproducible,
     different per kernel); the certificate names every order that ran, and its assumptions say so."""
-    twin = TWINS["softmax_split_two_pass"]
+    twin = CONTROLS_MODULE.TWINS["softmax_split_two_pass"]
     dims = {"rows": 5, "n": 33}
     a, b = _check(twin, dims), _check(twin, dims)
     orders = a.evidence["program_orders"]
     assert orders == b.evidence["program_orders"]
     assert isinstance(orders["seed"], int) and orders["case"] == "random"
-    racy, _, _ = CONTROLS["softmax_split_racy"]
+    racy, _, _ = CONTROLS_MODULE.CONTROLS["softmax_split_racy"]
     assert _check(racy, dims).evidence["program_orders"]["seed"] != orders["seed"]
     assert any("program orders" in text and "reversed" in text for text in a.assumptions)
 
 
 def test_a_launch_of_one_program_has_one_order():
-    cert = _check(TWINS["softmax_split_two_pass"], {"rows": 1, "n": 1})
+    cert = _check(CONTROLS_MODULE.TWINS["softmax_split_two_pass"], {"rows": 1, "n": 1})
     assert cert.verdict == "kernel-match"
     assert cert.evidence["program_orders"]["ran"] == ["grid"]
     assert "one program" in cert.evidence["program_orders"]["note"]
@@ -101,7 +95,7 @@ def test_a_launch_of_one_program_has_one_order():
 def test_float_atomics_are_held_to_the_tolerance_rule_in_every_order_not_called_a_race():
     """The row's total by float atomic_add: the order changes its rounding (the bits differ, which the
     record shows), every order is within the bound, so the kernel matches."""
-    cert = _check(TWINS["softmax_split_atomic"], {"rows": 3, "n": 513})
+    cert = _check(CONTROLS_MODULE.TWINS["softmax_split_atomic"], {"rows": 3, "n": 513})
     assert cert.verdict == "kernel-match", cert.evidence.get("witness")
     orders = cert.evidence["program_orders"]
     assert orders["float_atomics"] > 0 and orders["compared"].startswith("tolerance")
@@ -109,7 +103,7 @@ def test_float_atomics_are_held_to_the_tolerance_rule_in_every_order_not_called_
 
 
 def test_float_atomics_do_not_excuse_a_program_that_reads_the_total_too_early():
-    kernel, dims, _ = CONTROLS["softmax_split_atomic_racy"]
+    kernel, dims, _ = CONTROLS_MODULE.CONTROLS["softmax_split_atomic_racy"]
     cert = _check(kernel, dims)
     assert cert.verdict == "failed"
     w = cert.evidence["witness"]
@@ -165,7 +159,7 @@ def test_a_launcher_that_makes_itself_faithful_still_runs_in_every_order():
     put its launches back in grid order, out of the checker's sight."""
     import dataclasses
     from vjpcert.triton_kernels.interpreter import faithful
-    kernel, dims, _ = CONTROLS["softmax_split_racy"]
+    kernel, dims, _ = CONTROLS_MODULE.CONTROLS["softmax_split_racy"]
 
     def launcher(x):
         with faithful():
@@ -196,5 +190,5 @@ def test_an_interpreter_that_no_longer_loops_the_grid_in_order_is_inconclusive_n
             builder.set_grid_idx(x, 0, 0)
 
     monkeypatch.setattr(interp.GridExecutor, "__call__", backwards_loop)
-    cert = _check(TWINS["softmax_split_two_pass"], {"rows": 5, "n": 33})
+    cert = _check(CONTROLS_MODULE.TWINS["softmax_split_two_pass"], {"rows": 5, "n": 33})
     assert cert.verdict == "inconclusive" and "program-order patch" in cert.evidence["reason"]

@@ -1,0 +1,87 @@
+"""The test suite's own layout: collecting it imports no optional framework (tests/optional.py), the
+tests that need one are marked and run last in each worker, and a framework that is missing skips."""
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import optional
+from conftest import FRAMEWORKS, framework_tests_last, needs
+
+ROOT = Path(__file__).resolve().parents[1]
+WATCHED = ("torch", "jax", "triton", "liger_kernel", "distributed")
+COLLECT = """
+import json, sys, pytest
+rc = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *sys.argv[1:]])
+print(json.dumps({"rc": int(rc), "imported": sorted(m for m in %r if m in sys.modules)}))
+""" % (WATCHED,)
+
+
+def _collected_imports(*paths) -> dict:
+    run = subprocess.run([sys.executable, "-c", COLLECT, *map(str, paths)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_collecting_the_suite_imports_no_optional_framework():
+    out = _collected_imports("tests", "examples")
+    assert out == {"rc": 0, "imported": []}
+
+
+def test_a_test_file_that_imports_torch_at_its_top_is_seen(tmp_path):
+    """The check above can fail: a file written the old way makes collection import torch."""
+    pytest.importorskip("torch")
+    (tmp_path / "test_eager.py").write_text("import torch\n\ndef test_nothing():\n    assert torch\n")
+    assert _collected_imports(tmp_path)["imported"] == ["torch"]
+
+
+def test_the_needs_are_read_off_the_deferred_imports_too():
+    assert {"torch", "triton"} <= needs(ROOT / "tests" / "test_triton.py", None)
+    assert "torch" in needs(ROOT / "tests" / "test_torch_bridge.py", None)          # optional.imported(...)
+    assert "jax" in needs(ROOT / "tests" / "test_jax_bridge.py", None)
+    assert not needs(ROOT / "tests" / "test_modular_arith.py", None) & set(FRAMEWORKS)
+
+
+def test_each_workers_share_runs_its_framework_tests_last():
+    items = [("a", False), ("t1", True), ("b", False), ("c", False), ("t2", True), ("d", False), ("t3", True)]
+    out = framework_tests_last(items, 2, lambda i: i[1])
+    assert sorted(out) == sorted(items)
+    first, second = out[:len(out) // 2], out[len(out) // 2:]
+    for share in (first, second):
+        flags = [heavy for _, heavy in share]
+        assert flags == sorted(flags), share                  # light, then heavy
+    assert [n for n, _ in out] == ["a", "b", "t1", "c", "d", "t2", "t3"]
+    assert framework_tests_last(items, 1, lambda i: i[1]) == [i for i in items if not i[1]] + [i for i in items if i[1]]
+
+
+def test_a_missing_framework_skips_the_file_and_a_missing_submodule_skips_the_test():
+    with pytest.raises(pytest.skip.Exception, match="not installed"):
+        optional.importorskip("no_such_framework_here")
+    deferred = optional.importorskip("json.no_such_submodule", reason="needs the submodule")
+    with pytest.raises(pytest.skip.Exception, match="needs the submodule"):
+        deferred.anything
+    assert optional.importorskip("json").dumps([1]) == "[1]"            # imported at first use
+
+
+def test_pytests_questions_of_a_name_do_not_import_it():
+    """Collection asks every module-level name for __test__ and the like; an import there would skip
+    (or load) the whole file, so a private name is answered without importing."""
+    deferred = optional._Deferred("no_such_framework_here", None)
+    assert not hasattr(deferred, "__test__") and not hasattr(deferred, "_pytestfixturefunction")
+    with pytest.raises(pytest.skip.Exception):
+        deferred.public_name
+
+
+def test_a_file_loaded_at_first_use(tmp_path):
+    path = tmp_path / "kernels_here.py"
+    path.write_text(textwrap.dedent("""
+        LOADED = True
+        TABLE = {"x": 1}
+    """))
+    module = optional.from_file(path, "kernels_here_for_a_test")
+    assert "kernels_here_for_a_test" not in sys.modules
+    assert module.TABLE == {"x": 1} and "kernels_here_for_a_test" in sys.modules
+    del sys.modules["kernels_here_for_a_test"]

@@ -1,0 +1,133 @@
+"""PyTorch classes the frontend tests certify: nn.Modules as model code writes them and
+autograd.Functions with hand-written backwards (right and deliberately wrong). They live here, not in
+the test files, so that collecting the tests imports no torch (``tests/optional.py``): a test file
+reaches them through ``optional.importorskip("torch_models")``."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, -1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)      # the fused CPU kernel by default
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class _WrongSquare(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return dy * x                                                  # should be 2 x dy
+
+
+class WrongBlock(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.lin = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return _WrongSquare.apply(self.lin(x))
+
+
+class Normed(nn.Module):
+    """BatchNorm in eval mode (running statistics: buffers) after a frozen projection."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.frozen = nn.Linear(dim, dim, bias=False)
+        self.frozen.weight.requires_grad_(False)
+        self.bn = nn.BatchNorm1d(dim)
+
+    def forward(self, x):
+        return self.bn(self.frozen(x))
+
+
+class HFRMSNorm(nn.Module):
+    """RMSNorm as a widely used model library writes it: computed in float32 and cast back."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return h.type_as(x) * self.weight
+
+
+class RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, gamma, eps):
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, gamma, rstd)
+        return x * rstd * gamma
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, gamma, rstd = ctx.saved_tensors
+        g = dy * gamma
+        dx = rstd * (g - x * rstd * rstd * (g * x).mean(-1, keepdim=True))
+        return dx, (dy * x * rstd).sum(0), None
+
+
+class RMSNormWrongTerm(RMSNorm):
+    @staticmethod
+    def backward(ctx, dy):
+        x, gamma, rstd = ctx.saved_tensors
+        g = dy * gamma
+        dx = rstd * (g - x * rstd * (g * x).mean(-1, keepdim=True))       # one rstd too few
+        return dx, (dy * x * rstd).sum(0), None
+
+
+class WrongShape(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy.sum(0)
+
+
+# ------------------------------------------------------------------------------ gap: a Function's forward
+class WrongForwardLayerNorm(torch.autograd.Function):
+    """The forward uses eps = 1e-3; the backward is PyTorch's own at the spec's eps (right)."""
+
+    @staticmethod
+    def forward(ctx, x, gamma, beta):
+        ctx.save_for_backward(x, gamma, beta)
+        return F.layer_norm(x, x.shape[-1:], gamma, beta, 1e-3)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, gamma, beta = ctx.saved_tensors
+        with torch.enable_grad():
+            xs = [t.detach().requires_grad_(True) for t in (x, gamma, beta)]
+            y = F.layer_norm(xs[0], xs[0].shape[-1:], xs[1], xs[2], 1e-5)
+            return torch.autograd.grad(y, xs, dy)
