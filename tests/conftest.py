@@ -163,6 +163,17 @@ def framework_tests_last(items: list, workers: int, needs_framework) -> list:
             for item in part]
 
 
+# The optional frameworks that collecting the suite must not import (tests/optional.py), and which of
+# them it did: each worker records it when its collection ends, tests/test_suite_layout.py asserts.
+OPTIONAL_MODULES = ("torch", "jax", "triton", "liger_kernel", "distributed")
+IMPORTED_AT_COLLECTION = pytest.StashKey[list]()
+
+
+def pytest_collection_finish(session):
+    import sys
+    session.config.stash[IMPORTED_AT_COLLECTION] = sorted(m for m in OPTIONAL_MODULES if m in sys.modules)
+
+
 def _workers(config) -> int:
     workerinput = getattr(config, "workerinput", None)      # pytest-xdist's, in a worker
     return int(workerinput["workercount"]) if workerinput else 1

@@ -1,6 +1,6 @@
 """The test suite's own layout: collecting it imports no optional framework (tests/optional.py), the
 tests that need one are marked and run last in each worker, and a framework that is missing skips."""
-import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -9,33 +9,26 @@ from pathlib import Path
 import pytest
 
 import optional
-from conftest import FRAMEWORKS, framework_tests_last, needs
+from conftest import FRAMEWORKS, IMPORTED_AT_COLLECTION, framework_tests_last, needs
 
 ROOT = Path(__file__).resolve().parents[1]
-WATCHED = ("torch", "jax", "triton", "liger_kernel", "distributed")
-COLLECT = """
-import json, sys, pytest
-rc = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *sys.argv[1:]])
-print(json.dumps({"rc": int(rc), "imported": sorted(m for m in %r if m in sys.modules)}))
-""" % (WATCHED,)
 
 
-def _collected_imports(*paths) -> dict:
-    run = subprocess.run([sys.executable, "-c", COLLECT, *map(str, paths)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=600)
-    return json.loads(run.stdout.strip().splitlines()[-1])
+def test_collecting_the_suite_imports_no_optional_framework(request):
+    assert request.config.stash[IMPORTED_AT_COLLECTION] == []
 
 
-def test_collecting_the_suite_imports_no_optional_framework():
-    out = _collected_imports("tests", "examples")
-    assert out == {"rc": 0, "imported": []}
-
-
-def test_a_test_file_that_imports_torch_at_its_top_is_seen(tmp_path):
-    """The check above can fail: a file written the old way makes collection import torch."""
-    pytest.importorskip("torch")
-    (tmp_path / "test_eager.py").write_text("import torch\n\ndef test_nothing():\n    assert torch\n")
-    assert _collected_imports(tmp_path)["imported"] == ["torch"]
+def test_a_test_file_that_imports_a_framework_at_its_top_is_seen(tmp_path):
+    """The check above can fail: collected beside a file written the old way, it goes red."""
+    pytest.importorskip("distributed")
+    for name in ("conftest.py", "optional.py", Path(__file__).name):
+        shutil.copy(ROOT / "tests" / name, tmp_path / name)
+    (tmp_path / "test_eager.py").write_text("import distributed\n\n\ndef test_nothing():\n    assert distributed\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
+                          "--rootdir", str(tmp_path), "-c", str(ROOT / "pyproject.toml"),
+                          f"{Path(__file__).name}::test_collecting_the_suite_imports_no_optional_framework",
+                          "test_eager.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 1 and "assert ['distributed'] == []" in run.stdout, run.stdout[-2000:]
 
 
 def test_the_needs_are_read_off_the_deferred_imports_too():
