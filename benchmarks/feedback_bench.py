@@ -13,9 +13,12 @@
 4. The modular tier at production dims: one trial on one thread (BLAS and Numba) against the same
    block's forward + backward in PyTorch, float64, on one thread (`benchmarks/torch_blocks.py`), each in
    its own process, with its peak resident memory.
+5. The test suite: collecting it (`pytest --collect-only`, median of 3, pytest's own figure and the
+   process's), then README's test command itself (`pytest -n auto`, once: minutes), each in a fresh
+   process with what this machine has installed.
 
 Writes reports/benchmarks/feedback.json and .md. Run: python benchmarks/feedback_bench.py [--skip SECTION]
-(sections: commands, reach, mutation, modular).
+(sections: commands, reach, mutation, modular, suite).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import statistics
@@ -38,7 +42,7 @@ VJPCERT = [sys.executable, "-m", "vjpcert.cli"]
 REACH = [("softmax", {"rows": 1, "n": 128}), ("log_softmax", {"rows": 1, "n": 128}),
          ("rmsnorm", {"rows": 1, "n": 128}), ("layernorm", {"rows": 1, "n": 128}),
          ("attention", {"m": 16, "d": 16})]
-TARGETS = {"noop_over_help": 5.0, "verify_cpu_s": 10.0, "leaf_claim_cpu_s": 1.0, "attention_claim_cpu_s": 10.0,
+TARGETS = {"collection_s": 5.0, "suite_s": 300.0, "noop_over_help": 5.0, "verify_cpu_s": 10.0, "leaf_claim_cpu_s": 1.0, "attention_claim_cpu_s": 10.0,
            "symbolic_over_gradcheck": 1.0, "modular_over_torch": 8.0, "memory_over_torch": 3.0}
 
 
@@ -153,6 +157,24 @@ def modular() -> list[dict]:
     return rows
 
 
+def _pytest(args: list[str]) -> dict:
+    out = timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args])
+    tail = [ln for ln in out["stdout"].splitlines() if " in " in ln and ("passed" in ln or "collected" in ln)]
+    said = re.search(r" in ([0-9.]+)s", tail[-1]) if tail else None
+    return {"wall_s": out["wall_s"], "cpu_s": out["cpu_s"], "code": out["code"], "summary": tail[-1] if tail else "",
+            "pytest_s": float(said.group(1)) if said else None}
+
+
+def suite() -> dict:
+    """Collection (median of 3) and one run of README's test command, each in a fresh process."""
+    runs = [_pytest(["--collect-only"]) for _ in range(3)]
+    collection = min(runs, key=lambda r: abs(r["pytest_s"] - statistics.median(x["pytest_s"] for x in runs)))
+    print(f"  collection: {collection['pytest_s']} s", flush=True)
+    run = _pytest(["-n", "auto"])
+    print(f"  suite: {run['summary']}", flush=True)
+    return {"collection": collection, "run": run}
+
+
 def render(data: dict) -> str:
     lines = ["# Fast feedback", "",
              f"Command: `python benchmarks/feedback_bench.py`. Machine: {data['machine']}; every ratio is of two "
@@ -168,6 +190,14 @@ def render(data: dict) -> str:
                   f"<= {TARGETS['noop_over_help']}x help: **{c['noop_over_help']}x** |",
                   f"| `vjpcert verify` (median of 3) | {c['verify']['wall_s']} | **{c['verify']['cpu_s']}** | "
                   f"<= {TARGETS['verify_cpu_s']} CPU s |", ""]
+    t = data.get("suite")
+    if t:
+        col, run = t["collection"], t["run"]
+        lines += ["## The test suite", "", "| what | pytest's figure s | wall s | CPU s | target |", "|---|---|---|---|---|",
+                  f"| collection (`pytest --collect-only`, median of 3) | **{col['pytest_s']}** | {col['wall_s']} | "
+                  f"{col['cpu_s']} | <= {TARGETS['collection_s']} s |",
+                  f"| README's test command (`pytest -n auto`): {run['summary'].strip('= ')} | **{run['pytest_s']}** | "
+                  f"{run['wall_s']} | {run['cpu_s']} | <= {TARGETS['suite_s']:.0f} s |", ""]
     r = data.get("reach")
     if r:
         lines += ["## The exact tier's reach", "", "| op | claim | dims | verdict (method) | CPU s | target | steps |",
@@ -198,14 +228,15 @@ def render(data: dict) -> str:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--skip", action="append", default=[], choices=["commands", "reach", "mutation", "modular"])
+    ap.add_argument("--skip", action="append", default=[], choices=["commands", "reach", "mutation", "modular", "suite"])
     args = ap.parse_args()
     from vjpcert.core.certificate import atomic_write
     out = ROOT / "reports" / "benchmarks"
     path = out / "feedback.json"
     data = json.loads(path.read_text()) if path.exists() else {}
     data["machine"] = f"{platform.machine()}, {os.cpu_count()} cores (shared); Python {platform.python_version()}"
-    for name, fn in (("commands", commands), ("reach", reach), ("mutation", mutation), ("modular", modular)):
+    for name, fn in (("commands", commands), ("reach", reach), ("mutation", mutation), ("modular", modular),
+                     ("suite", suite)):
         if name in args.skip:
             continue
         print(f"{name}:", flush=True)
