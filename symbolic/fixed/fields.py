@@ -69,6 +69,7 @@ class RingField(_OperatorField):
         # inverse of that sum is one atom whichever way it is reached (through the atom, or expanded)
         self.lin_of: dict[str, tuple[int, object]] = {}
         self.zero, self.one = self.ctx.constant(0), self.ctx.constant(1)
+        self._inv_memo: dict[int, tuple] = {}        # id(a) -> (a, 1/a): see inv
         # variables known to be >= 0 at every point: sqrt(u v) = sqrt(u) sqrt(v) may split over them
         self.nonneg = {i for i, leaf in enumerate(self.leaves) if leaf.positive}
         # B.max_shift's free symbols (claim max_shift_free): always split off exp's argument, so
@@ -172,6 +173,17 @@ class RingField(_OperatorField):
         return out
 
     def inv(self, a):
+        """1/a as a polynomial in the atoms. Remembered by the polynomial object (kept alive with its
+        inverse, so its id is never reused; python-flint's polynomials are immutable): a softmax divides
+        every entry of a row by the same sum, and keying that sum's atom costs a print of the sum."""
+        hit = self._inv_memo.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        out = self._inverse(a)
+        self._inv_memo[id(a)] = (a, out)
+        return out
+
+    def _inverse(self, a):
         if a.is_zero():
             raise ZeroDivisionError("division by a polynomial that is identically zero")
         if a.is_constant():
