@@ -16,7 +16,7 @@ import numpy as np
 
 from vjpcert.core.registry import SpecError
 from vjpcert.frontends.precision import DTYPES
-from vjpcert.frontends.values import DEFAULT_CONSTANTS, Constants, Context, Val
+from vjpcert.frontends.values import DEFAULT_CONSTANTS, Constants, Context, Val, as_array
 
 
 def _jax():
@@ -110,7 +110,7 @@ def _erfc(c, x, **_):
 
 @rule("exp2")
 def _exp2(c, x, **_):
-    return c.unary("exp", c.binary("*", x, Val(np.asarray(c.B.log(c.B.c(2))), False)))
+    return c.unary("exp", c.binary("*", x, Val(as_array(c.B.log(c.B.c(2))), False)))
 
 
 @rule("integer_pow")
@@ -458,7 +458,7 @@ class JaxGraph:
     def evaluate(self, B, arrays, part: str) -> list[np.ndarray]:
         c = Context(B, Constants(self.constants_mode, self.dtype), self.op_name)
         jaxpr = self.closed.jaxpr
-        args = [Val(np.asarray(a), False) for a in arrays]
+        args = [Val(as_array(a), False) for a in arrays]
         if part == "forward":
             args.append(Val(np.zeros(jaxpr.invars[-1].aval.shape), True))
             wanted = [True] + [False] * (self.n_out - 1)

@@ -42,6 +42,7 @@ from vjpcert.frontends.values import DEFAULT_CONSTANTS
 def from_jax(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tuple] | None = None,
              dims: list[dict] | None = None, nondiff: Mapping[str, tuple] | None = None,
              params: Mapping | None = None, output: tuple | None = None, large_dims=None, check_dims=None,
+             modular_dims=None,
              spec: Op | None = None, constants: str = DEFAULT_CONSTANTS, module=None, doc: str = "",
              dtype: str | None = None) -> FrontendOp:
     """An op whose forward is ``fn(*inputs, *nondiff, **params)`` (JAX arrays in, one array out) and
@@ -68,7 +69,8 @@ def from_jax(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tupl
                       dtype=dtype,
                       module=module if module is not None else inspect.getmodule(fn), inputs=inputs,
                       dims=list(dims or []), nondiff=nondiff, params=params, output=output,
-                      large_dims=large_dims, check_dims=check_dims, spec=spec, constants=constants,
+                      large_dims=large_dims, check_dims=check_dims, modular_dims=modular_dims, spec=spec,
+                      constants=constants,
                       doc=doc or inspect.getdoc(fn) or "")
 
 

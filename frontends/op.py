@@ -53,7 +53,8 @@ class FrontendOp(Op):
     def __init__(self, *, name: str, framework: str, tracer: Callable, module, inputs: Mapping[str, tuple],
                  fn: Callable | None = None,
                  dims: list[dict], nondiff: Mapping[str, tuple] | None = None, params: Mapping | None = None,
-                 output: tuple | None = None, large_dims=None, check_dims=None, spec: Op | None = None,
+                 output: tuple | None = None, large_dims=None, check_dims=None, modular_dims=None,
+                 spec: Op | None = None,
                  constants: str = DEFAULT_CONSTANTS, doc: str = "", framework_version: str = "",
                  dtype: str | None = None, identity: Mapping | None = None):
         if not inputs:
@@ -96,6 +97,7 @@ class FrontendOp(Op):
                          params=params, dims=dims, large_dims=large_dims, check_dims=check_dims,
                          assumptions=(), constraints=None)
         self.vjp = backward
+        self.modular_dims = [dict(d) for d in (modular_dims or [])]     # production sizes (--modular)
         self.module = module
         self.doc = doc or (inspect.getdoc(module) if module is not None else "") or ""
         if spec is not None:
@@ -300,6 +302,7 @@ class FrontendOp(Op):
                     "inputs": self.inputs, "nondiff": self.nondiff,
                     "params": {k: repr(p.default) for k, p in self.params.items()},
                     "dims": self.dims, "large_dims": self.large_dims, "check_dims": self.check_dims,
+                    **({"modular_dims": self.modular_dims} if self.modular_dims else {}),
                     "constants": self.constants, "output": [str(e) for e in self.output],
                     **({"made": self._identity} if self._identity else {})}
             h.update(json.dumps(_jsonable(decl), sort_keys=True, default=str).encode())

@@ -50,6 +50,7 @@ def torch_version() -> str:
 def from_torch(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tuple] | None = None,
                dims: list[dict] | None = None, nondiff: Mapping[str, tuple] | None = None,
                params: Mapping | None = None, output: tuple | None = None, large_dims=None, check_dims=None,
+               modular_dims=None,
                spec: Op | None = None, constants: str = DEFAULT_CONSTANTS, module=None, doc: str = "",
                dtype: str | None = None, init: Mapping | None = None, train: bool = False) -> FrontendOp:
     """An op whose forward is ``fn(*inputs, *nondiff, **params)`` (torch tensors in, one tensor out)
@@ -58,7 +59,8 @@ def from_torch(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tu
     default float64, and the function must have the same graph at every lower precision too
     (``vjpcert.frontends.torch_paths``). ``fn`` may be an ``nn.Module`` class (built at each dims with
     ``init``) or instance: its parameters and buffers are inputs too (``frontends.torch_module``), and
-    it runs in eval mode unless ``train``."""
+    it runs in eval mode unless ``train``. ``modular_dims``: production sizes, where ``--modular`` runs
+    the randomised exact test on the same graph (``symbolic.modular``), as it does for a spec."""
     made = None
     if is_module(fn):
         if not dims:
@@ -92,7 +94,8 @@ def from_torch(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tu
                       dtype=dtype,
                       module=module if module is not None else inspect.getmodule(fn), inputs=inputs,
                       dims=list(dims or []), nondiff=nondiff, params=params, output=output,
-                      large_dims=large_dims, check_dims=check_dims, spec=spec, constants=constants,
+                      large_dims=large_dims, check_dims=check_dims, modular_dims=modular_dims, spec=spec,
+                      constants=constants,
                       doc=doc or inspect.getdoc(fn) or "", identity=made)
 
 

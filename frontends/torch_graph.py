@@ -14,7 +14,7 @@ import numpy as np
 
 from vjpcert.core.registry import SpecError
 from vjpcert.frontends.torch_rules import MAX_SITES, RULES, _torch
-from vjpcert.frontends.values import DEFAULT_CONSTANTS, Constants, Context, Val
+from vjpcert.frontends.values import DEFAULT_CONSTANTS, Constants, Context, Val, as_array
 
 MAX_DECOMPOSITION_ROUNDS = 40
 
@@ -103,7 +103,7 @@ class TorchGraph:
         ctx = Context(B, Constants(self.constants_mode, self.dtype), self.op_name)
         env = {}
         for ph, a in zip(self.placeholders, arrays):
-            env[ph] = Val(np.asarray(a), False)
+            env[ph] = Val(as_array(a), False)
         needed = self._needed[part]
         for node in self.order:
             if node not in needed:

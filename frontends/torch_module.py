@@ -44,7 +44,7 @@ class ModuleTarget:
         # named as the class is, for refusals and for the op's source files (``core.sources``)
         self.__name__, self.__qualname__ = self.cls.__name__, self.cls.__qualname__
         self.__module__ = self.cls.__module__
-        self.__doc__ = inspect.getdoc(self.cls) or ""
+        self.__doc__ = inspect.cleandoc(self.cls.__doc__ or "")        # its own, not nn.Module's
         self._built: dict = {}            # resolved constructor arguments -> module
         self.user_inputs: list[str] = []
         self.tensors = None

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from vjpcert.core.registry import SpecError
-from vjpcert.frontends.values import Val
+from vjpcert.frontends.values import Val, as_array
 
 
 def _torch():
@@ -119,7 +119,7 @@ def _pow_scalar(c, base, x):
     if x.static and x.neginf is None:
         flat = [B.c(Fraction(b.a.item())) ** B.c(Fraction(e)) for e in c._static_exact(x).ravel()]
         return Val(c._array_of(flat, x.shape), False)
-    return c.unary("exp", c.binary("*", x, Val(np.asarray(B.log(B.c(Fraction(b.a.item())))), False)))
+    return c.unary("exp", c.binary("*", x, Val(as_array(B.log(B.c(Fraction(b.a.item())))), False)))
 
 
 @rule("aten.cumsum.default")

@@ -44,6 +44,17 @@ DEFAULT_CONSTANTS = "named"
 _SHIFTED: ContextVar[Mapping[str, int]] = ContextVar("shifted_constants", default={})
 
 
+def own_array(a) -> bool:
+    """An array type of its own that follows the spec language's numpy protocols (the modular tier's
+    arrays mod p): traced values of that backend stay that type, as they do in a spec."""
+    return not isinstance(a, np.ndarray) and hasattr(type(a), "__array_function__")
+
+
+def as_array(a):
+    """A traced result as an array: numpy's (a 0-d result made an array again), or the backend's own."""
+    return a if isinstance(a, np.ndarray) or own_array(a) else np.asarray(a)
+
+
 class Val:
     """One array of a graph: ``a`` (static exact numbers, or an array over B), ``static``, and the
     static ``neginf`` mask (None when no entry is -inf)."""
@@ -51,7 +62,7 @@ class Val:
     __slots__ = ("a", "static", "neginf", "nan")
 
     def __init__(self, a, static: bool, neginf=None, nan=None):
-        self.a = a if isinstance(a, np.ndarray) else np.asarray(a, dtype=object)
+        self.a = a if isinstance(a, np.ndarray) or own_array(a) else np.asarray(a, dtype=object)
         self.static = static
         self.neginf = self._mask(neginf)
         # NaN only in static values, and only to be selected away (JAX's jnp.var writes a NaN into
@@ -271,7 +282,7 @@ class Context:
         B = self.B
         if not items:
             return B.zeros(shape)
-        return np.asarray(B.array(items)).reshape(shape)
+        return as_array(B.array(items)).reshape(shape)
 
     def lift(self, v: Val) -> np.ndarray:
         """The array over B of a value (static numbers become B.c(...) constants)."""
@@ -343,7 +354,7 @@ class Context:
             a = np.where(np.broadcast_to(mx, a.shape), zero, a) if x.neginf is not None else a
             b = np.where(np.broadcast_to(my, b.shape), zero, b) if y.neginf is not None else b
         out = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide}[op](a, b)
-        return Val(np.asarray(out), False, mask)
+        return Val(as_array(out), False, mask)
 
     def _no_nan(self, *vals):
         if any(v.nan is not None for v in vals):
@@ -371,7 +382,7 @@ class Context:
         self._no_nan(x)
         if x.neginf is not None:
             self.refuse("-inf is negated (+inf has no exact value)")
-        return Val(np.asarray(-x.a), x.static) if x.static else Val(np.asarray(-x.a), False)
+        return Val(np.asarray(-x.a), x.static) if x.static else Val(as_array(-x.a), False)
 
     def unary(self, kind: str, x: Val) -> Val:
         """A transcendental function over B (static arguments are lifted: sqrt(2) stays exact)."""
@@ -385,22 +396,22 @@ class Context:
             a = self.lift(Val(x.a, x.static))
             zero = self.lift(self.scalar(0))
             safe = np.where(keep, a, zero)
-            return Val(np.asarray(np.where(keep, B.exp(safe), zero)), False)
+            return Val(as_array(np.where(keep, B.exp(safe), zero)), False)
         a = self.lift(x)
         if kind == "rsqrt":
-            return Val(np.asarray(1 / B.sqrt(a)), False)
+            return Val(as_array(1 / B.sqrt(a)), False)
         if kind == "sigmoid":
-            return Val(np.asarray(1 / (1 + B.exp(-a))), False)
+            return Val(as_array(1 / (1 + B.exp(-a))), False)
         if kind == "expm1":
-            return Val(np.asarray(B.exp(a) - 1), False)
+            return Val(as_array(B.exp(a) - 1), False)
         if kind == "log1p":
-            return Val(np.asarray(B.log(1 + a)), False)
+            return Val(as_array(B.log(1 + a)), False)
         if kind == "reciprocal":
-            return Val(np.asarray(1 / a), False)
+            return Val(as_array(1 / a), False)
         fn = getattr(B, kind, None)
         if fn is None:
             self.refuse(f"the backend has no {kind}")
-        return Val(np.asarray(fn(a)), False)
+        return Val(as_array(fn(a)), False)
 
     def power(self, x: Val, k) -> Val:
         """x ** k for a constant exponent: integers, and +-1/2 (square roots)."""
@@ -426,8 +437,8 @@ class Context:
                                       dtype=object), True)
             a = self.lift(x)
             if n == 0:
-                return Val(np.asarray(a * 0 + 1), False)
-            return Val(np.asarray(a ** n if n > 0 else 1 / a ** -n), False)
+                return Val(as_array(a * 0 + 1), False)
+            return Val(as_array(a ** n if n > 0 else 1 / a ** -n), False)
         if k.denominator == 2:
             root = self.unary("sqrt", x)
             return self.power(root, int(k.numerator))
@@ -452,7 +463,7 @@ class Context:
         if nan.any():
             self.refuse("a NaN is selected into an input-dependent value")
         a, b = self.lift(Val(x.a, x.static)), self.lift(Val(y.a, y.static))
-        return Val(np.asarray(np.where(np.broadcast_to(c, shape), np.broadcast_to(a, shape),
+        return Val(as_array(np.where(np.broadcast_to(c, shape), np.broadcast_to(a, shape),
                                        np.broadcast_to(b, shape))), False, mask)
 
     def compare(self, op: str, x, y) -> Val:
@@ -502,11 +513,11 @@ class Context:
             return Val(s, True)
         a = x.a
         s = a.sum(axis=axes, keepdims=keepdims) if a.ndim else a
-        s = np.asarray(s)
+        s = as_array(s)
         if mean:
             if count == 0:
                 self.refuse("mean over an empty axis")
-            s = np.asarray(s * self.B.c(1, count))
+            s = as_array(s * self.B.c(1, count))
         return Val(s, False)
 
     def any_all(self, op: str, x: Val, axes, keepdims) -> Val:
@@ -525,7 +536,7 @@ class Context:
             self.refuse("-inf in a matrix product")
         if x.static and y.static:
             return Val(np.asarray(np.matmul(self._static_exact(x), self._static_exact(y)), dtype=object), True)
-        return Val(np.asarray(np.matmul(self.lift(x), self.lift(y))), False)
+        return Val(as_array(np.matmul(self.lift(x), self.lift(y))), False)
 
     def max_site(self, x: Val, axes, keepdims: bool) -> Val:
         """A maximum of input values over ``axes`` (a softmax's shift, as JAX and hand-written code
@@ -545,11 +556,11 @@ class Context:
         rest = [i for i in range(nd) if i not in axes]
         moved = np.transpose(x.a, rest + list(axes))
         flat = moved.reshape(moved.shape[:len(rest)] + (-1,))
-        m = np.asarray(self.B.max_shift(flat))                       # shape rest + (1,)
+        m = as_array(self.B.max_shift(flat))                       # shape rest + (1,)
         out_shape = tuple(1 if i in axes else x.shape[i] for i in range(nd)) if keepdims else \
             tuple(x.shape[i] for i in rest)
         self.sites += 1
-        return Val(np.asarray(m.reshape(out_shape)), False)
+        return Val(as_array(m.reshape(out_shape)), False)
 
     def softmax(self, x: Val, axis: int, log: bool = False) -> Val:
         """Row softmax (or log-softmax) along ``axis``, its mathematical definition: exp(x_i) / sum_j
@@ -566,7 +577,7 @@ class Context:
             else:
                 e = B.exp(s)
                 out = e / e.sum(-1, keepdims=True)
-            return Val(np.asarray(np.moveaxis(np.asarray(out), -1, axis)), False)
+            return Val(as_array(np.moveaxis(as_array(out), -1, axis)), False)
         keep = np.moveaxis(~x.neginf, axis, -1)
         if log:
             self.refuse("log-softmax of a row with -inf entries")
@@ -576,14 +587,14 @@ class Context:
         safe = np.where(keep, a, zero)
         e = np.where(keep, B.exp(safe - B.max_shift(safe, keep)), zero)
         out = e / e.sum(-1, keepdims=True)
-        return Val(np.asarray(np.moveaxis(np.asarray(out), -1, axis)), False)
+        return Val(as_array(np.moveaxis(as_array(out), -1, axis)), False)
 
     # ---------------------------------------------------------------- structure
     def structural(self, x: Val, fn) -> Val:
         """An op that moves entries around (reshape, transpose, slice, expand): the same on the values
         and on the -inf mask."""
         x = self.scalar(x)
-        a = np.asarray(fn(x.a))
+        a = as_array(fn(x.a))
         m = None if x.neginf is None else np.asarray(fn(x.neginf))
         nan = None if x.nan is None else np.asarray(fn(x.nan))
         return Val(a, x.static, m, nan)
@@ -609,4 +620,5 @@ class Context:
         self._no_nan(v)
         if v.neginf is not None:
             self.refuse("the graph returns -inf entries")
-        return np.array(self.lift(v), copy=True)
+        out = self.lift(v)
+        return out.copy() if own_array(out) else np.array(out, copy=True)

@@ -72,6 +72,9 @@ def _frontend_options(p):
                         "dim's name for its size at each dims, e.g. --init dim=D --init heads=4")
     p.add_argument("--train", action="store_true",
                    help="trace a torch: nn.Module in training mode (default: eval mode, dropout off)")
+    p.add_argument("--modular-dims", action="append", default=[], metavar="DIM=N,...",
+                   help="a torch:/jax: target's production dims (repeatable), where the randomised exact "
+                        "test runs (implies --modular), e.g. --modular-dims rows=512,D=4096,F=11008")
     p.add_argument("--spec", dest="like", metavar="OP|FILE::NAME",
                    help="a torch:/jax: target's forward must equal this spec's (and takes its inputs and dims)")
     p.add_argument("--constants", choices=["named", "decimal"], default="named",
@@ -232,6 +235,8 @@ def _plan(args, tiers: tuple[str, ...]):
         check_writable_dir(Path(args.reports))
     if getattr(args, "dims_alias", None):
         args.dims = args.dims_alias
+    if getattr(args, "modular_dims", None):
+        args.modular = True
     if "numeric" in tiers:
         from vjpcert.numeric.settings import MIN_DPS
         if args.dps < MIN_DPS:

@@ -76,6 +76,8 @@ def frontend_declaration(args) -> dict:
         decl["init"] = parse_params(args.init, option="--init", names=True)
     if getattr(args, "train", False):
         decl["train"] = True
+    if getattr(args, "modular_dims", None):
+        decl["modular_dims"] = [parse_dims(d, option="--modular-dims") for d in args.modular_dims]
     if getattr(args, "like", None):
         decl["spec"] = args.like
     if getattr(args, "constants", "named") != "named":
@@ -98,7 +100,8 @@ def frontend_op(target: str, decl: dict) -> Op:
         extra = sorted(k for k in decl if k != "dims")
         if extra:
             raise SpecError(obj.name, f"{target} is declared in its module already; drop "
-                                      + ", ".join("--" + {"inputs": "input", "spec": "spec", "params": "param"}.get(k, k)
+                                      + ", ".join("--" + {"inputs": "input", "spec": "spec", "params": "param",
+                                                                "modular_dims": "modular-dims"}.get(k, k)
                                                   for k in extra))
         return obj
     spec = resolve_op(decl["spec"]) if decl.get("spec") else None
@@ -108,7 +111,8 @@ def frontend_op(target: str, decl: dict) -> Op:
                               f"or name the spec it implements (--spec rmsnorm)")
     kwargs = dict(name=where.replace(":", "."), inputs=decl.get("inputs"), nondiff=decl.get("nondiff"),
                   params=decl.get("params"), spec=spec, constants=decl.get("constants", "named"),
-                  dims=[dims] if dims and spec is None else None, dtype=decl.get("dtype"))
+                  dims=[dims] if dims and spec is None else None, dtype=decl.get("dtype"),
+                  modular_dims=decl.get("modular_dims"))
     if framework == "torch":
         from vjpcert.frontends.pytorch import from_torch
         return from_torch(obj, **kwargs, init=decl.get("init"), train=decl.get("train", False))
@@ -205,7 +209,7 @@ def parse_params(items, option: str = "--param", names: bool = False) -> dict:
     return out
 
 
-def parse_dims(text: str | None) -> dict[str, int]:
+def parse_dims(text: str | None, option: str = "--dims") -> dict[str, int]:
     """``"n=128,rows=2"`` -> {"n": 128, "rows": 2}."""
     if not text:
         return {}
@@ -213,7 +217,7 @@ def parse_dims(text: str | None) -> dict[str, int]:
     for part in text.split(","):
         key, sep, value = part.partition("=")
         if not sep or not key.strip().isidentifier() or not value.strip().lstrip("-").isdigit():
-            raise SpecError(None, f"--dims expects name=int pairs such as n=128,rows=2; got {part!r}")
+            raise SpecError(None, f"{option} expects name=int pairs such as n=128,rows=2; got {part!r}")
         out[key.strip()] = int(value)
     return out
 

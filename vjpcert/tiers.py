@@ -158,7 +158,10 @@ def _plan_symbolic(ref, op, p: Planning):
                                        **opts))
             if "compositional" in op.proofs and claim.startswith("vjp["):
                 tasks.append(make_task("symbolic", ref, claim, dims, method="compositional", **opts))
-    if p.modular and p.fixed_dims is None and not p.overrides and not p.large:
+    # --modular runs at the op's production dims when the command asks for its own dims (a torch:/jax:
+    # target's --dims declare them: they are no override)
+    own_dims_only = not p.overrides or [op.resolve_dims(d) for d in ladder] == own
+    if p.modular and p.fixed_dims is None and own_dims_only and not p.large:
         from vjpcert.symbolic.modular.check import modular_claims, split_dims
         from vjpcert.symbolic.settings import MODULAR_TRIALS
         for entry in getattr(op, "modular_dims", ()):      # production sizes: the modular test only

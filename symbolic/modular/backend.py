@@ -258,6 +258,8 @@ class ModularBackend:
         return out
 
     def array(self, values):
+        if isinstance(values, (list, tuple)) and any(isinstance(v, ModArray) for v in values):
+            return stack([lift(self.F, v) for v in values])        # B.c(...)s, or traced entries
         flat = np.asarray(values, dtype=object)
         if all(isinstance(v, (numbers.Integral, Fraction)) and not isinstance(v, bool) for v in flat.ravel()):
             out = qarray(self.F, np.vectorize(Fraction, otypes=[object])(flat) if flat.size else flat)

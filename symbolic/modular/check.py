@@ -550,6 +550,15 @@ def check_modular(op: Op, claim: str, dims: dict, *, seed: int = 0, trials: int 
                               f"{bound['total']:.3g} is not below {tol.MODULAR_MAX_FALSE_PASS:g}")
     else:
         verdict, method = "checked-probabilistic", METHOD
+    rounded = op.rounded_constants(dims_only) if verdict == "failed" else []
+    if rounded:
+        # a framework graph's constant read as its decimal, where the code means the real it rounds: the
+        # residual may be that rounding alone, which only the fixed-dims tier's fit can tell apart
+        verdict, method = "inconclusive", "none"
+        evidence["nonzero_at"] = evidence.pop("witness")
+        evidence["reason"] = (f"the residual is nonzero, but the graph reads the constants {rounded} as their "
+                              f"decimals and they are the roundings of reals: it may be their rounding alone "
+                              f"(the fixed-dims tier fits it; --constants named reads the reals where it can)")
     from vjpcert.symbolic.fixed.prover import assumptions_of
     assumptions = assumptions_of(op, {}) + [
         "transcendental subterms are atoms keyed by the value of their argument (the exact tier's ring "
