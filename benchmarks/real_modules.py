@@ -108,12 +108,15 @@ class ViTBlock(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
 
 
-# (name, class, init with dim names, inputs, small dims)
+# (name, class, init with dim names, inputs, small dims, production dims: ViT-Tiny, GPT-2-small's block
+# and a Llama-style layer of 8 heads sharing 2 key/value heads, as the modular benchmark sizes them)
 MODULES = [
     ("llama_decoder_layer", LlamaDecoderLayer,
-     {"dim": "D", "heads": 2, "kv_heads": 1, "hidden": "F", "seq": "t"}, {"x": ("b", "t", "D")},
-     {"b": 1, "t": 2, "D": 4, "F": 3}),
-    ("gpt2_block", GPT2Block, {"dim": "D", "heads": 2}, {"x": ("b", "t", "D")}, {"b": 1, "t": 2, "D": 2}),
-    ("vit_block", ViTBlock, {"dim": "D", "heads": 1, "mlp_ratio": 1}, {"x": ("b", "n", "D")},
-     {"b": 1, "n": 2, "D": 2}),
+     {"dim": "D", "heads": "H", "kv_heads": "KV", "hidden": "F", "seq": "t"}, {"x": ("b", "t", "D")},
+     {"b": 1, "t": 2, "D": 4, "F": 3, "H": 2, "KV": 1},
+     {"b": 1, "t": 512, "D": 512, "F": 1376, "H": 8, "KV": 2}),
+    ("gpt2_block", GPT2Block, {"dim": "D", "heads": "H"}, {"x": ("b", "t", "D")}, {"b": 1, "t": 2, "D": 2, "H": 2},
+     {"b": 1, "t": 1024, "D": 768, "H": 12}),
+    ("vit_block", ViTBlock, {"dim": "D", "heads": "H", "mlp_ratio": "R"}, {"x": ("b", "n", "D")},
+     {"b": 1, "n": 2, "D": 2, "H": 1, "R": 1}, {"b": 1, "n": 197, "D": 192, "H": 3, "R": 4}),
 ]

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from vjpcert.core.registry import SpecError
-from vjpcert.frontends.values import Val, as_array
+from vjpcert.frontends.values import Val, as_array, fresh_copy
 
 
 def _torch():
@@ -312,7 +312,7 @@ def _index_put(c, x, indices, values, accumulate=False):
     if x.neginf is not None or values.neginf is not None:
         c.refuse("-inf in an index_put")
     static = x.static and values.static
-    out = np.array(c._static_exact(x) if static else c.lift(x), copy=True)
+    out = fresh_copy(c._static_exact(x) if static else c.lift(x))
     vals = np.broadcast_to(c._static_exact(values) if static else c.lift(values), out[idx].shape)
     if accumulate:
         np.add.at(out, idx, vals)
@@ -442,7 +442,7 @@ def _scatter_into(c, base: Val, src: Val, index) -> Val:
     if src.neginf is not None or base.neginf is not None:
         c.refuse("-inf in a scatter")
     static = base.static and src.static
-    out = np.array(c._static_exact(base) if static else c.lift(base), copy=True)
+    out = fresh_copy(c._static_exact(base) if static else c.lift(base))
     out[index] = c._static_exact(src) if static else c.lift(src)
     return Val(out, static)
 

@@ -55,6 +55,11 @@ def as_array(a):
     return a if isinstance(a, np.ndarray) or own_array(a) else np.asarray(a)
 
 
+def fresh_copy(a):
+    """A copy of an array to write into (numpy's, or the backend's own, which copies itself)."""
+    return a.copy() if own_array(a) else np.array(a, copy=True)
+
+
 class Val:
     """One array of a graph: ``a`` (static exact numbers, or an array over B), ``static``, and the
     static ``neginf`` mask (None when no entry is -inf)."""
@@ -620,5 +625,4 @@ class Context:
         self._no_nan(v)
         if v.neginf is not None:
             self.refuse("the graph returns -inf entries")
-        out = self.lift(v)
-        return out.copy() if own_array(out) else np.array(out, copy=True)
+        return fresh_copy(self.lift(v))
