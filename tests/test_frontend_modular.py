@@ -4,6 +4,7 @@ arrays mod p a spec runs on (no exact trace at production dims), declared with `
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -85,7 +86,7 @@ def test_a_jax_function_and_a_wrong_custom_vjp_at_production_dims():
     assert check_modular(bad, "vjp[x]", dims).verdict == "failed"
 
 
-def test_the_command_line_checks_a_module_at_the_production_dims_it_is_given(tmp_path, monkeypatch):
+def test_the_command_line_checks_a_module_at_the_production_dims_it_is_given_and_verify_rebuilds_it(tmp_path, monkeypatch):
     import inspect
     module = "import torch.nn as nn\nimport torch.nn.functional as F\n\n\n" + inspect.getsource(models.LlamaMLP)
     (tmp_path / "user_mlp.py").write_text(module)
@@ -101,6 +102,11 @@ def test_the_command_line_checks_a_module_at_the_production_dims_it_is_given(tmp
         by_dims.setdefault(json.dumps(r["dims"], sort_keys=True), set()).add(r["verdict"])
     assert by_dims == {json.dumps({"D": 2, "F": 3, "rows": 2}, sort_keys=True): {"proved"},
                        json.dumps({"D": 64, "F": 172, "rows": 32}, sort_keys=True): {"checked-probabilistic"}}
+    # the reports record the declaration: verify builds the op again from it, and sees an edit
+    assert main(["verify", str(reports)]) == 0
+    (tmp_path / "user_mlp.py").write_text(module.replace("* self.up(x)", "* self.up(x) * 2"))
+    monkeypatch.delitem(sys.modules, "user_mlp")            # as a fresh process loads it
+    assert main(["verify", str(reports)]) == 1
 
 
 def test_modular_dims_are_part_of_the_ops_identity():

@@ -626,6 +626,7 @@ def cmd_kernels(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    import json
     import os
 
     from vjpcert.specs import builtin_ops
@@ -638,29 +639,43 @@ def cmd_verify(args) -> int:
         return _fail_bad_input(f"{root} is not a report directory (it has no certificates/ folder)")
     if args.sample is not None and (args.sample < 1 or not args.replay):
         return _fail_bad_input("--sample K needs --replay and K >= 1")
-    gone = []
+    gone, declared = [], {}
     if not args.spec:
         # a user project's report folder names its ops' spec files (ops.json): check those by default
-        from vjpcert.report_data import recorded_spec_files
+        from vjpcert.report_data import recorded_declarations, recorded_spec_files
         files, gone = recorded_spec_files(root)
+        declared = recorded_declarations(root)
         args.spec = [str(f) for f in files]
         if files:
             print("vjpcert verify: the spec files recorded in " + str(root / "ops.json") + ": "
                   + ", ".join(os.path.relpath(f) for f in files))
+        if declared:
+            print("vjpcert verify: the torch:/jax: targets recorded in " + str(root / "ops.json") + ": "
+                  + ", ".join(json.loads(d)["target"] for d in declared.values()))
     builtins = builtin_ops()
     ops = dict(builtins)
     for f in args.spec:
         ops.update({o.name: o for o in load_file(f)})
+    from vjpcert.ops import OpRef
+    declared_refs = {name: OpRef(name, frontend=d) for name, d in declared.items()}
+    ops.update({name: ref.resolve() for name, ref in declared_refs.items()})
     expected = None
     if not args.no_missing:
         # the plan of `vjpcert all` over the user's spec files, and over the built-in ops unless the
         # directory holds none of theirs (a user's own report directory)
         present = {p.parent.name for p in Path(args.reports).glob("certificates/*/*.json")}
-        targets = [*args.spec] + ([] if args.spec and not (present & set(builtins)) else list(builtins))
-        plan_args = build_parser().parse_args(["all", *targets, "--reports", args.reports])
-        plan_args.read_only = True            # verify plans what `all` would write, and writes nothing
-        tasks, _ = _plan(plan_args, ("symbolic", "numeric", "kernel"))
-        expected = [task_relpath(t, ops[t.op.name].base_name) for t in tasks]
+        mine = args.spec or declared
+        targets = [*args.spec] + ([] if mine and not (present & set(builtins)) else list(builtins))
+        expected = []
+        if targets:
+            plan_args = build_parser().parse_args(["all", *targets, "--reports", args.reports])
+            plan_args.read_only = True            # verify plans what `all` would write, and writes nothing
+            tasks, _ = _plan(plan_args, ("symbolic", "numeric", "kernel"))
+            expected = [task_relpath(t, ops[t.op.name].base_name) for t in tasks]
+        # a target declared on the command line was run with the tiers and dims that command chose:
+        # its certificates on disk are the ones expected (each still checked for being current)
+        expected += [p.relative_to(root) for name in declared
+                     for p in (root / "certificates" / ops[name].base_name).glob("*.json")]
     try:
         problems = verify(root, ops, expected)
     except NotAReportDir as exc:
@@ -682,9 +697,9 @@ def cmd_verify(args) -> int:
     if args.replay:
         import random
 
-        from vjpcert.ops import OpRef
         from vjpcert.verify import replay, sample_paths
         refs = {n: OpRef(n) for n in builtin_ops()}
+        refs.update(declared_refs)
         for f in args.spec:
             refs.update({o.name: OpRef(o.name, str(Path(f).resolve())) for o in load_file(f)})
         seed = args.replay_seed if args.replay_seed is not None else random.SystemRandom().randrange(10**6)

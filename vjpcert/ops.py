@@ -141,6 +141,7 @@ def select_ops(targets: list[str], frontend: dict | None = None) -> list[tuple[O
                 if key in decl:
                     decl[key] = [[k, list(v)] for k, v in decl[key].items()]
             ref = json.dumps(decl)
+            op.declared = ref           # recorded with the reports: `vjpcert verify` builds the op again
             out.append((OpRef(op.name, frontend=ref), op))
         elif "::" in target:                # one op of a user file, as the pytest fixture takes it
             path, _, name = target.partition("::")

@@ -81,11 +81,21 @@ def _spec_path(op, root: Path) -> str | None:
     return Path(os.path.relpath(Path(f).resolve(), Path(root).resolve())).as_posix() if f else None
 
 
+def recorded_declarations(root: Path) -> dict[str, str]:
+    """name -> declaration of the torch:/jax: targets declared on the command line that ``OPS_FILE``
+    records (their files define no op: the declaration is the op, as ``ops.OpRef`` holds it)."""
+    return {name: info["declared"] for name, info in sorted(read_ops_file(root).items())
+            if isinstance(info.get("declared"), str)}
+
+
 def recorded_spec_files(root: Path) -> tuple[list[Path], list[str]]:
     """The spec files of the user ops ``OPS_FILE`` records (existing ones, deduplicated), and the
-    names of the ops whose recorded spec file is gone."""
+    names of the ops whose recorded spec file is gone; ops declared on the command line aside
+    (``recorded_declarations``)."""
     files, gone = {}, []
     for name, info in sorted(read_ops_file(root).items()):
+        if "declared" in info:
+            continue
         rel = info.get("spec_path")
         if not isinstance(rel, str):
             continue
@@ -113,7 +123,8 @@ def page_ops(root: Path, ops: dict | None = None) -> dict[str, dict]:
     from vjpcert.specs import builtin_ops
     # what the pages show of an op, whether it comes from the file or from this run (the file's
     # spec_path is for `verify`, not for the pages)
-    info = {name: {k: v for k, v in entry.items() if k != "spec_path"} for name, entry in read_ops_file(root).items()}
+    info = {name: {k: v for k, v in entry.items() if k not in ("spec_path", "declared")}
+            for name, entry in read_ops_file(root).items()}
     info.update({name: op_info(op) for name, op in builtin_ops().items()})
     info.update({name: op_info(op) for name, op in (ops or {}).items()})
     return info
@@ -126,7 +137,8 @@ def user_ops_record(root: Path, ops: dict) -> str | None:
     builtins = builtin_ops()
     before = read_ops_file(root)
     after = dict(before)
-    after.update({name: {**op_info(op), "spec_path": _spec_path(op, root)}
+    after.update({name: {**op_info(op), "spec_path": _spec_path(op, root),
+                         **({"declared": op.declared} if getattr(op, "declared", None) else {})}
                   for name, op in ops.items() if name not in builtins})
     if not after or after == before:
         return None
