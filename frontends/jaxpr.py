@@ -32,7 +32,9 @@ from typing import Callable, Mapping
 from vjpcert.core.registry import Op, SpecError
 from vjpcert.frontends.jax_graph import RULES, JaxGraph, _jax, jax_version, rule, run_jaxpr, trace  # noqa: F401
 # (RULES, rule, JaxGraph, run_jaxpr, trace: re-exported, the frontend's names as before)
+from vjpcert.frontends.jax_module import EquinoxModule, is_module
 from vjpcert.frontends.jax_paths import trace_checked
+from vjpcert.frontends.modules import identity as module_identity
 from vjpcert.frontends.op import FrontendOp
 from vjpcert.frontends.precision import check_dtype
 from vjpcert.frontends.values import DEFAULT_CONSTANTS
@@ -44,11 +46,24 @@ def from_jax(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tupl
              params: Mapping | None = None, output: tuple | None = None, large_dims=None, check_dims=None,
              modular_dims=None,
              spec: Op | None = None, constants: str = DEFAULT_CONSTANTS, module=None, doc: str = "",
-             dtype: str | None = None) -> FrontendOp:
+             dtype: str | None = None, init: Mapping | None = None) -> FrontendOp:
     """An op whose forward is ``fn(*inputs, *nondiff, **params)`` (JAX arrays in, one array out) and
     whose backward is what ``jax.vjp`` computes for it. Inputs, dims and output default to the spec's.
     ``dtype``: the jaxpr traced at that dtype is the one proved; by default float64, and the
-    function must have the same jaxpr at every lower precision too (``vjpcert.frontends.jax_paths``)."""
+    function must have the same jaxpr at every lower precision too (``vjpcert.frontends.jax_paths``).
+    ``fn`` may be an Equinox module class (built at each dims with ``init``) or instance: its floating
+    arrays are inputs too (``frontends.jax_module``)."""
+    made = None
+    if is_module(fn):
+        if not dims:
+            raise SpecError(name, "a module op needs dims: the sizes its inputs (and init) are given at")
+        target = EquinoxModule(fn, init, name or getattr(fn, "__name__", type(fn).__name__), False)
+        inputs, nondiff = target.declare(dims[0], inputs or {}, nondiff or {})
+        made = module_identity(target)
+        name, fn = name or target.__name__, target
+        doc = doc or target.__doc__
+    elif init is not None:
+        raise SpecError(name, "init= builds an Equinox module; this is not one")
     if spec is not None:
         inputs = inputs or spec.inputs
         nondiff = spec.nondiff if nondiff is None else nondiff
@@ -71,7 +86,7 @@ def from_jax(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tupl
                       dims=list(dims or []), nondiff=nondiff, params=params, output=output,
                       large_dims=large_dims, check_dims=check_dims, modular_dims=modular_dims, spec=spec,
                       constants=constants,
-                      doc=doc or inspect.getdoc(fn) or "")
+                      doc=doc or inspect.getdoc(fn) or "", identity=made)
 
 
 def jax_op(fn=None, **declaration):

@@ -238,6 +238,9 @@ class Context:
         self.B = B
         self.constants = constants
         self.op_name = op_name
+        # a backend with arrays of its own (mod p) takes a static array's exact numbers at once
+        # (B.array of ints and Fractions); the others get one B.c constant per entry
+        self._exact_arrays = own_array(B.zeros((0,)))
         self.at = ""
         self.sites = 0                   # maxima of input values met (see max_site)
         self.casts: set[str] = set()     # dtype conversions met (for the assumptions)
@@ -298,6 +301,9 @@ class Context:
             return v.a
         B = self.B
         flat = v.a.ravel().tolist()
+        if self._exact_arrays and flat:
+            exact = [int(x) if isinstance(x, (bool, int, np.integer, np.bool_)) else Fraction(x) for x in flat]
+            return B.array(exact).reshape(v.a.shape)
         items = [B.c(int(x)) if isinstance(x, (bool, int, np.integer, np.bool_)) else B.c(Fraction(x))
                  for x in flat]
         return self._array_of(items, v.a.shape)

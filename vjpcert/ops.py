@@ -116,10 +116,11 @@ def frontend_op(target: str, decl: dict) -> Op:
     if framework == "torch":
         from vjpcert.frontends.pytorch import from_torch
         return from_torch(obj, **kwargs, init=decl.get("init"), train=decl.get("train", False))
-    if decl.get("init") or decl.get("train"):
-        raise SpecError(None, f"{target}: --init and --train build a torch nn.Module; this is a jax: target")
+    if decl.get("train"):
+        raise SpecError(None, f"{target}: --train traces a torch nn.Module in training mode; this is a jax: "
+                              f"target (an Equinox module takes a flag such as inference= with --init)")
     from vjpcert.frontends.jaxpr import from_jax
-    return from_jax(obj, **kwargs)
+    return from_jax(obj, **kwargs, init=decl.get("init"))
 
 
 def select_ops(targets: list[str], frontend: dict | None = None) -> list[tuple[OpRef, Op]]:
