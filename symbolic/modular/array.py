@@ -533,15 +533,37 @@ def _with_qa(out: ModArray, a: ModArray, b: ModArray, fn) -> ModArray:
 
 def qarray(F: Field, qa) -> ModArray:
     """An exact rational array: its residues, and the Fractions (for exponents)."""
+    if isinstance(qa, np.ndarray) and qa.dtype.kind in "biu" and qa.size:
+        return _integer_array(F, qa.astype(np.int64))
     qa = np.asarray(qa, dtype=object)
-    v = np.vectorize(lambda q: F.residue(Fraction(q)), otypes=[np.int64])(qa) if qa.size else \
-        np.zeros(qa.shape, np.int64)
+    flat = [q if type(q) is Fraction else Fraction(q) for q in qa.ravel().tolist()]
+    residues: dict = {}                  # each distinct value once (a mask holds two)
+    for q in flat:
+        if q not in residues:
+            residues[q] = F.residue(q)
+    v = np.fromiter((residues[q] for q in flat), dtype=np.int64, count=len(flat)).reshape(qa.shape)
     # every entry q = (q L) / L for L the lcm of the denominators: one constant class, |q L| <= big L
-    big = max([abs(Fraction(q)) for q in qa.ravel()] + [Fraction(1)])
-    den = math.lcm(*[Fraction(q).denominator for q in qa.ravel()], 1)
+    big = max([abs(q) for q in residues] + [Fraction(1)])
+    den = math.lcm(*[q.denominator for q in residues], 1)
     b = bnd.const(Fraction(1, den))
-    out = _new(F, v.astype(np.int64), None, bnd.Bound(0, math.log2(max(1, big * den)), b.cls), None)
-    out.qa = np.vectorize(Fraction, otypes=[object])(qa) if qa.size else qa
+    out = _new(F, v, None, bnd.Bound(0, math.log2(max(1, big * den)), b.cls), None)
+    exact = np.empty(len(flat), dtype=object)
+    exact[:] = flat
+    out.qa = exact.reshape(qa.shape)
+    out.sid = derive("rationals", repr(out.qa.tolist()), None)
+    return out
+
+
+def _integer_array(F: Field, ints: np.ndarray) -> ModArray:
+    """``qarray`` of an int64 array (a mask, an index table: the entries of a framework graph's static
+    arrays), its residues by numpy and its Fractions one per distinct value."""
+    big = int(np.abs(ints).max())
+    b = bnd.const(Fraction(1))
+    out = _new(F, np.mod(ints, F.p), None, bnd.Bound(0, math.log2(max(1, big)), b.cls), None)
+    as_fraction = {int(k): Fraction(int(k)) for k in np.unique(ints)}
+    exact = np.empty(ints.size, dtype=object)
+    exact[:] = [as_fraction[k] for k in ints.ravel().tolist()]
+    out.qa = exact.reshape(ints.shape)
     out.sid = derive("rationals", repr(out.qa.tolist()), None)
     return out
 

@@ -258,11 +258,15 @@ class ModularBackend:
         return out
 
     def array(self, values):
+        if isinstance(values, np.ndarray) and values.dtype.kind in "biu" and values.size:
+            out = qarray(self.F, values)                         # a static integer array, at once
+            out.scalar = False
+            return out
         if isinstance(values, (list, tuple)) and any(isinstance(v, ModArray) for v in values):
             return stack([lift(self.F, v) for v in values])        # B.c(...)s, or traced entries
         flat = np.asarray(values, dtype=object)
         if all(isinstance(v, (numbers.Integral, Fraction)) and not isinstance(v, bool) for v in flat.ravel()):
-            out = qarray(self.F, np.vectorize(Fraction, otypes=[object])(flat) if flat.size else flat)
+            out = qarray(self.F, flat)
             out.scalar = False               # np.asarray: an array, 0-d too
             return out
         return stack([lift(self.F, v) for v in values]) if len(values) else self.zeros((0,))
