@@ -34,7 +34,7 @@ from vjpcert.frontends.jax_graph import RULES, JaxGraph, _jax, jax_version, rule
 # (RULES, rule, JaxGraph, run_jaxpr, trace: re-exported, the frontend's names as before)
 from vjpcert.frontends.jax_module import EquinoxModule, is_module
 from vjpcert.frontends.jax_paths import trace_checked
-from vjpcert.frontends.modules import identity as module_identity
+from vjpcert.frontends.modules import module_op
 from vjpcert.frontends.op import FrontendOp
 from vjpcert.frontends.precision import check_dtype
 from vjpcert.frontends.values import DEFAULT_CONSTANTS
@@ -55,13 +55,7 @@ def from_jax(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tupl
     arrays are inputs too (``frontends.jax_module``)."""
     made = None
     if is_module(fn):
-        if not dims:
-            raise SpecError(name, "a module op needs dims: the sizes its inputs (and init) are given at")
-        target = EquinoxModule(fn, init, name or getattr(fn, "__name__", type(fn).__name__), False)
-        inputs, nondiff = target.declare(dims[0], inputs or {}, nondiff or {})
-        made = module_identity(target)
-        name, fn = name or target.__name__, target
-        doc = doc or target.__doc__
+        fn, name, inputs, nondiff, doc, made = module_op(EquinoxModule, fn, init, name, dims, inputs, nondiff, doc, False)
     elif init is not None:
         raise SpecError(name, "init= builds an Equinox module; this is not one")
     if spec is not None:

@@ -199,6 +199,17 @@ def input_name(own: str) -> str:
     return (own[1:] if own.startswith(".") else own).replace(".", "_")
 
 
+def module_op(kind: type, fn, init: Mapping | None, name: str | None, dims, inputs, nondiff, doc: str,
+              train: bool = False) -> tuple:
+    """(callable, name, inputs, nondiff, doc, identity) of an op made from a module class or instance
+    ``fn`` (``kind``: the framework's ``ModuleTarget``), its arrays declared at the first dims."""
+    if not dims:
+        raise SpecError(name, "a module op needs dims: the sizes its inputs (and init) are given at")
+    target = kind(fn, init, name or getattr(fn, "__name__", type(fn).__name__), train)
+    inputs, nondiff = target.declare(dims[0], inputs or {}, nondiff or {})
+    return target, name or target.__name__, inputs, nondiff, doc or target.__doc__, identity(target)
+
+
 def identity(target: ModuleTarget) -> dict:
     """What the op's identity records of the module beyond its source: how it is built."""
     return {"module": f"{target.cls.__module__}.{target.cls.__qualname__}", "init": dict(target.init),

@@ -36,7 +36,7 @@ from vjpcert.frontends.op import FrontendOp
 from vjpcert.frontends.precision import check_dtype
 from vjpcert.frontends.torch_graph import TorchGraph, trace  # noqa: F401  (re-exported: the frontend's names)
 from vjpcert.frontends.torch_module import TorchModule, is_module
-from vjpcert.frontends.modules import identity as module_identity
+from vjpcert.frontends.modules import module_op
 from vjpcert.frontends.torch_paths import trace_checked
 from vjpcert.frontends.values import DEFAULT_CONSTANTS
 from vjpcert.frontends.torch_rules import RULES, _torch, rule  # noqa: F401  (re-exported: the frontend's names)
@@ -63,13 +63,7 @@ def from_torch(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tu
     the randomised exact test on the same graph (``symbolic.modular``), as it does for a spec."""
     made = None
     if is_module(fn):
-        if not dims:
-            raise SpecError(name, "a module op needs dims: the sizes its inputs (and init) are given at")
-        target = TorchModule(fn, init, name or getattr(fn, "__name__", type(fn).__name__), train)
-        inputs, nondiff = target.declare(dims[0], inputs or {}, nondiff or {})
-        made = module_identity(target)
-        name, fn = name or target.__name__, target
-        doc = doc or target.__doc__
+        fn, name, inputs, nondiff, doc, made = module_op(TorchModule, fn, init, name, dims, inputs, nondiff, doc, train)
     elif init is not None or train:
         raise SpecError(name, "init= and train= build an nn.Module; this is not one")
     elif isinstance(fn, type):

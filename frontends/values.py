@@ -304,8 +304,8 @@ class Context:
             return B.array(v.a.astype(np.int64)).reshape(v.a.shape)    # a mask or an index table, at once
         flat = v.a.ravel().tolist()
         if self._exact_arrays and flat:
-            if all(getattr(x, "denominator", None) == 1 for x in flat):      # whole numbers, as floats
-                return B.array(np.array([int(x) for x in flat], dtype=object).astype(np.int64)).reshape(v.a.shape)
+            if all(getattr(x, "denominator", None) == 1 and abs(x) < 2**62 for x in flat):  # whole numbers
+                return B.array(np.array([int(x) for x in flat], dtype=np.int64)).reshape(v.a.shape)
             exact = [int(x) if isinstance(x, (bool, int, np.integer, np.bool_)) else Fraction(x) for x in flat]
             return B.array(exact).reshape(v.a.shape)
         items = [B.c(int(x)) if isinstance(x, (bool, int, np.integer, np.bool_)) else B.c(Fraction(x))
