@@ -333,6 +333,93 @@ def test_the_conv2d_float_reference_is_checked_with_a_dim_declared_as_2_ho():
     assert cert.verdict == "checked", cert.evidence
 
 
+# ------------------------------------------------------------------------------ a strided slice's transpose
+def _spread(a):
+    """a[t] placed at entry 2t of an array twice as long, zeros between: the transpose of x[::2],
+    written as numpy users write it (stack with zeros, reshape)."""
+    return np.stack([a, 0 * a], axis=-1).reshape(2 * a.shape[0])
+
+
+def _window3_op(name, offsets):
+    """y[t] = sum_i w[i] xp[2t + i], xp = x padded by one (a 1-d stride-2 conv of width 3); its backward
+    spreads w[i] dy back to every other entry, shifted by the tap: three interleaves padded at different
+    offsets, added (strided pieces that must be cut per residue class to be aligned)."""
+    @op(name=name, inputs={"x": ("2*n",), "w": (3,)}, output=("n",), dims=[{"n": 2}, {"n": 3}])
+    def conv(B, x, w):
+        n = x.shape[0] // 2
+        xp = np.pad(x, 1)
+        return sum(w[i] * xp[i:i + 2 * n:2] for i in range(3))
+
+    @conv.defvjp
+    def _(B, x, w, dy):
+        n = dy.shape[0]
+        xp = np.pad(x, 1)
+        dxp = sum(np.pad(_spread(w[i] * dy), (lo, 2 - lo)) for i, lo in enumerate(offsets))
+        dw = np.stack([(dy * xp[i:i + 2 * n:2]).sum() for i in range(3)])
+        return dxp[1:-1], dw
+    conv.every_size("vjp[x]", "vjp[w]")
+    return conv
+
+
+def test_the_transpose_of_a_strided_slice_written_as_an_interleave_is_proved_for_every_size():
+    conv = _window3_op("tl_window3", (0, 1, 2))
+    for claim in ("vjp[x]", "vjp[w]"):
+        cert = prove_general(conv, claim, budget=120)
+        assert cert.verdict == "proved-general", (claim, cert.evidence.get("reason"))
+
+
+def test_an_interleave_one_place_off_is_refuted_for_every_size():
+    conv = _window3_op("tl_window3_wrong", (0, 2, 1))
+    cert = prove_general(conv, "vjp[x]", budget=120)
+    assert cert.verdict == "failed", cert.evidence.get("reason")
+
+
+@pytest.mark.parametrize("shape, target", [((2, 6), (4, 3)), ((2, 6), (3, 4)), ((2, 9), (2, 3, 3)),
+                                           ((3, 2, 2), (2, 6)), ((4,), (2, 1, 2))])
+def test_a_reshape_that_regroups_constant_axes_computes_what_numpy_computes(shape, target):
+    """Split (C order: the leading axis the slower) and merge, in any mix, at the sizes where numpy
+    itself is the ground truth; the rows axis stays symbolic in front of them."""
+    lead = ("rows",)
+
+    @op(name=f"tl_regroup_{len(shape)}_{len(target)}_{target[0]}", inputs={"x": (*lead, *shape)},
+        output=(*lead, *target), dims=[{"rows": 2}])
+    def regroup(B, x):
+        return x.reshape(x.shape[0], *target) * B.c(2)
+
+    @regroup.defvjp
+    def _(B, x, dy):
+        return (dy.reshape(x.shape) * B.c(2),)
+    regroup.every_size("vjp[x]")
+    cert = prove_general(regroup, "vjp[x]", budget=60)
+    assert cert.verdict == "proved-general", cert.evidence.get("reason")
+    stmt = build_statement(regroup, "vjp[x]", derive(regroup, "vjp[x]"))
+    assert cross_check(stmt, [{"rows": 1}, {"rows": 3}])["status"] == "exact"
+
+
+def test_a_reshape_that_reads_the_axes_in_the_wrong_order_is_caught_by_the_cross_check(monkeypatch):
+    """Negative control of the split: groups read with the constant axis the slower (Fortran order
+    inside the group) derive a statement about another function, and the cross-check says so."""
+    from vjpcert.symbolic.every_size import constructs
+    right = constructs._split
+
+    def transposed(A, ax, c):
+        out = right(A, ax, c)
+        n = A._shape[ax] / c
+        return right(A, ax, int(n)).swapaxes(ax, ax + 1) if n.is_Integer else out
+    monkeypatch.setattr(constructs, "_split", transposed)
+
+    @op(name="tl_regroup_misread", inputs={"x": ("rows", 6)}, output=("rows", 2, 3), dims=[{"rows": 2}])
+    def regroup(B, x):
+        return x.reshape(x.shape[0], 2, 3) * x.reshape(x.shape[0], 2, 3)
+
+    @regroup.defvjp
+    def _(B, x, dy):
+        return ((2 * dy * x.reshape(x.shape[0], 2, 3)).reshape(x.shape),)
+    stmt = build_statement(regroup, "vjp[x]", derive(regroup, "vjp[x]"))
+    checked = cross_check(stmt, [{"rows": 1}, {"rows": 2}])
+    assert checked["status"] == "mismatch", checked
+
+
 # ------------------------------------------------------------------------------ an input named y
 def _shift_op(name, rhs):
     """A law over inputs x and y whose output (n, n) has another shape than y (n, 2m): the input y must
@@ -450,3 +537,26 @@ def test_an_lstm_cell_is_proved_for_every_size():
 def test_an_lstm_cell_with_a_wrong_sigmoid_derivative_is_never_proved():
     cert = prove_general(_lstm_op("tl_lstm_wrong", wrong=True), "vjp[x]", budget=240)
     assert cert.verdict != "proved-general", cert.evidence
+
+
+def test_a_refusal_in_a_user_s_file_outside_the_package_quotes_its_line(tmp_path):
+    import runpy
+    path = tmp_path / "users_spec.py"
+    path.write_text('''import numpy as np
+from vjpcert import op
+
+
+@op(name="tl_users_roll", inputs={"x": ("rows", "n")}, output=("rows", "n"), dims=[{"rows": 2, "n": 3}])
+def f(B, x):
+    return np.roll(x, 1) * B.c(2)
+
+
+@f.defvjp
+def _(B, x, dy):
+    return (np.roll(dy, -1) * B.c(2),)
+f.every_size("vjp[x]")
+''')
+    cert = prove_general(runpy.run_path(str(path))["f"], "vjp[x]", budget=30)
+    assert cert.verdict == "inconclusive"
+    assert cert.evidence["refused_at"] == "users_spec.py:7"
+    assert cert.evidence["refused_code"] == "return np.roll(x, 1) * B.c(2)"

@@ -359,20 +359,30 @@ def reshape(A: SymArray, shape) -> SymArray:
         t = target[j] if j < len(target) else None
         if o is not None and t is not None and same(o, t):
             i, j, pos = i + 1, j + 1, pos + 1
-        elif o is not None and t is not None and i + 1 < len(old) and old[i + 1].is_Integer \
-                and same(o * old[i + 1], t):
-            out = _merge(out, pos, int(old[i + 1]))
-            i, j, pos = i + 2, j + 1, pos + 1
         elif o is not None and o == 1:
             out = _drop_unit(out, pos)
             i += 1
         elif t is not None and t == 1:
             out = _insert_axis(out, pos)
             j, pos = j + 1, pos + 1
+        elif o is not None and t is not None and _constant_factor(o, t) is not None:
+            c = _constant_factor(o, t)                   # C order: axis o is (t, c), t the slower
+            out = _split(out, pos, c)
+            old[i:i + 1] = [t, sp.Integer(c)]
+        elif o is not None and i + 1 < len(old) and old[i + 1].is_Integer:
+            out = _merge(out, pos, int(old[i + 1]))      # axes (o, c) read as one, c the faster
+            old[i:i + 2] = [sp.expand(o * old[i + 1])]
         else:
-            refuse(f"reshape from {tuple(map(str, old))} to {tuple(map(str, target))} is not followed by the "
-                   f"every-size trace (it merges an axis with a following axis of constant size)")
+            refuse(f"reshape from {tuple(map(str, A._shape))} to {tuple(map(str, target))} is not followed by "
+                   f"the every-size trace (it splits an axis into a leading axis and a constant one, merges an "
+                   f"axis with a following axis of constant size, and adds or drops axes of size 1)")
     return out
+
+
+def _constant_factor(o, t):
+    """o / t when it is a whole number above 1 at every size (o = t c), else None."""
+    q = sp.cancel(sp.sympify(o) / t)
+    return int(q) if q.is_Integer and q > 1 else None
 
 
 def _drop_unit(A: SymArray, ax: int) -> SymArray:
@@ -396,6 +406,34 @@ def _merge(A: SymArray, ax: int, c: int) -> SymArray:
             maps = P.maps[:ax] + ((c * a, c * b + jv, z),) + P.maps[ax + 2:]
             pieces.append(Piece(maps, lambda idx, P=P, lv=local_v: P.value(idx[:ax + 1] + (lv,) + idx[ax + 1:])))
     shape = A._shape[:ax] + (A._shape[ax] * c,) + A._shape[ax + 2:]
+    return SymArray(shape, pieces, A.boolean)
+
+
+def _split(A: SymArray, ax: int, c: int) -> SymArray:
+    """Axis ax (of size n c) as two axes (n, c): global j = c q + r. A piece keeps one box when its
+    stride is a multiple of c (r is fixed) or it runs with stride 1 over whole groups of c; a piece of
+    constant length is cut into its entries; anything else is refused."""
+    pieces = []
+    for P in A.pieces:
+        a, b, z = P.maps[ax]
+        r0 = residue(b, c)
+        before, after = P.maps[:ax], P.maps[ax + 1:]
+        if r0 is not None and a % c == 0:                      # every entry in one residue class
+            maps = before + ((a // c, (b - r0) / c, z), (1, r0, 1)) + after
+            pieces.append(Piece(maps, lambda idx, P=P: P.value(idx[:ax + 1] + idx[ax + 2:])))
+        elif r0 == 0 and a == 1 and divide_exactly(z, c) is not None:    # whole groups, in order
+            maps = before + ((1, b / c, divide_exactly(z, c)), (1, 0, c)) + after
+            pieces.append(Piece(maps, lambda idx, P=P: P.value(
+                idx[:ax] + (c * idx[ax] + idx[ax + 1],) + idx[ax + 2:])))
+        elif z.is_Integer and r0 is not None:                  # a few entries: one piece each
+            for p in range(int(z)):
+                r = (a * p + r0) % c
+                maps = before + ((1, (a * p + b - r) / c, 1), (1, r, 1)) + after
+                pieces.append(Piece(maps, lambda idx, P=P, p=p: P.value(idx[:ax] + (p,) + idx[ax + 2:])))
+        else:
+            refuse(f"reshape splits an axis of size {A._shape[ax]} into groups of {c} that a part of the array "
+                   f"(an entry every {a}, from {b}) does not line up with for every size")
+    shape = A._shape[:ax] + (sp.expand(A._shape[ax] / c), sp.Integer(c)) + A._shape[ax + 1:]
     return SymArray(shape, pieces, A.boolean)
 
 

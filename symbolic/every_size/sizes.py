@@ -33,8 +33,12 @@ def source_of(where: str) -> str:
     if ":" not in where:
         return ""
     name, line = where.rsplit(":", 1)
-    path = _PACKAGE_ROOT / name
+    path = Path(_SHOWN.get(name, _PACKAGE_ROOT / name))
     return linecache.getline(str(path), int(line)).strip() if path.is_file() and line.isdigit() else ""
+
+
+# a spec file outside the package is named by its file name alone: where it was read from
+_SHOWN: dict[str, str] = {}
 
 
 def spec_line(frames) -> str:
@@ -52,6 +56,7 @@ def spec_line(frames) -> str:
             shown = Path(path).relative_to(_PACKAGE_ROOT).as_posix()
         except ValueError:
             shown = Path(path).name
+            _SHOWN[shown] = path
         where = f"{shown}:{frame.lineno}"
     return where
 

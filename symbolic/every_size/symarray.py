@@ -11,6 +11,7 @@ through the tables below, which those modules fill when they are imported.
 from __future__ import annotations
 
 import itertools
+import math
 import numbers
 from fractions import Fraction
 from typing import Callable
@@ -21,7 +22,8 @@ import sympy as sp
 from vjpcert.core import language
 from vjpcert.core.registry import SpecError, refuse
 from vjpcert.symbolic.every_size.normal import Ind
-from vjpcert.symbolic.every_size.sizes import (_FLOAT, Dim, _Context, _ctx, dim_or_int, divide_exactly, same)
+from vjpcert.symbolic.every_size.sizes import (_FLOAT, Dim, _Context, _ctx, dim_or_int, divide_exactly, residue,
+                                               same)
 
 # What an array's methods and numpy's protocols dispatch to, by name: filled by the modules that
 # define the constructs (so this module never imports them, and they import it).
@@ -482,17 +484,9 @@ def align(arrays: list[SymArray]):
            "for every size")
 
 
-def _axis_cuts(ctx: _Context, arrays, k: int, size):
-    """The cut points 0 = c_0 <= ... <= c_m = size of axis k that every piece of every array starts and
-    ends at, in an order that holds for every size; None when a piece is strided there (an interleave)
-    or two cuts compare differently at different sizes. The cells [c_i, c_{i+1}) partition the axis."""
-    cuts = [sp.Integer(0), sp.expand(size)]
-    for A in arrays:
-        for P in A.pieces:
-            a, b, z = P.maps[k]
-            if z != 1 and a != 1:
-                return None
-            cuts += [b, sp.expand(b + z)]
+def _order_cuts(ctx: _Context, cuts):
+    """Cut points sorted in an order that holds for every size, duplicates dropped; None when two
+    compare differently at different sizes."""
     ordered: list = []
     for c in cuts:
         if any(same(c, d) for d in ordered):
@@ -510,17 +504,74 @@ def _axis_cuts(ctx: _Context, arrays, k: int, size):
     return ordered
 
 
+def _class_span(a: int, b, z, L: int, r: int):
+    """The entries j = a p + b (p < z) of one piece with j = r mod L, as a run q in [lo, hi) of
+    j = L q + r; () when none, None when the run's ends are not the same expression at every size."""
+    b, z = sp.sympify(b), sp.sympify(z)
+    b0 = residue(b, L)
+    if z == 1 or a == 0:
+        if b0 is None:
+            return None
+        return ((sp.expand((b - r) / L), sp.expand((b - r) / L + 1)),) if b0 == r else ()
+    if b0 is None or L % a:
+        return None
+    period = L // a                                    # p's that land in one class are period apart
+    starts = [p0 for p0 in range(period) if (a * p0 + b0) % L == r]
+    if not starts:
+        return ()
+    p0 = starts[0]
+    z0 = residue(z - p0, period)
+    if z0 is None:
+        return None
+    count = sp.expand((z - p0 - z0) / period + (1 if z0 else 0))   # ceil((z - p0) / period)
+    lo = sp.expand((a * p0 + b - r) / L)
+    return ((lo, sp.expand(lo + count)),)
+
+
+def _axis_cells(ctx: _Context, arrays, k: int, size):
+    """Cells (a, b, z) partitioning axis k such that every piece of every array starts and ends at cell
+    boundaries: runs of stride 1 cut at every piece's ends, or, when pieces are strided (an interleave,
+    a strided slice's transpose), runs of stride L (the strides' lcm), one set per residue class mod L.
+    None when the cut points cannot be ordered for every size."""
+    spans = [P.maps[k] for A in arrays for P in A.pieces]
+    L = 1
+    for a, _, z in spans:
+        if z != 1:
+            L = math.lcm(L, int(a))
+    if L == 1:
+        cuts = _order_cuts(ctx, [sp.Integer(0), sp.expand(size)] + [c for _, b, z in spans for c in (b, b + z)])
+        return None if cuts is None else [(1, c, sp.expand(d - c)) for c, d in zip(cuts, cuts[1:])]
+    if residue(size, L) is None:
+        return None
+    cells = []
+    for r in range(L):
+        ends = _class_span(1, 0, size, L, r)
+        if ends is None:
+            return None
+        cuts = [c for run in ends for c in run]
+        for a, b, z in spans:
+            run = _class_span(int(a), b, z, L, r)
+            if run is None:
+                return None
+            cuts += [c for span in run for c in span]
+        cuts = _order_cuts(ctx, cuts)
+        if cuts is None:
+            return None
+        cells += [(L, sp.expand(L * c + r), sp.expand(d - c)) for c, d in zip(cuts, cuts[1:])]
+    return cells
+
+
 def _refine(ctx: _Context, arrays):
-    """The common refinement of the arrays' pieces: the grid of the cut points of every axis, each cell
+    """The common refinement of the arrays' pieces: the grid of the cells of every axis, each cell
     located in one piece of every array; None when an axis cannot be cut for every size or a cell
     straddles a piece (then nothing is aligned)."""
     shape = arrays[0]._shape
     per_axis = []
     for k, size in enumerate(shape):
-        cuts = _axis_cuts(ctx, arrays, k, size)
-        if cuts is None:
+        cells = _axis_cells(ctx, arrays, k, size)
+        if cells is None:
             return None
-        per_axis.append([(1, c, sp.expand(d - c)) for c, d in zip(cuts, cuts[1:])])
+        per_axis.append(cells)
     out = []
     for maps in itertools.product(*per_axis):
         row = [locate(ctx, maps, A) for A in arrays]
