@@ -291,15 +291,15 @@ def test_a_misaligned_cut_is_caught_by_the_cross_check(monkeypatch):
     """Negative control of the refinement: a locate that finds the right piece but reads it at the
     cell's own local indices (the offset between a cell and a larger piece dropped: a cut put in the
     wrong place) derives a statement about another function, and the cross-check says so."""
-    from vjpcert.symbolic.every_size import symarray
-    right = symarray.locate
+    from vjpcert.symbolic.every_size import grid, symarray
+    right = grid.locate
 
     def off_by_one(ctx, maps, A):
         for Q in A.pieces:
             if right(ctx, maps, symarray.SymArray(A._shape, [Q], A.boolean)) is not None:
                 return Q.value
         return None
-    monkeypatch.setattr(symarray, "locate", off_by_one)
+    monkeypatch.setattr(grid, "locate", off_by_one)
     conv = _conv_op("tl_conv2d_misaligned", TAPS)
     stmt = build_statement(conv, "vjp[w]", derive(conv, "vjp[w]"))
     checked = cross_check(stmt, CONV_DIMS)

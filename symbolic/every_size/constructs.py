@@ -14,8 +14,9 @@ from sympy import Sum
 from vjpcert.core.registry import refuse
 from vjpcert.symbolic.every_size.normal import Ind
 from vjpcert.symbolic.every_size.sizes import Dim, _Context, _size_expr, divide_exactly, residue, same
-from vjpcert.symbolic.every_size.symarray import (CONSTRUCTS, Piece, SymArray, _axes, _axis, _no_extra, _same_maps,
-                                                  broadcast_shape, broadcast_to, elementwise, lift, on_grid)
+from vjpcert.symbolic.every_size.grid import _same_maps
+from vjpcert.symbolic.every_size.symarray import (CONSTRUCTS, Piece, SymArray, _axes, _axis, _no_extra, broadcast_shape,
+                                                  broadcast_to, elementwise, lift, on_grid)
 
 
 # ---------------------------------------------------------------------------- reductions

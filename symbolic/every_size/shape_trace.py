@@ -50,7 +50,8 @@ from vjpcert.core.registry import Op, SpecError, refuse, take_refusals
 from vjpcert.symbolic.every_size.backend import SHAPE_BACKEND, symbolic_numpy
 from vjpcert.symbolic.every_size.dims import DerivationRefused, dim_forms
 from vjpcert.symbolic.every_size.sizes import _LOCAL, _Context, same, source_of, spec_line  # noqa: F401
-from vjpcert.symbolic.every_size.symarray import SymArray, _identity_maps, _same_maps, lift
+from vjpcert.symbolic.every_size.grid import _same_maps
+from vjpcert.symbolic.every_size.symarray import SymArray, _identity_maps, lift
 
 __all__ = ["DerivationRefused", "derive", "dim_forms", "source_of", "spec_line"]
 
