@@ -16,7 +16,8 @@ import numpy as np
 
 from vjpcert.core.registry import SpecError
 from vjpcert.frontends.precision import DTYPES
-from vjpcert.frontends.values import DEFAULT_CONSTANTS, Constants, Context, Val, as_array
+from vjpcert.frontends.constants import DEFAULT_CONSTANTS, Constants
+from vjpcert.frontends.values import Context, Val, as_array
 
 
 def _jax():

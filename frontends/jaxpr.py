@@ -37,7 +37,7 @@ from vjpcert.frontends.jax_paths import trace_checked
 from vjpcert.frontends.modules import module_op
 from vjpcert.frontends.op import FrontendOp
 from vjpcert.frontends.precision import check_dtype
-from vjpcert.frontends.values import DEFAULT_CONSTANTS
+from vjpcert.frontends.constants import DEFAULT_CONSTANTS
 
 
 # ------------------------------------------------------------------------------------ making ops

@@ -21,7 +21,7 @@ import numpy as np
 
 from vjpcert.core.registry import Op, Param, SpecError, check_name, dim_size
 from vjpcert.frontends.precision import CAST_WORDS, DEFAULT, device_words, identity_of, traced_words
-from vjpcert.frontends.values import DEFAULT_CONSTANTS, constants_shifted, decimal_of, describe_readings
+from vjpcert.frontends.constants import DEFAULT_CONSTANTS, constants_shifted, decimal_of, describe_readings
 
 
 def _signature(names) -> inspect.Signature:

@@ -38,7 +38,7 @@ from vjpcert.frontends.torch_graph import TorchGraph, trace  # noqa: F401  (re-e
 from vjpcert.frontends.torch_module import TorchModule, is_module
 from vjpcert.frontends.modules import module_op
 from vjpcert.frontends.torch_paths import trace_checked
-from vjpcert.frontends.values import DEFAULT_CONSTANTS
+from vjpcert.frontends.constants import DEFAULT_CONSTANTS
 from vjpcert.frontends.torch_rules import RULES, _torch, rule  # noqa: F401  (re-exported: the frontend's names)
 
 

@@ -14,7 +14,8 @@ import numpy as np
 
 from vjpcert.core.registry import SpecError
 from vjpcert.frontends.torch_rules import MAX_SITES, RULES, _torch
-from vjpcert.frontends.values import DEFAULT_CONSTANTS, Constants, Context, Val, as_array
+from vjpcert.frontends.constants import DEFAULT_CONSTANTS, Constants
+from vjpcert.frontends.values import Context, Val, as_array
 
 MAX_DECOMPOSITION_ROUNDS = 40
 

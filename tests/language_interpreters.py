@@ -21,7 +21,7 @@ from vjpcert.core.spec_array import spec_code
 from vjpcert.core.registry import Op, SpecError, read_only, take_refusals
 from vjpcert.core.trace import TRACE, Node, leaf_array
 from vjpcert.symbolic.every_size.form import build_statement
-from vjpcert.symbolic.every_size.general import instantiate
+from vjpcert.symbolic.every_size.concrete import instantiate
 from vjpcert.symbolic.every_size.shape_trace import DerivationRefused, derive as derive_every_size
 from vjpcert.symbolic.modular.backend import Field, ModArray, ModularBackend, derive, lift
 from vjpcert.symbolic.modular.bound import LEAF

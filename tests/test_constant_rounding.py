@@ -13,7 +13,7 @@ import optional
 from vjpcert.core.registry import SpecError
 from vjpcert.core.tolerance import CONSTANT_ROUNDING_ULPS, rounding_fit
 from vjpcert.frontends.precision import significant_digits, ulp
-from vjpcert.frontends.values import Constants, constants_shifted, recognise
+from vjpcert.frontends.constants import Constants, constants_shifted, recognise
 
 torch = optional.importorskip("torch")
 F = optional.importorskip("torch.nn.functional")

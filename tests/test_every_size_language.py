@@ -10,7 +10,8 @@ from vjpcert.core import language
 from vjpcert.core.registry import op
 from vjpcert.numeric.reference import check_reference
 from vjpcert.symbolic.every_size.form import build_statement
-from vjpcert.symbolic.every_size.general import cross_check, prove_general
+from vjpcert.symbolic.every_size.concrete import cross_check
+from vjpcert.symbolic.every_size.general import prove_general
 from vjpcert.symbolic.every_size.shape_trace import derive
 from vjpcert.symbolic.fixed.prover import prove_claim
 

@@ -465,7 +465,7 @@ def _edges(B, x):
 def test_the_trace_computes_what_numpy_computes(construct):
     """Each construct the trace follows: the statement it derives, written out at concrete sizes, equals
     the spec run by numpy on SymPy numbers entry by entry (the cross-check)."""
-    from vjpcert.symbolic.every_size.general import cross_check
+    from vjpcert.symbolic.every_size.concrete import cross_check
     from vjpcert.symbolic.every_size.form import build_statement
     from vjpcert.symbolic.every_size.shape_trace import derive
 
