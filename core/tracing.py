@@ -54,24 +54,30 @@ def spec_location(tb, skip: tuple[str, ...] = ()) -> str:
 
 
 def _call(op: Op, fn, role: str, values: dict, backend=TRACE):
-    """Run spec code under the tracer. Anything it cannot follow is bad input, named with the spec's
-    file and line -- also when the spec caught the refusal and carried on (``core.registry.refuse``)."""
+    """Run spec code under the tracer."""
+    return run_spec_code(op, role, lambda: op.bind(fn, backend, values))
+
+
+def run_spec_code(op: Op, role: str, call, passthrough: tuple = ()):
+    """``call()``, which runs spec code in one interpreter. Anything it cannot follow is bad input, named
+    with the spec's file and line -- also when the spec caught the refusal and carried on
+    (``core.registry.refuse``). Exceptions in ``passthrough`` are the interpreter's own signals
+    (the modular tier's pole, its request for another prime) and go up as they are."""
     take_refusals()
     try:
-        out = op.bind(fn, backend, values)
+        out = call()
+    except passthrough:
+        take_refusals()
+        raise
     except SpecError as exc:
         take_refusals()
         where = spec_location(exc.__traceback__)
         raise SpecError(op.name, f"{role}: {where + ': ' if where else ''}{exc.problem}") from None
-    except ValueError as exc:
-        take_refusals()
-        where = spec_location(exc.__traceback__)
-        if "read-only" in str(exc):
-            raise SpecError(op.name, f"{role}: {where + ': ' if where else ''}{INPUT_WRITE}") from None
-        raise SpecError(op.name, f"{role}: {where + ': ' if where else ''}raised ValueError: {exc}") from None
     except Exception as exc:
         take_refusals()
         where = spec_location(exc.__traceback__)
+        if isinstance(exc, ValueError) and "read-only" in str(exc):
+            raise SpecError(op.name, f"{role}: {where + ': ' if where else ''}{INPUT_WRITE}") from None
         msg = f"{role}: {where + ': ' if where else ''}raised {type(exc).__name__}: {exc}"
         if "ufunc" in str(exc) or "callable" in str(exc):
             msg += _UFUNC_HINT

@@ -51,8 +51,8 @@ import flint
 import numpy as np
 
 from vjpcert.core.certificate import Certificate, checker_code_sha256
-from vjpcert.core.registry import RESERVED_CLAIMS, Op, SpecError, take_refusals
-from vjpcert.core.tracing import spec_location
+from vjpcert.core.registry import RESERVED_CLAIMS, Op, SpecError
+from vjpcert.core.tracing import run_spec_code
 from vjpcert.core.validate import validate
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.modular import bound as bnd
@@ -167,32 +167,12 @@ class _Point:
 
 
 def _run(op: Op, fn, role: str, values: dict, B: ModularBackend):
-    """Spec code on the modular backend; what it cannot follow is bad input, named with the spec's
-    file and line (as ``core.tracing._call``), a pole is passed up to resample -- also when the spec
-    caught it and carried on."""
-    take_refusals()
+    """Spec code on the modular backend, run as every interpreter runs it (``core.tracing.run_spec_code``);
+    a pole is passed up to resample -- also when the spec caught it and carried on."""
     F = B.F
     poles_before = getattr(F, "poles", 0)
-    try:
-        out = op.bind(fn, B, values)
-    except (Pole, NeedAnotherPrime):
-        take_refusals()
-        raise
-    except SpecError as exc:
-        take_refusals()
-        where = spec_location(exc.__traceback__)
-        raise SpecError(op.name, f"{role} (modular backend): {where + ': ' if where else ''}{exc.problem}") from None
-    except Exception as exc:
-        take_refusals()
-        where = spec_location(exc.__traceback__)
-        raise SpecError(op.name, f"{role} (modular backend): {where + ': ' if where else ''}raised "
-                                 f"{type(exc).__name__}: {exc}") from None
-    swallowed = take_refusals()
-    if swallowed:
-        problem, stack = swallowed[0]
-        where = spec_location(stack)
-        raise SpecError(op.name, f"{role} (modular backend): {where + ': ' if where else ''}{problem} "
-                                 f"(the spec caught this and carried on)")
+    out = run_spec_code(op, f"{role} (modular backend)", lambda: op.bind(fn, B, values),
+                        passthrough=(Pole, NeedAnotherPrime))
     if getattr(F, "poles", 0) != poles_before:
         raise SpecError(op.name, f"{role} (modular backend): the spec caught a division by zero and "
                                  f"carried on; a checker cannot follow that path faithfully")
