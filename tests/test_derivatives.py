@@ -18,8 +18,8 @@ from vjpcert.symbolic.every_size import heads
 from vjpcert.symbolic.every_size.backend import ShapeBackend
 from vjpcert.symbolic.every_size.shape_trace import DerivationRefused
 from vjpcert.symbolic.fixed.evaluate import Evaluator, Tangent
-from vjpcert.symbolic.fixed.fields import SympyField
 from vjpcert.symbolic.fixed.prover import prove_claim
+from vjpcert.symbolic.fixed.size_and_display import SympyField
 from vjpcert.symbolic.modular import check as modular
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,8 @@ import flint
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.fixed.claims import TracedClaim, split_shifts
 from vjpcert.symbolic.fixed.false_pass import PRIME_BITS, BoundField, false_pass_bound, random_prime
-from vjpcert.symbolic.fixed.fields import AtomPoolExhausted, ModPField, MpField, RingField, SizeField
+from vjpcert.symbolic.fixed.fields import AtomPoolExhausted, ModPField, MpField, RingField
+from vjpcert.symbolic.fixed.size_and_display import SizeField
 from vjpcert.core.tolerance import digits as _digits, rounding_fit
 from vjpcert.core.evaluate import NotRational, QField
 from vjpcert.core.registry import SHIFT_CLAIM
@@ -409,7 +410,7 @@ def sympy_simplify(claim: TracedClaim) -> dict:
     import sympy
 
     from vjpcert.core.backends import SYMPY
-    from vjpcert.symbolic.fixed.fields import SympyField
+    from vjpcert.symbolic.fixed.size_and_display import SympyField
 
     op = claim.op
     if claim.claim == SHIFT_CLAIM:         # not a spec function SymPy could rerun: the ring decides it

@@ -43,10 +43,10 @@ from vjpcert.core.derivatives import MissingRule, derivative
 from vjpcert.core.registry import SpecError, refuse
 from vjpcert.symbolic.modular import bound as bnd
 from vjpcert.symbolic.modular import constructs  # noqa: F401  (registers the numpy functions)
-from vjpcert.symbolic.modular.array import (HOOKS, ModArray, _desc, _new, _used, cpow, derive, exact_const, lift,  # noqa: F401
-                                            qarray)
+from vjpcert.symbolic.modular.array import HOOKS, ModArray, _new, _used, cpow, exact_const, lift, qarray  # noqa: F401
 from vjpcert.symbolic.modular.arith import Pole  # noqa: F401
 from vjpcert.symbolic.modular.bound import ATOM, LEAF  # noqa: F401
+from vjpcert.symbolic.modular.computation_ids import _desc, derive
 from vjpcert.symbolic.modular.constructs import stack
 from vjpcert.symbolic.modular.exact import (exact_bound as _exact_bound, exact_inv as _exact_inv,
                                             exact_mul as _exact_mul, exact_pow as _exact_pow,

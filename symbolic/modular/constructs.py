@@ -11,7 +11,8 @@ from vjpcert.core import language as lang
 from vjpcert.core.registry import SpecError, refuse
 from vjpcert.symbolic.modular import bound as bnd
 from vjpcert.symbolic.modular import views
-from vjpcert.symbolic.modular.array import ModArray, _desc, _implements, _new, _used, derive, lift, qarray
+from vjpcert.symbolic.modular.array import ModArray, _implements, _new, _used, lift, qarray
+from vjpcert.symbolic.modular.computation_ids import _desc, derive
 
 
 def _F_of(values):
