@@ -16,17 +16,22 @@ from fractions import Fraction
 
 import numpy as np
 
+from vjpcert.core.derivatives import STEP_AT_KINK
 from vjpcert.core.errors import SpecError, refuse
-from vjpcert.core.language import refuse_branch, refuse_comparison, refuse_float
+from vjpcert.core.language import ELEMENTWISE, TRANSCENDENTAL, refuse_branch, refuse_comparison, refuse_float
 from vjpcert.core.spec_array import in_spec_code, plain, running, wrap
 
 # Everything a spec may ask of its backend (docs/spec-language.md). Nothing else is visible
 # to spec code: a spec that could read the backend's name, precision or dtype could take one path in
 # the exact and mpmath backends (where it is proved and checked) and another in floats (what kernels
 # and implementations are compared with).
-TRANSCENDENTAL = ("exp", "log", "sqrt", "erf", "tanh", "sin", "cos")
-SPEC_API = frozenset({"exp", "log", "sqrt", "erf", "tanh", "sin", "cos", "pi", "c", "zeros", "array",
-                      "max_shift"})
+# The kink family, written once over the spec's own B from its one kink ``step`` ([a > 0]), so every
+# backend computes the same function and every prover meets one primitive. Its derivative on each open
+# region is the formula's; at the kink it is what the formula gives with step(0) = 0 (relu'(0) = 0).
+KINK_FAMILY = {
+    "relu": lambda B, a: a * B.step(a),
+}
+SPEC_API = frozenset({*ELEMENTWISE, "pi", "c", "zeros", "array", "max_shift", *KINK_FAMILY})
 
 
 class SpecBackend:
@@ -36,6 +41,9 @@ class SpecBackend:
     __slots__ = ("__weakref__",)
 
     def __getattr__(self, name):
+        if name in KINK_FAMILY:
+            fn = KINK_FAMILY[name]
+            return lambda *args: fn(self, *args)
         if name in SPEC_API:
             value = getattr(_IMPL[self], name)
             return _in_spec(value) if callable(value) else value
@@ -125,6 +133,7 @@ class SympyBackend(ObjectBackend):
         self.sympy = sympy
         for kind in TRANSCENDENTAL:
             setattr(self, kind, _elementwise(getattr(sympy, kind)))
+        self.step = _elementwise(lambda a: sympy.Heaviside(a, sympy.Rational(STEP_AT_KINK.numerator, STEP_AT_KINK.denominator)))
         self.pi = sympy.pi
 
     def c(self, p, q=1):
@@ -146,6 +155,7 @@ class MpmathBackend(ObjectBackend):
         self.mpf = ctx.mpf
         for kind in TRANSCENDENTAL:
             setattr(self, kind, _elementwise(getattr(ctx, kind)))
+        self.step = _elementwise(lambda a: ctx.mpf(1) if a > 0 else self.c(STEP_AT_KINK))
 
     @contextlib.contextmanager
     def strict(self):
@@ -221,6 +231,7 @@ class FloatBackend:
         self.tanh = self._checked(np.tanh)
         self.sin = self._checked(np.sin)
         self.cos = self._checked(np.cos)
+        self.step = self._checked(lambda a: np.heaviside(a, float(STEP_AT_KINK)).astype(self.dtype))
 
     def _checked(self, fn):
         dtype = self.dtype

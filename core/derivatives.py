@@ -29,12 +29,18 @@ seed) and the sum and product rules (add, neg, mul), which are the dual-number a
 live where each interpreter implements its arithmetic.
 
 A kink primitive -- a derivative that is piecewise constant, which a prover handles region by region
--- is one row too, with no ``factor``, its kinks and the constant derivative on each region::
+-- is one row too, with no ``factor``: its kinks, the constant derivative on each region and the
+primitive's formula there (``branches``, which ``tests/test_derivatives.py`` differentiates)::
 
-    "relu": Rule(kinks=(Fraction(0),), pieces=(Fraction(0), Fraction(1))),
+    "step": Rule(kinks=(Fraction(0),), pieces=(Fraction(0), Fraction(0)), branches=(0, 1)),
 
-``derivative(F, "relu", a, y, region=r)`` is then F.c(pieces[r]) on the r-th region between the
-kinks; an interpreter that does not split into regions calls it with no region and is refused.
+``derivative(F, kind, a, y, region=r)`` is then F.c(pieces[r]) on the r-th region between the
+kinks. Where the pieces differ, an interpreter that does not split into regions calls it with no
+region and is refused; where they agree (``step``: 0 on both sides) the derivative is that constant
+on every open region, whichever one the point is in. ``step`` is the language's one kink: relu is
+a * step(a), and the rest of the family are sums of relus (``core.backends.KINK_FAMILY``). Its value
+at the kink itself is a convention (``STEP_AT_KINK``), not a derivative: a prover proves claims on
+the open regions, and the convention is checked on its own.
 """
 from __future__ import annotations
 
@@ -57,6 +63,7 @@ class Rule:
     factor: Callable | None = None
     kinks: tuple = ()
     pieces: tuple = ()
+    branches: tuple = ()          # the primitive on each region, as a function of a (or a constant)
     # whether ``factor`` reads y, or a function of k saying so: an interpreter may pass y = None
     # otherwise, and need not compute a value nobody else asked for (a new atom, a large power)
     uses_value: bool | Callable = False
@@ -84,7 +91,13 @@ RULES: dict[str, Rule] = {
     "cos": Rule(lambda F, a, y, k: F.neg(F.sin(a))),
     "inv": Rule(lambda F, a, y, k: F.neg(F.pow(y, 2)), uses_value=True),
     "pow": Rule(_pow, uses_value=lambda k: Fraction(k).denominator != 1),
+    "step": Rule(kinks=(Fraction(0),), pieces=(Fraction(0), Fraction(0)), branches=(0, 1)),
 }
+
+# step(0): [a > 0] is 0 at the kink, so relu'(0) = step(0) = 0 -- PyTorch's convention (its relu
+# backward passes the gradient where the output is > 0), and JAX's
+STEP_AT_KINK = Fraction(0)
+CONVENTION = "relu'(0) = step(0) = 0 (PyTorch's and JAX's: the gradient passes where a > 0)"
 
 # ops of the traced DAG that are no primitive with a derivative factor (see the module docstring)
 NULLARY = ("const", "pi", "cpow", "leaf")
@@ -98,6 +111,8 @@ def derivative(F, kind: str, a, y, k=None, region: int | None = None):
     if rule is None:
         raise MissingRule(f"no derivative rule for {kind}")
     if rule.kinks:
+        if region is None and len(set(rule.pieces)) == 1:
+            return F.c(Fraction(rule.pieces[0]))        # the same on every open region
         if region is None:
             raise MissingRule(f"{kind} has kinks at {rule.kinks}: its derivative is taken region by region")
         return F.c(Fraction(rule.pieces[region]))

@@ -12,6 +12,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from vjpcert.core.derivatives import STEP_AT_KINK
 from vjpcert.core.trace import Node
 
 
@@ -241,6 +242,10 @@ class MpField(_OperatorField):
     def cos(self, a):
         return self.ctx.cos(a)
 
+    def step(self, a):
+        """[a > 0] at the real point, the convention at the kink itself."""
+        return self.ctx.mpf(1) if a > 0 else self.const(STEP_AT_KINK)
+
     def pi(self):
         return +self.ctx.pi
 
@@ -268,6 +273,10 @@ class QField(_OperatorField):
 
     def pi(self):
         raise NotRational("pi")
+
+    def step(self, a):
+        """[a > 0] at the rational point (exact: the sign of a rational), the convention at the kink."""
+        return Fraction(1) if a > 0 else STEP_AT_KINK
 
     def __getattr__(self, kind):       # exp, log, sqrt, erf, tanh, sin, cos
         if kind.startswith("_"):

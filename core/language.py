@@ -45,11 +45,18 @@ def _p(name, kind, keywords=(), doc="", **values):
     return Primitive(name, kind, frozenset(keywords), values, doc)
 
 
+# B's elementwise functions of a traced value, each a row of ``core.derivatives``: the smooth ones,
+# and the kink ``step`` (a free Boolean per argument where a prover splits into regions)
+TRANSCENDENTAL = ("exp", "log", "sqrt", "erf", "tanh", "sin", "cos")
+KINK = "step"
+ELEMENTWISE = TRANSCENDENTAL + (KINK,)
+
 # The families, in the order docs/spec-language.md lists them.
 KINDS = {
     "arithmetic": "exact arithmetic: + - * / and ** with a constant exponent, as operators or ufuncs",
     "backend": "the number system: B.exp, B.log, B.sqrt, B.erf, B.tanh, B.sin, B.cos, B.pi, B.c, "
-               "B.zeros, B.array, B.max_shift",
+               "B.zeros, B.array, B.max_shift; the kink B.step ([a > 0], 0 at 0) and B.relu = a * B.step(a) "
+               "(proved region by region)",
     "reduction": "sums and means over axes",
     "contraction": "products that sum: matmul, einsum",
     "structural": "moving entries without arithmetic (numpy's own index rules, via index_map)",

@@ -23,7 +23,7 @@ import numpy as np
 from vjpcert.core import sources as _sources  # noqa: F401
 from vjpcert.core.errors import SpecError, refuse, take_refusals  # noqa: F401  (re-exported)
 from vjpcert.core.spec_array import SpecArray, plain, spec_code, wrap
-from vjpcert.core.tracing import uses_max_shift
+from vjpcert.core.tracing import spec_features
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,10 @@ LAW_EXTRAS = ("dy", "forward", "backward", "nodes")
 # Claim names the checkers add: the numeric tier's float references (every op), and that nothing an
 # op computes depends on B.max_shift (ops whose own code calls it; see core.trace.TraceBackend).
 SHIFT_CLAIM = "max_shift_free"
-RESERVED_CLAIMS = ("reference", SHIFT_CLAIM)
+# ... and, for ops whose forward or backward meets a kink (B.step, B.relu), that the backward's value on
+# the kink itself follows the derivative table's convention (a prover proves the VJP region by region)
+KINK_CLAIM = "at_the_kink"
+RESERVED_CLAIMS = ("reference", SHIFT_CLAIM, KINK_CLAIM)
 
 
 @dataclass(frozen=True)
@@ -234,19 +237,25 @@ class Op:
         if getattr(self, "_fixed_claims", None) is not None:     # a mutant is judged by its op's claims
             return list(self._fixed_claims)
         out = [f"vjp[{x}]" for x in self.inputs] + [l.name for l in self.laws]
-        return out + ([SHIFT_CLAIM] if self.uses_max_shift() else [])
+        return out + ([SHIFT_CLAIM] if self.uses_max_shift() else []) + ([KINK_CLAIM] if self.uses_kinks() else [])
+
+    def _features(self) -> tuple[bool, bool]:
+        """(max_shift, kinks), traced once per (forward, backward) pair; a spec that does not trace
+        says (False, False) here and is refused where it is validated."""
+        key = (self.forward, self.vjp)
+        if getattr(self, "_features_key", None) != key:
+            try:
+                self._features_seen = spec_features(self) if self.vjp is not None else (False, False)
+            except SpecError:
+                self._features_seen = (False, False)
+            self._features_key = key
+        return self._features_seen
 
     def uses_max_shift(self) -> bool:
-        """Traced once per (forward, backward) pair; a spec that does not trace says False here and
-        is refused where it is validated."""
-        key = (self.forward, self.vjp)
-        if getattr(self, "_shift_key", None) != key:
-            try:
-                self._shift_uses = uses_max_shift(self) if self.vjp is not None else False
-            except SpecError:
-                self._shift_uses = False
-            self._shift_key = key
-        return self._shift_uses
+        return self._features()[0]
+
+    def uses_kinks(self) -> bool:
+        return self._features()[1]
 
     def get_law(self, name: str) -> Law:
         for l in self.laws:
@@ -255,6 +264,10 @@ class Op:
         if name == SHIFT_CLAIM:         # well defined for every op (trivially true without max_shift)
             return Law(SHIFT_CLAIM, None, "The forward and the backward do not depend on B.max_shift: "
                        "the proofs, made with shift 0, hold for the row maximum floats subtract.", {}, True)
+        if name == KINK_CLAIM:
+            return Law(KINK_CLAIM, None, "On the kink itself, where the VJP proved on each open region says "
+                       "nothing, the backward gives what the derivative table's convention gives: "
+                       "relu'(0) = step(0) = 0.", {}, True)
         raise SpecError(self.name, f"has no claim {name!r}; it has {self.claims()}")
 
     def with_nodes(self, nodes: Mapping[str, object], suffix: str) -> "Op":

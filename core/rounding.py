@@ -30,7 +30,7 @@ from fractions import Fraction
 import numpy as np
 
 from vjpcert.core.backends import exact
-from vjpcert.core.derivatives import derivative
+from vjpcert.core.derivatives import STEP_AT_KINK, derivative
 
 # Transcendental functions of numpy / scipy are accurate to a few ulps; C_F units of u (half an ulp)
 # per call: 8 u = 4 ulps, above the documented maximum error of numpy's float32 and float64 exp, log,
@@ -272,6 +272,7 @@ class RoundingBackend:
         self.tanh = self._unary(math.tanh, "tanh")
         self.sin = self._unary(math.sin, "sin")
         self.cos = self._unary(math.cos, "cos")
+        self.step = self._elementwise(self.step1)
 
     # ------------------------------------------------------------------ numbers
     def r(self, v: float) -> float:
@@ -302,6 +303,12 @@ class RoundingBackend:
         v = self.rnd(math.sqrt(a.v))
         e = slope("sqrt", a.v, a.e) * a.e if a.e else 0.0
         return Rounded(v, e + self.r(v), self)
+
+    def step1(self, a: Rounded) -> Rounded:
+        """[a > 0]: exact where the bound decides the sign of the exact argument, else off by up to 1
+        (the computed and the exact value may lie on two sides of the kink)."""
+        v = 1.0 if a.v > 0 else float(STEP_AT_KINK)
+        return Rounded(v, 0.0 if (a.v > a.e or a.v <= -a.e) else 1.0, self)
 
     def _unary(self, f, kind: str):
         def one(a: Rounded) -> Rounded:

@@ -15,10 +15,10 @@ import numpy as np
 
 from vjpcert.core.backends import exact
 from vjpcert.core.errors import SpecError, refuse
-from vjpcert.core.language import refuse_branch, refuse_comparison, refuse_float
+from vjpcert.core.derivatives import STEP_AT_KINK
+from vjpcert.core.language import ELEMENTWISE, refuse_branch, refuse_comparison, refuse_float
 
-# unary transcendental kinds a field must implement (``pi`` is a nullary one)
-TRANSCENDENTAL = ("exp", "log", "sqrt", "erf", "tanh", "sin", "cos")
+# the unary kinds a field must implement are the language's ELEMENTWISE (``pi`` is a nullary one)
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,8 @@ class Node:
             return Node("const", (), Fraction({"exp": 1, "cos": 1}.get(kind, 0)))
         if a.op == "const" and a.value == 1 and kind in ("sqrt", "log"):
             return Node("const", (), Fraction(1 if kind == "sqrt" else 0))
+        if a.op == "const" and kind == "step":
+            return Node("const", (), Fraction(1) if a.value > 0 else STEP_AT_KINK)
         return Node(kind, (a,))
 
     # ------------------------------------------------------------ Python operators
@@ -218,7 +220,7 @@ class TraceBackend:
         self.free_shift = free_shift
         self.shifts: dict = {}          # (ids of a row's entries, mask) -> its shift leaf
         self._alive: list = []          # keeps keyed rows alive, so their ids stay unique
-        for kind in TRANSCENDENTAL:
+        for kind in ELEMENTWISE:
             setattr(self, kind, self._elementwise(kind))
 
     @property

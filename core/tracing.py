@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vjpcert.core.errors import SpecError, take_refusals
-from vjpcert.core.language import INPUT_WRITE
+from vjpcert.core.language import INPUT_WRITE, KINK
 from vjpcert.core.reads import MACHINERY, PACKAGE
 from vjpcert.core.trace import TRACE, Leaf, Node, TraceBackend, leaf_array
 
@@ -184,10 +184,27 @@ def trace_shift_free(op: Op, dims: dict):
 
 def uses_max_shift(op: Op, dims: dict | None = None) -> bool:
     """Whether the op's own forward or backward calls ``B.max_shift`` (its nodes' calls are theirs)."""
+    return spec_features(op, dims)[0]
+
+
+def spec_features(op: Op, dims: dict | None = None) -> tuple[bool, bool]:
+    """(max_shift, kinks): whether the op's own forward or backward calls ``B.max_shift`` (its nodes'
+    calls are theirs), and whether they meet a kink (``B.step`` of a value that is not a constant)."""
     d = op.resolve_dims(dims or op.dims[0])
     values = primal_values(op, d)
     free = TraceBackend(free_shift=True)
     y = trace_forward(op, values, d, free)
+    roots = [np.asarray(y, dtype=object)]
     if op.vjp is not None:
-        trace_vjp(op, values, leaf_array(y.shape, "dy", "dy"), d, free)
-    return bool(free.shifts)
+        roots += [np.asarray(c, dtype=object) for c in trace_vjp(op, values, leaf_array(y.shape, "dy", "dy"), d, free)]
+    seen: set[int] = set()
+    stack = [n for r in roots for n in r.ravel().tolist() if isinstance(n, Node)]
+    kinks = False
+    while stack and not kinks:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        kinks = n.op == KINK
+        stack.extend(a for a in n.args if isinstance(a, Node))
+    return bool(free.shifts), kinks

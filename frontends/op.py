@@ -66,7 +66,7 @@ class FrontendOp(Op):
         self._tracer = tracer
         self._graphs: dict = {}         # graphs to prove: compared at every dtype the op is held to
         self._traced: dict = {}         # graphs at the op's dtype alone: their shape and code
-        self._uncompared = False        # while the claims are listed (``uses_max_shift``)
+        self._uncompared = False        # while the claims are listed (``_features``)
         self.framework = framework
         self.framework_version = framework_version
         self.constants = constants
@@ -168,13 +168,13 @@ class FrontendOp(Op):
                                  if len(names.get(int(size), [])) == 1 else None)
                      for axis, size in enumerate(out))
 
-    def uses_max_shift(self) -> bool:
-        """As for a spec: whether the graph, evaluated with a free shift, calls ``B.max_shift``. Which
-        claims an op has does not depend on the other dtypes' graphs, so listing them (``vjpcert
-        verify``) evaluates the graph at the op's dtype alone (``traced``)."""
+    def _features(self) -> tuple[bool, bool]:
+        """As for a spec: whether the graph, evaluated with a free shift, calls ``B.max_shift`` and
+        meets a kink. Which claims an op has does not depend on the other dtypes' graphs, so listing
+        them (``vjpcert verify``) evaluates the graph at the op's dtype alone (``traced``)."""
         self._uncompared = True
         try:
-            return super().uses_max_shift()
+            return super()._features()
         finally:
             self._uncompared = False
 

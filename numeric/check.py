@@ -19,7 +19,7 @@ from vjpcert.numeric.sampling import cotangent, kink_distance, rng_for, sample_p
 from vjpcert.core.backends import MpmathBackend
 from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.tolerance import digits as _digits, rounding_fit, rounding_words
-from vjpcert.core.registry import SHIFT_CLAIM, Op, SpecError
+from vjpcert.core.registry import KINK_CLAIM, SHIFT_CLAIM, Op, SpecError
 from vjpcert.core.validate import validate
 
 CHECKER_SHA256 = checker_code_sha256(__name__)
@@ -66,8 +66,9 @@ def other_params(op: Op) -> dict:
 
 
 def numeric_claims(op: Op) -> list[str]:
-    """What the numeric tier checks for an op: the spec's claims, and its float references."""
-    return [*op.claims(), REFERENCE_CLAIM]
+    """What the numeric tier checks for an op: the spec's claims, and its float references. Not the
+    value on a kink: a finite difference measures no derivative there (the exact tier checks it)."""
+    return [*(c for c in op.claims() if c != KINK_CLAIM), REFERENCE_CLAIM]
 
 
 def required_digits(method: str, dps: int) -> float:
@@ -266,6 +267,9 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
     The claim ``reference`` (every op has it) checks the float references: ``numeric.reference``."""
     if claim == REFERENCE_CLAIM:
         return check_reference(op, dims, dps=dps, seed=seed, cases=cases, point=point)
+    if claim == KINK_CLAIM:
+        raise SpecError(op.name, f"the numeric tier does not check {KINK_CLAIM}: a finite difference measures "
+                                 f"no derivative on a kink (vjpcert prove checks it, exactly)")
     start = time.perf_counter()
     if dps < tol.MIN_DPS:
         raise SpecError(op.name, f"--dps {dps} is below {tol.MIN_DPS}: too few digits to check anything")

@@ -8,7 +8,8 @@ import numpy as np
 
 from vjpcert.numeric import settings as tol
 from vjpcert.core.spec_array import running
-from vjpcert.core.backends import F64
+from vjpcert.core.backends import F64, FloatBackend
+from vjpcert.core.derivatives import STEP_AT_KINK
 from vjpcert.core.input_cases import case_values
 from vjpcert.core.registry import Op, SpecError
 
@@ -41,14 +42,39 @@ def sample_point(op: Op, dims: dict, case: str, seed: int) -> dict[str, np.ndarr
     raise SpecError(op.name, f"could not sample a point {tol.KINK_MIN_DISTANCE} away from its kinks")
 
 
+class _KinkRecorder(FloatBackend):
+    """float64, recording how close the argument of every B.step (relu, ...) came to its kink."""
+
+    def __init__(self):
+        super().__init__(np.float64)
+        self.nearest = float("inf")
+        self.step = self._checked(self._step)
+
+    def _step(self, a):
+        if np.size(a):
+            self.nearest = min(self.nearest, float(np.min(np.abs(a))))
+        return np.heaviside(a, float(STEP_AT_KINK))
+
+
 def kink_distance(op: Op, point: dict) -> float:
-    if op.kinks is None:
-        return float("inf")
+    """How close the point is to a kink: the op's declared ``kinks`` distance, and the smallest |a| of
+    every B.step(a) its forward and backward evaluate in float64 (a finite difference across a kink
+    measures no derivative)."""
     values = {**{k: np.asarray(v, dtype=np.float64) for k, v in point.items()},
               **{k: (F64.c(p.default) if p.symbolic else p.default) for k, p in op.params.items()}}
-    with running():         # a kink distance is float code by design (|x|, min): not spec language
-        d = np.asarray(op.bind(op.kinks, F64, values), dtype=np.float64)
-    return float(d.min()) if d.size else float("inf")
+    nearest = float("inf")
+    if op.kinks is not None:
+        with running():     # a declared kink distance is float code by design (|x|, min): not spec language
+            d = np.asarray(op.bind(op.kinks, F64, values), dtype=np.float64)
+        nearest = float(d.min()) if d.size else nearest
+    B = _KinkRecorder()
+    try:
+        y = np.asarray(op.bind(op.forward, B, values), dtype=np.float64)
+        if op.vjp is not None:
+            op.bind(op.vjp, B, {**values, "dy": np.ones(y.shape)})
+    except (SpecError, ArithmeticError, ValueError, TypeError):
+        pass                # the checks themselves report a spec that does not run in float64
+    return min(nearest, B.nearest)
 
 
 def cotangent(shape, seed: int, *labels) -> np.ndarray:

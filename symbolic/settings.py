@@ -30,6 +30,9 @@ EXACT_WITNESS_POINTS = 3
 CONSTANT_FIT_POINTS = 2          # points at which a failure is fitted by the constants' rounding
 EXACT_WITNESS_POINTS_WIDE = 24      # when the relations step has shown the rational residual is nonzero
 EXACT_TEXT_MAX_CHARS = 2000    # longer exact rationals are shown to 30 digits (the point stays exact)
+# The backward on a kink (claim at_the_kink): exact points per differentiable input, inputs in
+# {-1, 0, 1} so that many arguments of B.step are exactly 0 (symbolic.fixed.kinks)
+KINK_POINTS = 6
 
 # Randomised exact test over GF(p), a fresh random 63-bit prime per trial: independent trials, each
 # a false pass with probability <= degree / p + (prime divides the coefficients) + (atoms collide);

@@ -29,6 +29,8 @@ SPELLED = {"exp": sympy.exp, "log": sympy.log, "sqrt": sympy.sqrt, "erf": sympy.
            "sin": sympy.sin, "cos": sympy.cos, "inv": lambda a: 1 / a}
 POWERS = [2, 3, 5, -1, -3, Fraction(1, 3), Fraction(3, 2), Fraction(-1, 2)]
 CASES = [(kind, None) for kind in SPELLED] + [("pow", k) for k in POWERS]
+# a kink's formula on each open region, written here independently: step is 0 below its kink, 1 above
+KINK_BRANCHES = {"step": (sympy.Integer(0), sympy.Integer(1))}
 
 
 def _spelled(kind, k):
@@ -48,7 +50,24 @@ def test_every_row_is_sympy_s_derivative(kind, k):
 
 
 def test_the_cases_cover_every_row():
-    assert {kind for kind, _ in CASES} == set(RULES)
+    assert {kind for kind, _ in CASES} | set(KINK_BRANCHES) == set(RULES)
+
+
+@pytest.mark.parametrize("kind", sorted(KINK_BRANCHES))
+def test_a_kink_row_is_the_derivative_of_its_formula_on_each_region(kind):
+    rule = RULES[kind]
+    assert len(rule.pieces) == len(rule.kinks) + 1 == len(KINK_BRANCHES[kind])
+    for r, branch in enumerate(KINK_BRANCHES[kind]):
+        mine = rule.branches[r](z) if callable(rule.branches[r]) else sympy.Integer(rule.branches[r])
+        assert sympy.simplify(mine - branch) == 0
+        assert derivative(heads.SYMPY_OPS, kind, z, None, region=r) == sympy.diff(branch, z)
+
+
+def test_a_wrong_kink_row_is_caught_by_its_regions(monkeypatch):
+    monkeypatch.setitem(RULES, "step", Rule(kinks=(Fraction(0),), pieces=(Fraction(0), Fraction(1)),
+                                            branches=(0, 1)))
+    with pytest.raises(AssertionError):
+        test_a_kink_row_is_the_derivative_of_its_formula_on_each_region("step")
 
 
 def _trace_ops() -> set[str]:
@@ -56,18 +75,18 @@ def _trace_ops() -> set[str]:
     tree = ast.parse((ROOT / "core" / "trace.py").read_text())
     ops = {n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "Node"
            and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)}
-    return ops | set(trace.TRANSCENDENTAL)
+    return ops | set(trace.ELEMENTWISE)
 
 
 def test_every_primitive_of_the_dag_and_of_B_has_a_row():
     ops = _trace_ops()
     assert {"add", "mul", "inv", "pow", "exp"} <= ops          # the source reading is not vacuous
-    functions = set(backends.SPEC_API) - {"pi", "c", "zeros", "array", "max_shift"}
+    functions = set(backends.SPEC_API) - {"pi", "c", "zeros", "array", "max_shift"} - set(backends.KINK_FAMILY)
     every_size = set(vars(ShapeBackend())) | set(heads.SYMPY_HEADS.values())
     assert "tanh" in every_size
-    for kinds in (ops, backends.TRANSCENDENTAL, functions, every_size):
+    for kinds in (ops, backends.ELEMENTWISE, functions, every_size):
         assert missing_rows(kinds) == [], kinds
-    assert set(backends.TRANSCENDENTAL) <= set(RULES)
+    assert set(backends.ELEMENTWISE) <= set(RULES)
 
 
 def test_a_primitive_without_a_row_is_missing_and_refused():

@@ -21,6 +21,7 @@ from fractions import Fraction
 
 import flint
 
+from vjpcert.core.derivatives import STEP_AT_KINK
 from vjpcert.core.evaluate import MpField, _OperatorField  # noqa: F401  (MpField: re-exported for the ladder)
 from vjpcert.symbolic.fixed.false_pass import random_prime
 
@@ -362,6 +363,27 @@ class RingField(_OperatorField):
     def cos(self, a):
         return self._odd_even("cos", a)
 
+    def step(self, a):
+        """[a > 0] on an open region: a Boolean atom S per argument up to a positive factor, with
+        S(-a) = 1 - S(a). The region's sign pattern is left free, so an identity in these atoms holds
+        on every region at once; s^2 = s is among the relations (``relations``)."""
+        if a.is_zero():
+            return self.const(STEP_AT_KINK)
+        lc = a.leading_coefficient()
+        if a.is_constant():
+            return self.one if lc > 0 else self.const(STEP_AT_KINK)
+        if STEP_AT_KINK == 0:             # step(s b) = s step(b) for a Boolean s (s = 0: step(0) = 0)
+            degrees = a.term_content().degrees()
+            bools = [v for v, d in enumerate(degrees) if d and (self._def_of(v) or (0, ""))[1] == "step"]
+            if bools:
+                rest, factor = a, self.one
+                for v in bools:
+                    rest, rem = divmod(rest, self.gens[v] ** degrees[v])
+                    factor = factor * self.gens[v]
+                return factor * self.step(rest)
+        s = self._atom("step", a * (1 / lc), key_arg=str(a * (1 / lc)))
+        return s if lc > 0 else self.one - s
+
     def pi(self):
         return self._atom("pi", None, key_arg="pi")
 
@@ -385,7 +407,32 @@ class RingField(_OperatorField):
             elif kind == "cpow":
                 base, k = arg
                 out.append(("root", var, k.denominator, self.const(base ** k.numerator)))
+            elif kind == "step":
+                out.append(("bool", var))
         return out
+
+    def step_implications(self) -> list:
+        """s_v s_u - s_v for the Boolean atoms of arguments a - c and a (c > 0): a - c > 0 implies
+        a > 0, so a sign pattern with s_v = 1 and s_u = 0 is no region at all (relu6's two kinks). The
+        polynomials vanish on every region there is: dividing by them is sound."""
+        groups: dict[str, list] = {}
+        for var, kind, arg in self.defs:
+            if kind == "step":
+                c = next((_frac(k) for exps, k in arg.terms() if not any(exps)), Fraction(0))
+                groups.setdefault(str(arg - self.const(c)), []).append((c, var))
+        out = []
+        for atoms in groups.values():
+            atoms.sort()
+            for i, (c_lo, lo) in enumerate(atoms):      # a + c_lo > 0 implies a + c_hi > 0
+                out += [self.gens[lo] * self.gens[hi] - self.gens[lo] for c_hi, hi in atoms[i + 1:] if c_lo < c_hi]
+        return out
+
+    def _split_bool(self, poly, var) -> list:
+        """poly = c_0 + sum_k c_k s^k for a Boolean atom s vanishes at s = 0 and at s = 1 exactly when
+        c_0 and sum_k c_k (k >= 1) do: the two polynomials, free of s."""
+        parts = self._by_power(poly, var)
+        rest = sum((c for k, c in parts.items() if k), self.zero)
+        return [p for p in (parts.get(0, self.zero), rest) if not p.is_zero()]
 
     def _by_power(self, poly, var):
         """poly = sum_k coeff_k * v^k, as {k: coeff_k} with coeff_k free of v (in flint's C code:
@@ -420,7 +467,10 @@ class RingField(_OperatorField):
         # reciprocal relation of a long sum first rewrites every term it touches into that many terms
         divisors = sorted([self.gens[r[1]] * r[2] - 1 for r in rels if r[0] == "recip"], key=len) \
             + self.linear_relations()
-        polys = self._split_roots([poly], roots)
+        polys = self._split_roots([self._reduce_by(poly, self.step_implications())], roots)
+        for r in rels:
+            if r[0] == "bool":
+                polys = [q for p in polys for q in (self._split_bool(p, r[1]) if p.degrees()[r[1]] else [p])]
         return [p for p in (self._reduce_by(p, divisors) for p in polys) if not p.is_zero()]
 
     def reduce_relations(self, poly, cheap_first: bool = True) -> list:
@@ -453,7 +503,7 @@ class RingField(_OperatorField):
         return polys
 
     def _eliminate(self, poly, rels) -> list:
-        polys = [poly]
+        polys = [self._reduce_by(poly, self.step_implications())]
         for rel in rels:
             var = rel[1]
             nxt = []
@@ -465,6 +515,8 @@ class RingField(_OperatorField):
                     parts = self._by_power(p, var)
                     b, top = rel[2], max(parts)
                     nxt.append(sum((c * b ** (top - k) for k, c in parts.items()), self.zero))
+                elif rel[0] == "bool":
+                    nxt.extend(self._split_bool(p, var))
                 else:
                     nxt.extend(self._split_roots([p], [rel]))
             polys = [p for p in nxt if not p.is_zero()]
@@ -549,6 +601,15 @@ class ModPField:
 
     def cos(self, a):
         return self._odd_even("cos", a, False)
+
+    def step(self, a):
+        """A free Boolean as a random residue, S(-a) = 1 - S(a) (as ``RingField.step``): the identity
+        is tested as a polynomial in it, which covers both of its values."""
+        if a == 0:
+            return self.const(STEP_AT_KINK)
+        if a > self.p // 2:
+            return (1 - self._atom(("step", self.p - a))) % self.p
+        return self._atom(("step", a))
 
     def pi(self):
         return self._atom(("pi",))

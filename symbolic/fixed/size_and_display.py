@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from vjpcert.core.derivatives import STEP_AT_KINK
 from vjpcert.core.evaluate import _OperatorField
 
 
@@ -50,7 +51,7 @@ class SizeField:
     def _atom(self, a):
         return (1, 1)
 
-    exp = log = sqrt = erf = tanh = sin = cos = _atom
+    exp = log = sqrt = erf = tanh = sin = cos = step = _atom
 
     def pi(self):
         return (1, 1)
@@ -86,6 +87,9 @@ class SympyField(_OperatorField):
 
     def pi(self):
         return self.sp.pi
+
+    def step(self, a):
+        return self.sp.Heaviside(a, self.const(STEP_AT_KINK))
 
     def __getattr__(self, kind):       # exp, log, sqrt, erf, tanh, sin, cos
         if kind.startswith("_"):

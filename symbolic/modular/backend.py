@@ -39,7 +39,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from vjpcert.core.derivatives import MissingRule, derivative
+from vjpcert.core.derivatives import STEP_AT_KINK, MissingRule, derivative
 from vjpcert.core.registry import SpecError, refuse
 from vjpcert.symbolic.modular import bound as bnd
 from vjpcert.symbolic.modular import constructs  # noqa: F401  (registers the numpy functions)
@@ -178,6 +178,8 @@ def _unary(kind: str, a: ModArray) -> ModArray:
     if a is None:
         refuse(f"B.{kind} got a value that is not an array of the backend")
     F = a.F
+    if kind == "step" and a.exact is not None:   # an exact constant q * (positive roots): the sign of q
+        return exact_const(F, (Fraction(1) if a.exact[0] > 0 else STEP_AT_KINK, ()))
     if kind == "sqrt" and a.exact is not None:
         root = _exact_sqrt(a.exact)
         if root is not None:
@@ -295,3 +297,6 @@ class ModularBackend:
 
     def cos(self, a):
         return _computed(_unary("cos", lift(self.F, a)))
+
+    def step(self, a):
+        return _computed(_unary("step", lift(self.F, a)))

@@ -61,7 +61,7 @@ from vjpcert.symbolic.modular.backend import LEAF, Field, ModArray, ModularBacke
 
 CHECKER_SHA256 = checker_code_sha256(__name__)
 METHOD = "modp-vectorised"
-KINDS = ("exp", "log", "sqrt", "erf", "tanh", "circle", "cpow")
+KINDS = ("exp", "log", "sqrt", "erf", "tanh", "circle", "cpow", "step")
 
 # Primes in [2^59, 2^60): pi(2^60) > x/ln x (1 + 1/ln x) = 2.84e16 and pi(2^59) < x/ln x (1 + 1.2762/
 # ln x) = 1.45e16 (Dusart 2010), so more than 1.3e16 of them.

@@ -7,6 +7,7 @@ from fractions import Fraction
 import flint
 import numpy as np
 
+from vjpcert.core.derivatives import STEP_AT_KINK
 from vjpcert.symbolic.modular import kernels as mk
 from vjpcert.symbolic.modular.arith import ModP
 
@@ -152,6 +153,11 @@ class Field(ModP):
             h = self.hash(kind, np.where(upper, p - v, v))
             out = np.where(upper, (p - h) % p, h)
             return np.where(v == 0, 0, out)
+        if kind == "step":                              # a free Boolean: S(-a) = 1 - S(a), S(0) the convention
+            upper = v > p // 2
+            h = self.hash(kind, np.where(upper, p - v, v))
+            out = np.where(upper, (1 - h) % p, h)
+            return np.where(v == 0, self.residue(STEP_AT_KINK), out)
         h = self.hash(kind, v)
         if kind == "exp":
             return np.where(v == 0, 1, h)

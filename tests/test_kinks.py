@@ -1,0 +1,181 @@
+"""The kink of the spec language, B.step ([a > 0]) and B.relu = a step(a): proved on every open region
+of the kinks' signs by the exact ring (each step a free Boolean, s^2 = s, step(-a) = 1 - step(a),
+step(c a) = step(a) for c > 0, and a - c > 0 implying a > 0), checked mod p at production dims, kept
+at a distance by the numeric tier's samples, and -- separately, on the kink itself -- held to the
+convention relu'(0) = 0 by the claim at_the_kink. Each piece has its control."""
+from __future__ import annotations
+
+import numpy as np
+
+from vjpcert.core.backends import F32, F64
+from vjpcert.core.derivatives import STEP_AT_KINK
+from vjpcert.core.registry import KINK_CLAIM, op
+from vjpcert.core.rounding import RoundingBackend
+from vjpcert.numeric import settings as numeric_tol
+from vjpcert.numeric.check import numeric_claims
+from vjpcert.numeric.sampling import kink_distance, sample_point
+from vjpcert.specs import builtin_ops
+from vjpcert.symbolic.every_size.general import prove_general
+from vjpcert.symbolic.fixed import fields
+from vjpcert.symbolic.fixed.prover import prove_claim
+from vjpcert.symbolic.modular.check import check_modular
+
+ROWS = {"x": ("rows", "n")}
+DIMS = {"rows": 2, "n": 3}
+
+
+def _elementwise(name, forward, backward):
+    f = op(name=name, inputs=ROWS, output=("rows", "n"), dims=[DIMS])(forward)
+    f.defvjp(backward)
+    return f
+
+
+def _linear(name, backward):
+    f = op(name=name, inputs={"x": ("rows", "n"), "w": ("n", "m")}, output=("rows", "m"),
+           dims=[{"rows": 2, "n": 3, "m": 2}])(lambda B, x, w: B.relu(x @ w))
+    f.defvjp(backward)
+    return f
+
+
+def _right_linear(B, x, w, dy):
+    g = dy * B.step(x @ w)
+    return g @ w.T, x.T @ g
+
+
+def _other_region_linear(B, x, w, dy):
+    g = dy * B.step(-(x @ w))
+    return g @ w.T, x.T @ g
+
+
+# ------------------------------------------------------------------ the exact tier, region by region
+def test_a_relu_layer_is_proved_on_each_region_and_says_so():
+    f = _linear("kk_relu_linear", _right_linear)
+    for claim in ("vjp[x]", "vjp[w]"):
+        cert = prove_claim(f, claim, {"rows": 2, "n": 3, "m": 2})
+        assert cert.verdict == "proved", cert.evidence
+        assert "on each region" in cert.evidence["regions"]
+        assert cert.evidence["atoms"] == {"step": 4}
+
+
+def test_the_mask_of_the_other_region_fails_with_an_exact_witness():
+    f = _linear("kk_relu_linear_wrong", _other_region_linear)
+    cert = prove_claim(f, "vjp[x]", {"rows": 2, "n": 3, "m": 2})
+    assert cert.verdict == "failed" and cert.evidence["witness"]["exact"]
+
+
+def test_a_kink_moved_by_a_constant_is_not_the_same_kink():
+    """relu(x - 1) with the mask of x: wrong on 0 < x < 1 only (a region a proof over independent
+    regions must not merge with its neighbours)."""
+    f = _elementwise("kk_shifted_kink", lambda B, x: B.relu(x - 1), lambda B, x, dy: (dy * B.step(x),))
+    assert prove_claim(f, "vjp[x]", DIMS).verdict == "failed"
+
+
+def test_a_positive_factor_and_a_sign_are_read_off_the_kink():
+    """step(2x) is step(x), step(-x) is 1 - step(x): a backward spelled either way is the same."""
+    f = _elementwise("kk_scaled", lambda B, x: B.relu(2 * x) / 2, lambda B, x, dy: (dy * (1 - B.step(-x)),))
+    assert prove_claim(f, "vjp[x]", DIMS).verdict == "proved"
+
+
+def _relu6(name):
+    return _elementwise(name, lambda B, x: B.relu(x) - B.relu(x - B.c(6)),
+                        lambda B, x, dy: (dy * B.step(x) * B.step(B.c(6) - x),))
+
+
+def test_two_kinks_of_one_argument_are_ordered():
+    """relu6's backward dy step(x) step(6 - x) is its derivative only because x > 6 implies x > 0."""
+    assert prove_claim(_relu6("kk_relu6"), "vjp[x]", DIMS).verdict == "proved"
+
+
+def test_without_their_order_two_kinks_are_never_a_failure(monkeypatch):
+    """The control: with the implication x - 6 > 0 => x > 0 gone, the sign pattern (x > 6, x < 0) is a
+    region too and the claim is not proved there -- and no real point refutes it."""
+    monkeypatch.setattr(fields.RingField, "step_implications", lambda self: [])
+    cert = prove_claim(_relu6("kk_relu6_unordered"), "vjp[x]", DIMS)
+    assert cert.verdict == "inconclusive", cert.evidence
+
+
+def _mask_law(name):
+    f = _elementwise(name, lambda B, x: B.relu(x), lambda B, x, dy: (dy * B.step(x),))
+
+    @f.law
+    def gradient_is_a_mask(B, x, backward):
+        (d,) = backward(x, dy=x * 0 + 1)
+        return d * d, d
+    return f
+
+
+def test_a_step_is_boolean():
+    assert prove_claim(_mask_law("kk_mask"), "gradient_is_a_mask", DIMS).verdict == "proved"
+
+
+def test_without_s_squared_equals_s_a_boolean_identity_is_not_proved(monkeypatch):
+    monkeypatch.setattr(fields.RingField, "_split_bool", lambda self, poly, var: [poly])
+    cert = prove_claim(_mask_law("kk_mask_free"), "gradient_is_a_mask", DIMS)
+    assert cert.verdict != "proved"
+
+
+# ------------------------------------------------------------------ on the kink itself
+def test_the_gradient_at_zero_is_held_to_the_convention():
+    """A [x >= 0] backward is right on every open region (proved) and wrong on the kink: at_the_kink
+    fails it at an exact point on the kink; the right one is checked there."""
+    ge = _elementwise("kk_ge", lambda B, x: B.relu(x), lambda B, x, dy: (dy * (1 - B.step(-x)),))
+    gt = _elementwise("kk_gt", lambda B, x: B.relu(x), lambda B, x, dy: (dy * B.step(x),))
+    assert KINK_CLAIM in ge.claims()
+    assert prove_claim(ge, "vjp[x]", DIMS).verdict == "proved"
+    cert = prove_claim(ge, KINK_CLAIM, DIMS)
+    assert cert.verdict == "failed", cert.evidence
+    w = cert.evidence["witness"]
+    assert w["exact"] and w["J^T dy"] == "0" and w["backward"] != "0"
+    ok = prove_claim(gt, KINK_CLAIM, DIMS)
+    assert ok.verdict == "checked" and ok.evidence["steps_on_kink"] > 0, ok.evidence
+    assert "relu'(0) = step(0) = 0" in ok.evidence["convention"]
+
+
+def test_an_op_without_a_kink_has_no_kink_claim():
+    assert KINK_CLAIM not in builtin_ops()["gelu_erf"].claims()
+    assert KINK_CLAIM in builtin_ops()["relu"].claims()
+
+
+def test_the_numeric_tier_leaves_the_kink_to_the_exact_tier():
+    assert KINK_CLAIM not in numeric_claims(builtin_ops()["relu"])
+
+
+# ------------------------------------------------------------------ the other interpreters
+def test_mod_p_a_relu_layer_is_checked_at_production_dims_and_the_other_region_fails():
+    dims = {"rows": 16, "n": 64, "m": 32}
+    right = check_modular(_linear("kk_mod_relu", _right_linear), "vjp[x]", dims)
+    assert right.verdict == "checked-probabilistic", right.evidence
+    wrong = check_modular(_linear("kk_mod_relu_wrong", _other_region_linear), "vjp[x]", dims)
+    assert wrong.verdict == "failed" and wrong.evidence["witness"]["real_point"]["confirmed"]
+
+
+def test_the_numeric_tier_samples_away_from_the_kink():
+    relu = builtin_ops()["relu"]
+    at = {"x": np.array([[0.0, 1.0, -2.0]])}
+    assert kink_distance(relu, at) == 0.0
+    assert kink_distance(builtin_ops()["gelu_erf"], at) == float("inf")
+    point = sample_point(relu, {"rows": 3, "n": 7}, "random", seed=0)
+    assert kink_distance(relu, point) >= numeric_tol.KINK_MIN_DISTANCE
+    assert np.abs(point["x"]).min() >= numeric_tol.KINK_MIN_DISTANCE
+
+
+def test_the_every_size_tier_declines_a_kink():
+    f = _elementwise("kk_general", lambda B, x: B.relu(x), lambda B, x, dy: (dy * B.step(x),))
+    f.every_size("vjp[x]")
+    cert = prove_general(f, "vjp[x]", budget=30)
+    assert cert.verdict == "inconclusive" and "B.step" in cert.evidence["reason"]
+
+
+def test_floats_give_the_convention_on_the_kink_in_their_own_dtype():
+    for B in (F64, F32):
+        out = B.step(np.array([-1.0, 0.0, 2.0], dtype=B.dtype))
+        assert out.dtype == B.dtype and out.tolist() == [0.0, float(STEP_AT_KINK), 1.0]
+
+
+def test_the_rounding_model_bounds_a_step_whose_sign_the_bound_cannot_decide():
+    """Exact where the running bound decides the argument's sign; off by up to 1 where it does not
+    (the exact argument and the computed one may lie on two sides of the kink)."""
+    from vjpcert.core.rounding import Rounded
+    R = RoundingBackend(np.float32)
+    assert R.step1(Rounded(1e-3, 1e-6, R)).e == 0.0 and R.step1(Rounded(-1e-3, 1e-6, R)).e == 0.0
+    assert R.step1(Rounded(1e-9, 1e-6, R)).e == 1.0 and R.step1(Rounded(-1e-9, 1e-6, R)).e == 1.0
