@@ -178,8 +178,10 @@ def _select_n(c, which, *cases):
     """cases[which]: a static predicate (bool: False -> cases[0]) or static index."""
     if len(cases) == 1:
         return cases[0]
+    if not which.static and which.indicator and len(cases) == 2:      # a comparison: a kink (B.step)
+        return c.where(which, cases[1], cases[0])
     if not which.static:
-        c.refuse("select_n picks entries by a traced value (a comparison of input-dependent numbers)")
+        c.refuse("select_n picks entries by a traced value that is no comparison")
     if len(cases) == 2:
         return c.where(c.convert(which, "bool"), cases[1], cases[0])
     out = cases[0]

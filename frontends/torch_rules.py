@@ -98,6 +98,98 @@ for _name in ("exp", "log", "sqrt", "rsqrt", "erf", "tanh", "sin", "cos", "sigmo
     rule(f"aten.{_name}.default")(lambda c, x, _k=_name: c.unary(_k, x))
 
 
+# Kinks, spelled with B.step so that the derivative the prover takes on the kink itself (step' = 0,
+# step(0) = 0) is PyTorch's: its backwards pass the gradient where the input is strictly inside
+# (relu, leaky_relu: x > 0; hardtanh, relu6: min < x < max), so the claim at_the_kink holds them to it.
+def _step(c, x, shift=0):
+    """step(x - shift). The step of a relu's output is its argument's step, exactly (step(z step(z)) =
+    step(z), step(0) = 0): PyTorch's relu backward masks by the output, and an interpreter whose steps
+    are keyed by value (mod p) would otherwise see a second kink where there is one."""
+    if not shift and isinstance(x, Val) and x.ramp is not None:
+        return x.ramp
+    return c.unary("step", c.binary("-", x, shift) if shift else x)
+
+
+@rule("aten.relu.default")
+def _relu(c, x):
+    m = _step(c, x)
+    out = c.binary("*", x, m)
+    out.ramp = m
+    return out
+
+
+@rule("aten.threshold_backward.default")
+def _threshold_backward(c, grad, x, threshold):
+    """grad where x > threshold, else 0."""
+    return c.binary("*", grad, _step(c, x, threshold))
+
+
+@rule("aten.threshold.default")
+def _threshold(c, x, threshold, value):
+    """x where x > threshold, else value: value + (x - value) step(x - threshold)."""
+    return c.binary("+", value, c.binary("*", c.binary("-", x, value), _step(c, x, threshold)))
+
+
+@rule("aten.leaky_relu.default")
+def _leaky_relu(c, x, slope=0.01):
+    return c.binary("*", x, _leaky_factor(c, x, slope))
+
+
+@rule("aten.leaky_relu_backward.default")
+def _leaky_relu_backward(c, grad, x, slope, self_is_result=False):
+    """grad where x > 0, slope * grad elsewhere (the result has x's sign: the same mask)."""
+    return c.binary("*", grad, _leaky_factor(c, x, slope))
+
+
+def _leaky_factor(c, x, slope):
+    s = c.scalar(slope)
+    return c.binary("+", s, c.binary("*", c.binary("-", 1, s), _step(c, x)))
+
+
+@rule("aten.hardtanh.default")
+def _hardtanh(c, x, lo=-1.0, hi=1.0):
+    """x inside (lo, hi), lo below, hi above: x in(x) + lo (1 - step(x - lo)) + hi (1 - step(hi - x)),
+    in(x) = step(x - lo) step(hi - x), so the derivative on either kink is 0 as PyTorch's backward."""
+    below, above = _step(c, x, lo), c.unary("step", c.binary("-", hi, x))
+    inside = c.binary("*", below, above)
+    return c.binary("+", c.binary("*", x, inside),
+                    c.binary("+", c.binary("*", lo, c.binary("-", 1, below)),
+                             c.binary("*", hi, c.binary("-", 1, above))))
+
+
+@rule("aten.hardtanh_backward.default")
+def _hardtanh_backward(c, grad, x, lo, hi):
+    """grad where lo < x < hi, else 0."""
+    return c.binary("*", grad, c.binary("*", _step(c, x, lo), c.unary("step", c.binary("-", hi, x))))
+
+
+@rule("aten.sign.default")
+def _sign(c, x):
+    return c.binary("-", _step(c, x), c.unary("step", c.neg(x)))
+
+
+@rule("aten.abs.default")
+def _abs(c, x):
+    """x sign(x): PyTorch's backward, grad sign(x), is 0 on the kink, as this spelling's derivative."""
+    return c.binary("*", x, _sign(c, x))
+
+
+@rule("aten.maximum.default")
+def _maximum(c, a, b):
+    """a on a > b, b on b > a; on a tie each gets half the gradient, as in PyTorch's backward:
+    a (m + e/2) + b (1 - m - e/2), m = [a > b], e = [a = b] = 1 - [a > b] - [b > a]."""
+    d = c.binary("-", a, b)
+    m, m2 = _step(c, d), c.unary("step", c.neg(d))
+    half = c.binary("*", c.binary("-", c.binary("-", 1, m), m2), Fraction(1, 2))
+    wa = c.binary("+", m, half)
+    return c.binary("+", c.binary("*", a, wa), c.binary("*", b, c.binary("-", 1, wa)))
+
+
+@rule("aten.minimum.default")
+def _minimum(c, a, b):
+    return c.neg(_maximum(c, c.neg(a), c.neg(b)))
+
+
 @rule("aten.pow.Tensor_Scalar")
 def _pow(c, x, k):
     return c.power(x, k)

@@ -49,11 +49,15 @@ class Val:
     """One array of a graph: ``a`` (static exact numbers, or an array over B), ``static``, and the
     static ``neginf`` mask (None when no entry is -inf)."""
 
-    __slots__ = ("a", "static", "neginf", "nan")
+    __slots__ = ("a", "static", "neginf", "nan", "indicator", "ramp")
 
-    def __init__(self, a, static: bool, neginf=None, nan=None):
+    def __init__(self, a, static: bool, neginf=None, nan=None, indicator: bool = False):
         self.a = a if isinstance(a, np.ndarray) or own_array(a) else np.asarray(a, dtype=object)
         self.static = static
+        # a traced 0/1 array: an order comparison of input-dependent numbers, made of B.step (a kink)
+        self.indicator = indicator
+        # for relu(z) = z step(z): the Val step(z), which is also step(relu(z)) (see torch_rules._step)
+        self.ramp = None
         self.neginf = self._mask(neginf)
         # NaN only in static values, and only to be selected away (JAX's jnp.var writes a NaN into
         # the branch for an empty axis); any arithmetic on it is refused
@@ -180,6 +184,8 @@ class Context:
                 return Val(v.a.astype(object) * Fraction(1), True, v.neginf)
             return v
         self._no_nan(v)
+        if not v.static and v.indicator:              # a comparison's 0/1 as bool, int or float: itself
+            return v
         if not v.static:
             self.refuse(f"a traced value is cast to {kind}: that is a comparison (rounding, truth) of "
                         f"input-dependent numbers")
@@ -322,9 +328,16 @@ class Context:
     # ---------------------------------------------------------------- selection and comparison
     def where(self, cond: Val, x, y) -> Val:
         cond = self.scalar(cond)
+        if not cond.static and cond.indicator:        # a kink: x m + y (1 - m), m = [a > b] (B.step)
+            x, y = self.scalar(x), self.scalar(y)
+            if x.neginf is not None or y.neginf is not None or x.nan is not None or y.nan is not None:
+                self.refuse("-inf or NaN selected by a comparison of input-dependent numbers")
+            m = cond.a
+            a, b = self.lift(x), self.lift(y)
+            return Val(as_array(a * m + b * (1 - m)), False)
         if not cond.static:
-            self.refuse("entries are selected by a traced value (a comparison of input-dependent numbers); "
-                        "masks must be built from shapes")
+            self.refuse("entries are selected by a traced value that is no comparison; masks must be built "
+                        "from shapes")
         c = self.convert(cond, "bool").a
         x, y = self.scalar(x), self.scalar(y)
         shape = np.broadcast_shapes(c.shape, x.shape, y.shape)
@@ -356,13 +369,26 @@ class Context:
                 if o.static and o.a.shape == () and o.neginf is not None:      # t == -inf
                     m = t.mask()
                     return Val(m.copy() if op == "eq" else ~m, True)
-        self.refuse(f"'{op}' compares input-dependent numbers: specs (and graphs) must be branch-free in "
-                    f"their inputs; masks must be built from shapes")
+        if x.neginf is None and y.neginf is None:
+            # a comparison is made of kinks, exactly: [x > y] = step(x - y), [x >= y] = 1 - step(y - x),
+            # [x = y] = 1 - step(x - y) - step(y - x) (PyTorch's maximum backward splits a tie with it)
+            d = self.lift(x) - self.lift(y)
+            step = self.B.step
+            m = {"gt": lambda: step(d), "lt": lambda: step(-d), "ge": lambda: 1 - step(-d),
+                 "le": lambda: 1 - step(d), "eq": lambda: 1 - step(d) - step(-d),
+                 "ne": lambda: step(d) + step(-d)}[op]()
+            return Val(as_array(m), False, indicator=True)
+        self.refuse(f"'{op}' compares an input-dependent number with -inf entries")
 
     def logical(self, op: str, *xs) -> Val:
         vals = [self.scalar(x) for x in xs]
         if not all(v.static for v in vals):
-            self.refuse(f"logical '{op}' of a traced value")
+            if not all(v.static or v.indicator for v in vals):
+                self.refuse(f"logical '{op}' of a traced value that is no comparison")
+            m = [v.a if not v.static else self.lift(self.convert(v, "int")) for v in vals]
+            out = {"not": lambda: 1 - m[0], "and": lambda: m[0] * m[1],
+                   "or": lambda: m[0] + m[1] - m[0] * m[1], "xor": lambda: m[0] + m[1] - 2 * m[0] * m[1]}[op]()
+            return Val(as_array(out), False, indicator=True)
         a = [self.convert(v, "bool").a for v in vals]
         fn = {"not": np.logical_not, "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}[op]
         return Val(np.asarray(fn(*a), dtype=bool), True)

@@ -27,16 +27,16 @@ def good(x):
 
 
 @torch_op(inputs={"x": ("n",)}, dims=[{"n": 2}])
-def kinked(x):
+def sorted_(x):
     y = x * 2
-    return torch.where(y > 0, y, 0.0)
+    return torch.sort(y).values
 
 
 @torch_op(inputs={"x": ("n",)}, dims=[{"n": 2}])
 def bessel(x):
     return torch.special.bessel_j0(x * 3)
 '''
-KINK_LINE = 14           # the line of `torch.where(y > 0, ...)` above
+SORT_LINE = 14           # the line of `torch.sort(y)` above
 BESSEL_LINE = 19
 
 
@@ -69,20 +69,20 @@ def test_a_refused_op_refuses_itself_and_its_neighbour_is_certified(two_ops, cap
     reports = two_ops.parent / "r"
     assert main(["prove", str(two_ops), "--quiet", "--reports", str(reports)]) == 2
     assert _verdicts(reports, "good") == ["proved"]
-    assert not (reports / "certificates" / "kinked").exists()
+    assert not (reports / "certificates" / "sorted_").exists()
     err = capsys.readouterr().err
     # the user's file and line, not vjpcert's
-    assert f"two_ops.py:{KINK_LINE}: aten.gt" in err and f"two_ops.py:{BESSEL_LINE}: prims.bessel_j0" in err
-    assert "frontends" not in err and "2 op(s) refused (bessel, kinked)" in err
+    assert f"two_ops.py:{SORT_LINE}: aten.sort" in err and f"two_ops.py:{BESSEL_LINE}: prims.bessel_j0" in err
+    assert "frontends" not in err and "2 op(s) refused (bessel, sorted_)" in err
 
 
 def test_one_op_of_the_file_by_name(two_ops, capsys):
     reports = two_ops.parent / "r"
     assert main(["prove", f"{two_ops}::good", "--quiet", "--reports", str(reports)]) == 0
     assert _verdicts(reports, "good") == ["proved"]
-    assert main(["prove", f"{two_ops}::kinked", "--quiet", "--reports", str(reports)]) == 2
-    assert f"two_ops.py:{KINK_LINE}" in capsys.readouterr().err
-    assert not (reports / "certificates" / "kinked").exists()
+    assert main(["prove", f"{two_ops}::sorted_", "--quiet", "--reports", str(reports)]) == 2
+    assert f"two_ops.py:{SORT_LINE}" in capsys.readouterr().err
+    assert not (reports / "certificates" / "sorted_").exists()
 
 
 def test_a_failure_beside_a_refusal_is_exit_1(two_ops):

@@ -131,3 +131,48 @@ class WrongForwardLayerNorm(torch.autograd.Function):
             xs = [t.detach().requires_grad_(True) for t in (x, gamma, beta)]
             y = F.layer_norm(xs[0], xs[0].shape[-1:], xs[1], xs[2], 1e-5)
             return torch.autograd.grad(y, xs, dy)
+
+
+class ReluMaskGE(torch.autograd.Function):
+    """A hand-written relu whose mask is x >= 0: right on every open region, relu'(0) = 1 on the kink,
+    where torch.relu's own backward (and the derivative of its forward) gives 0."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.relu(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return dy * (x >= 0)
+
+
+class ReluMaskGT(ReluMaskGE):
+    """The same with PyTorch's own mask, x > 0."""
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return torch.where(x > 0, dy, 0.0)
+
+
+class ReluMaskOtherSide(ReluMaskGE):
+    """The mask of x < 0."""
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return dy * (x < 0)
+
+
+class ReluMLP(nn.Module):
+    """Linear, ReLU, linear: a kink inside a module."""
+
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.up = nn.Linear(dim, hidden)
+        self.down = nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
