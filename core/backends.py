@@ -11,6 +11,7 @@ The tracing backend (expression DAGs for the prover, and spec hygiene) lives in 
 from __future__ import annotations
 
 import contextlib
+import numbers
 import weakref
 from fractions import Fraction
 
@@ -93,7 +94,9 @@ def exact(p, q=1) -> Fraction:
     if isinstance(p, float) or isinstance(q, float):
         raise TypeError("B.c() takes ints, Fractions or decimal strings, not floats: "
                         "a float constant is already rounded")
-    return Fraction(p) / Fraction(q)
+    p, q = (int(v) if isinstance(v, numbers.Integral) else v for v in (p, q))     # numpy ints wrap around
+    out = Fraction(p) / Fraction(q)
+    return Fraction(int(out.numerator), int(out.denominator))
 
 
 def _elementwise(fn):

@@ -258,7 +258,8 @@ class QField(_OperatorField):
         self.values = values
 
     def const(self, q):
-        return Fraction(q)
+        q = Fraction(q)
+        return Fraction(int(q.numerator), int(q.denominator))
 
     def leaf(self, leaf):
         return Fraction(self.values[leaf])

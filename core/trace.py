@@ -45,8 +45,10 @@ class Node:
             return v
         if isinstance(v, (bool, np.bool_)):
             return Node("const", (), Fraction(int(v)))
-        if isinstance(v, (numbers.Integral, Fraction)):
-            return Node("const", (), Fraction(v))
+        if isinstance(v, numbers.Integral):
+            return Node("const", (), Fraction(int(v)))      # never numpy's int64 inside: it wraps around
+        if isinstance(v, Fraction):
+            return Node("const", (), Fraction(int(v.numerator), int(v.denominator)))
         if isinstance(v, (float, np.floating, complex)):
             refuse(f"a float ({v!r}) reached the spec's arithmetic: write constants as "
                    f"B.c(p, q) or B.c('0.044715') so they stay exact")

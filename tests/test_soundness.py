@@ -567,3 +567,25 @@ def test_splitting_the_shifts_keeps_every_value():
                     count += any(n.op == "leaf" and n.value.role == "shift" for n in inner.values())
         return count
     assert shifted_exps(c.lhs) > 0 and shifted_exps(s.lhs) == 0
+
+
+def test_a_numpy_integer_in_spec_code_never_wraps_around_in_the_exact_fields():
+    """Fraction(np.int64(3)) keeps numpy's int64 as its numerator, and int64 products wrap around
+    silently (a residue mod a 60-bit prime is a product of that size): every constant is a Python int
+    by the time a field reads it."""
+    import random
+    from fractions import Fraction
+
+    import numpy as np
+
+    from vjpcert.core.backends import exact
+    from vjpcert.core.evaluate import QField
+    from vjpcert.core.trace import Node
+    from vjpcert.symbolic.fixed.fields import ModPField
+    big = np.int64(2**40 + 7)
+    assert type(Node.lift(big).value.numerator) is int
+    assert type(Node.lift(Fraction(big, 3)).value.numerator) is int
+    assert type(exact(big, np.int64(3)).numerator) is int
+    F = ModPField(random.Random(0))
+    assert F.const(Fraction(big)) == F.const(Fraction(2**40 + 7))
+    assert type(QField({}).const(Fraction(big)).numerator) is int

@@ -547,7 +547,7 @@ class ModPField:
 
     def const(self, q):
         q = Fraction(q)
-        return q.numerator * pow(q.denominator, -1, self.p) % self.p
+        return int(q.numerator) * pow(int(q.denominator), -1, self.p) % self.p
 
     def leaf(self, leaf):
         v = self.values.get(leaf)
