@@ -119,6 +119,11 @@ class SpecArray(np.ndarray):
             language.check_call(name, _meaningful(kwargs))
             if name == "mean" and kwargs.get("where") is not None:
                 return _mean_where(*args, **kwargs)
+            if name == "pad" and args and isinstance(args[0], np.ndarray) and args[0].dtype == object \
+                    and args[0].size:
+                # numpy pads an object array with the int 0: an exact zero of the array's own numbers
+                # instead (an entry only padding reaches would otherwise be a stray int under mpmath)
+                kwargs = {**kwargs, "constant_values": 0 * plain(args[0]).flat[0]}
             if name == "sum" and kwargs.get("where") is not None and "initial" not in kwargs:
                 kwargs = {**kwargs, "initial": 0}   # numpy's sum from 0, for objects too
         with running():

@@ -248,3 +248,19 @@ def test_an_op_is_validated_once_per_dims_and_bad_input_raises_every_time(monkey
         with pytest.raises(SpecError):
             check_claim(bad, "vjp[x]", {"n": 2}, cases=("random",))
     assert len(calls) == 3
+
+
+def test_a_padded_entry_is_an_exact_zero_of_the_backend_not_numpy_s_int():
+    """np.pad fills an object array with the int 0: an entry only the padding reaches must still be an
+    mpmath zero, or the check would call the spec contaminated."""
+    from vjpcert.core.registry import op
+
+    @op(name="pad_shift", inputs={"x": ("rows", "n")}, output=("rows", "n"), dims=[{"rows": 2, "n": 3}])
+    def shift(B, x):
+        return np.pad(x * B.c(3), ((0, 0), (1, 0)))[:, :-1]
+
+    @shift.defvjp
+    def _(B, x, dy):
+        return (np.pad(dy * B.c(3), ((0, 0), (0, 1)))[:, 1:],)
+    for claim in ("vjp[x]", "reference"):
+        assert check_claim(shift, claim, {"rows": 2, "n": 3}).verdict == "checked"

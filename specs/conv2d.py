@@ -1,0 +1,106 @@
+"""2-d convolutions with a 3x3 kernel and a padding of 1, in NCHW, as deep-learning frameworks define
+them (cross-correlation: the kernel is not flipped in the forward).
+
+    conv2d      y[n,o,h,w] = b[o] + sum_{c,i,j} xp[n,c,h+i,w+j] w[o,c,i,j],  xp = x padded by 1
+                dx = the same correlation of dy (padded by 1) with the kernel flipped and transposed
+                dw[o,c,i,j] = sum_{n,h,w} dy[n,o,h,w] xp[n,c,h+i,w+j],  db[o] = sum dy[n,o,:,:]
+    conv2d_s2   stride 2: y[n,o,p,q] = sum xp[n,c,2p+i,2q+j] w[o,c,i,j] (input 2Ho x 2Wo); its dx
+                spreads each tap's contribution back to every other entry (an interleave with zeros)
+    depthwise   groups = channels: y[n,c,h,w] = sum_{i,j} xp[n,c,h+i,w+j] w[c,i,j]
+
+Written with np.pad, (strided) slices and einsum. The every-size tier proves conv2d_s2 for every batch,
+channel count and spatial size at this kernel size; the stride-1 windows cut the padded input at 1 and
+at H - 1, which are in the same order only from H = 2 on, so those two are proved at fixed dims.
+"""
+import numpy as np
+
+from vjpcert.core.registry import op
+
+TAPS = [(i, j) for i in range(3) for j in range(3)]
+
+
+def pad(x):
+    return np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+
+
+def window(xp, i, j, h, w, stride=1):
+    return xp[:, :, i:i + stride * h:stride, j:j + stride * w:stride]
+
+
+@op(inputs={"x": ("N", "C", "H", "W"), "w": ("O", "C", 3, 3), "b": ("O",)}, output=("N", "O", "H", "W"),
+    dims=[{"N": 1, "C": 1, "O": 1, "H": 2, "W": 2}, {"N": 2, "C": 2, "O": 2, "H": 3, "W": 2}],
+    check_dims={"N": 2, "C": 2, "O": 3, "H": 4, "W": 5})
+def conv2d(B, x, w, b):
+    H, W = x.shape[2], x.shape[3]
+    xp = pad(x)
+    y = sum(np.einsum("nchw,oc->nohw", window(xp, i, j, H, W), w[:, :, i, j]) for i, j in TAPS)
+    return y + b[None, :, None, None]
+
+
+@conv2d.defvjp
+def conv2d_vjp(B, x, w, b, dy):
+    H, W = x.shape[2], x.shape[3]
+    xp, dyp = pad(x), pad(dy)
+    dx = sum(np.einsum("nohw,oc->nchw", window(dyp, 2 - i, 2 - j, H, W), w[:, :, i, j]) for i, j in TAPS)
+    dw = np.stack([np.stack([np.einsum("nohw,nchw->oc", dy, window(xp, i, j, H, W)) for j in range(3)], -1)
+                   for i in range(3)], -2)
+    return dx, dw, dy.sum((0, 2, 3))
+
+
+@conv2d.law
+def linear_in_the_input(B, x, w, b, forward):
+    """conv(2x) - conv(x) = conv(x) - b: the map is affine in x."""
+    return forward(2 * x) - forward(x), forward(x) - b[None, :, None, None]
+
+
+
+
+def spread(a):
+    """a[..., p, q] placed at [..., 2p, 2q] of an array twice as high and wide, zeros between."""
+    N, C, h, w = a.shape
+    rows = np.stack([a, 0 * a], axis=3)                 # (N, C, h, 2, w)
+    both = np.stack([rows, 0 * rows], axis=5)           # (N, C, h, 2, w, 2)
+    return both.reshape(N, C, 2 * h, 2 * w)
+
+
+@op(inputs={"x": ("N", "C", "2*Ho", "2*Wo"), "w": ("O", "C", 3, 3)}, output=("N", "O", "Ho", "Wo"),
+    dims=[{"N": 1, "C": 1, "O": 1, "Ho": 2, "Wo": 2}, {"N": 1, "C": 2, "O": 2, "Ho": 2, "Wo": 3}],
+    check_dims={"N": 2, "C": 2, "O": 3, "Ho": 3, "Wo": 2})
+def conv2d_s2(B, x, w):
+    Ho, Wo = x.shape[2] // 2, x.shape[3] // 2
+    xp = pad(x)
+    return sum(np.einsum("nchw,oc->nohw", window(xp, i, j, Ho, Wo, 2), w[:, :, i, j]) for i, j in TAPS)
+
+
+@conv2d_s2.defvjp
+def conv2d_s2_vjp(B, x, w, dy):
+    Ho, Wo = dy.shape[2], dy.shape[3]
+    xp = pad(x)
+    dxp = sum(np.pad(spread(np.einsum("nohw,oc->nchw", dy, w[:, :, i, j])), ((0, 0), (0, 0), (i, 2 - i), (j, 2 - j)))
+              for i, j in TAPS)
+    dw = np.stack([np.stack([np.einsum("nohw,nchw->oc", dy, window(xp, i, j, Ho, Wo, 2)) for j in range(3)], -1)
+                   for i in range(3)], -2)
+    return dxp[:, :, 1:-1, 1:-1], dw
+
+
+conv2d_s2.every_size("vjp[x]", "vjp[w]")
+
+
+@op(inputs={"x": ("N", "C", "H", "W"), "w": ("C", 3, 3)}, output=("N", "C", "H", "W"),
+    dims=[{"N": 1, "C": 1, "H": 2, "W": 2}, {"N": 1, "C": 2, "H": 3, "W": 2}],
+    check_dims={"N": 2, "C": 3, "H": 4, "W": 5})
+def depthwise_conv2d(B, x, w):
+    H, W = x.shape[2], x.shape[3]
+    xp = pad(x)
+    return sum(window(xp, i, j, H, W) * w[None, :, i, j, None, None] for i, j in TAPS)
+
+
+@depthwise_conv2d.defvjp
+def depthwise_conv2d_vjp(B, x, w, dy):
+    H, W = x.shape[2], x.shape[3]
+    xp, dyp = pad(x), pad(dy)
+    dx = sum(window(dyp, 2 - i, 2 - j, H, W) * w[None, :, i, j, None, None] for i, j in TAPS)
+    dw = np.stack([np.stack([(dy * window(xp, i, j, H, W)).sum((0, 2, 3)) for j in range(3)], -1)
+                   for i in range(3)], -2)
+    return dx, dw
+
