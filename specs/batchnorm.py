@@ -12,12 +12,7 @@ beta. The running statistics a framework also updates are not differentiated and
 from fractions import Fraction
 
 from vjpcert.core.registry import Param, op
-
-
-def normalise(B, x, eps):
-    xc = x - x.mean(0, keepdims=True)
-    rstd = 1 / B.sqrt((xc * xc).mean(0, keepdims=True) + eps)
-    return xc * rstd, rstd
+from vjpcert.specs.layernorm import input_grad, normalise
 
 
 @op(inputs={"x": ("batch", "channels"), "gamma": ("channels",), "beta": ("channels",)},
@@ -26,16 +21,14 @@ def normalise(B, x, eps):
     dims=[{"batch": 2, "channels": 1}, {"batch": 3, "channels": 2}], large_dims=[{"batch": 16, "channels": 2}],
     check_dims={"batch": 7, "channels": 3})
 def batchnorm(B, x, gamma, beta, eps):
-    xh, _ = normalise(B, x, eps)
+    xh, _ = normalise(B, x, eps, axis=0)
     return xh * gamma + beta
 
 
 @batchnorm.defvjp
 def batchnorm_vjp(B, x, gamma, beta, eps, dy):
-    xh, rstd = normalise(B, x, eps)
-    g = dy * gamma
-    dx = rstd * (g - g.mean(0, keepdims=True) - xh * (g * xh).mean(0, keepdims=True))
-    return dx, (dy * xh).sum(0), dy.sum(0)
+    xh, rstd = normalise(B, x, eps, axis=0)
+    return input_grad(dy * gamma, xh, rstd, axis=0), (dy * xh).sum(0), dy.sum(0)
 
 
 @batchnorm.law

@@ -37,14 +37,25 @@ def conv2d(B, x, w, b):
     return y + b[None, :, None, None]
 
 
+def kernel_grad(dy, xp, stride=1, tap=lambda i, j: (i, j)):
+    """dw[o, c, i, j] = sum_{n,h,w} dy[n,o,h,w] xp[n,c,stride h + i,stride w + j] (``tap``: which window
+    fills (i, j))."""
+    h, w = dy.shape[2], dy.shape[3]
+    return np.stack([np.stack([np.einsum("nohw,nchw->oc", dy, window(xp, *tap(i, j), h, w, stride))
+                               for j in range(3)], -1) for i in range(3)], -2)
+
+
+def input_grad(dy, w, flip=True):
+    """The correlation of dy (padded by 1) with the kernel flipped (``flip``) and transposed."""
+    H, W = dy.shape[2], dy.shape[3]
+    dyp = pad(dy)
+    return sum(np.einsum("nohw,oc->nchw", window(dyp, 2 - i if flip else i, 2 - j if flip else j, H, W),
+                         w[:, :, i, j]) for i, j in TAPS)
+
+
 @conv2d.defvjp
 def conv2d_vjp(B, x, w, b, dy):
-    H, W = x.shape[2], x.shape[3]
-    xp, dyp = pad(x), pad(dy)
-    dx = sum(np.einsum("nohw,oc->nchw", window(dyp, 2 - i, 2 - j, H, W), w[:, :, i, j]) for i, j in TAPS)
-    dw = np.stack([np.stack([np.einsum("nohw,nchw->oc", dy, window(xp, i, j, H, W)) for j in range(3)], -1)
-                   for i in range(3)], -2)
-    return dx, dw, dy.sum((0, 2, 3))
+    return input_grad(dy, w), kernel_grad(dy, pad(x)), dy.sum((0, 2, 3))
 
 
 @conv2d.law
@@ -72,15 +83,15 @@ def conv2d_s2(B, x, w):
     return sum(np.einsum("nchw,oc->nohw", window(xp, i, j, Ho, Wo, 2), w[:, :, i, j]) for i, j in TAPS)
 
 
+def spread_grad(dy, w):
+    """dx of the stride-2 convolution, padded by 1: each tap's contribution spread to every other entry."""
+    return sum(np.pad(spread(np.einsum("nohw,oc->nchw", dy, w[:, :, i, j])), ((0, 0), (0, 0), (i, 2 - i), (j, 2 - j)))
+               for i, j in TAPS)
+
+
 @conv2d_s2.defvjp
 def conv2d_s2_vjp(B, x, w, dy):
-    Ho, Wo = dy.shape[2], dy.shape[3]
-    xp = pad(x)
-    dxp = sum(np.pad(spread(np.einsum("nohw,oc->nchw", dy, w[:, :, i, j])), ((0, 0), (0, 0), (i, 2 - i), (j, 2 - j)))
-              for i, j in TAPS)
-    dw = np.stack([np.stack([np.einsum("nohw,nchw->oc", dy, window(xp, i, j, Ho, Wo, 2)) for j in range(3)], -1)
-                   for i in range(3)], -2)
-    return dxp[:, :, 1:-1, 1:-1], dw
+    return spread_grad(dy, w)[:, :, 1:-1, 1:-1], kernel_grad(dy, pad(x), 2)
 
 
 conv2d_s2.every_size("vjp[x]", "vjp[w]")
@@ -95,12 +106,20 @@ def depthwise_conv2d(B, x, w):
     return sum(window(xp, i, j, H, W) * w[None, :, i, j, None, None] for i, j in TAPS)
 
 
+def depthwise_input_grad(dy, w, flip=True):
+    H, W = dy.shape[2], dy.shape[3]
+    dyp = pad(dy)
+    return sum(window(dyp, 2 - i if flip else i, 2 - j if flip else j, H, W) * w[None, :, i, j, None, None]
+               for i, j in TAPS)
+
+
+def depthwise_kernel_grad(dy, xp, tap=lambda i, j: (i, j)):
+    H, W = dy.shape[2], dy.shape[3]
+    return np.stack([np.stack([(dy * window(xp, *tap(i, j), H, W)).sum((0, 2, 3)) for j in range(3)], -1)
+                     for i in range(3)], -2)
+
+
 @depthwise_conv2d.defvjp
 def depthwise_conv2d_vjp(B, x, w, dy):
-    H, W = x.shape[2], x.shape[3]
-    xp, dyp = pad(x), pad(dy)
-    dx = sum(window(dyp, 2 - i, 2 - j, H, W) * w[None, :, i, j, None, None] for i, j in TAPS)
-    dw = np.stack([np.stack([(dy * window(xp, i, j, H, W)).sum((0, 2, 3)) for j in range(3)], -1)
-                   for i in range(3)], -2)
-    return dx, dw
+    return depthwise_input_grad(dy, w), depthwise_kernel_grad(dy, pad(x))
 

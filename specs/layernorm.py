@@ -11,10 +11,16 @@ from fractions import Fraction
 from vjpcert.core.registry import Param, op
 
 
-def normalise(B, x, eps):
-    xc = x - x.mean(-1, keepdims=True)
-    rstd = 1 / B.sqrt((xc * xc).mean(-1, keepdims=True) + eps)
+def normalise(B, x, eps, axis=-1):
+    """(xh, rstd) with the statistics over ``axis`` (BatchNorm normalises over the batch the same way)."""
+    xc = x - x.mean(axis, keepdims=True)
+    rstd = 1 / B.sqrt((xc * xc).mean(axis, keepdims=True) + eps)
     return xc * rstd, rstd
+
+
+def input_grad(g, xh, rstd, axis=-1):
+    """dx = rstd (g - mean g - xh mean(g xh)), g = dy * gamma: the three terms."""
+    return rstd * (g - g.mean(axis, keepdims=True) - xh * (g * xh).mean(axis, keepdims=True))
 
 
 @op(inputs={"x": ("rows", "n"), "gamma": ("n",), "beta": ("n",)}, output=("rows", "n"),
@@ -29,9 +35,7 @@ def layernorm(B, x, gamma, beta, eps):
 @layernorm.defvjp
 def layernorm_vjp(B, x, gamma, beta, eps, dy):
     xh, rstd = normalise(B, x, eps)
-    g = dy * gamma
-    dx = rstd * (g - g.mean(-1, keepdims=True) - xh * (g * xh).mean(-1, keepdims=True))
-    return dx, (dy * xh).sum(0), dy.sum(0)
+    return input_grad(dy * gamma, xh, rstd), (dy * xh).sum(0), dy.sum(0)
 
 
 @layernorm.law

@@ -1,40 +1,28 @@
 """Wrong convolution backwards and forwards, from the bug families of hand-written conv kernels."""
 import numpy as np
 
-from vjpcert.specs.conv2d import TAPS, conv2d, conv2d_s2, depthwise_conv2d, pad, spread, window
+from vjpcert.specs.conv2d import (TAPS, conv2d, conv2d_s2, depthwise_conv2d, depthwise_input_grad,
+                                  depthwise_kernel_grad, input_grad, kernel_grad, pad, spread_grad, window)
+
+TRANSPOSED = lambda i, j: (j, i)          # noqa: E731  (the tap (j, i) read for (i, j))
 
 
 @conv2d.mutant("kernel_not_flipped_in_dx", kills=["vjp[x]"])
 def _(B, x, w, b, dy):
     """dx correlates dy with the kernel as it is (the forward's orientation), not flipped."""
-    H, W = x.shape[2], x.shape[3]
-    xp, dyp = pad(x), pad(dy)
-    dx = sum(np.einsum("nohw,oc->nchw", window(dyp, i, j, H, W), w[:, :, i, j]) for i, j in TAPS)
-    dw = np.stack([np.stack([np.einsum("nohw,nchw->oc", dy, window(xp, i, j, H, W)) for j in range(3)], -1)
-                   for i in range(3)], -2)
-    return dx, dw, dy.sum((0, 2, 3))
+    return input_grad(dy, w, flip=False), kernel_grad(dy, pad(x)), dy.sum((0, 2, 3))
 
 
 @conv2d.mutant("dw_taps_transposed", kills=["vjp[w]"])
 def _(B, x, w, b, dy):
     """dw[o, c, i, j] filled from the tap (j, i)."""
-    H, W = x.shape[2], x.shape[3]
-    xp, dyp = pad(x), pad(dy)
-    dx = sum(np.einsum("nohw,oc->nchw", window(dyp, 2 - i, 2 - j, H, W), w[:, :, i, j]) for i, j in TAPS)
-    dw = np.stack([np.stack([np.einsum("nohw,nchw->oc", dy, window(xp, j, i, H, W)) for j in range(3)], -1)
-                   for i in range(3)], -2)
-    return dx, dw, dy.sum((0, 2, 3))
+    return input_grad(dy, w), kernel_grad(dy, pad(x), tap=TRANSPOSED), dy.sum((0, 2, 3))
 
 
 @conv2d.mutant("bias_gradient_of_one_image", kills=["vjp[b]"])
 def _(B, x, w, b, dy):
     """db summed over space but not over the batch."""
-    H, W = x.shape[2], x.shape[3]
-    xp, dyp = pad(x), pad(dy)
-    dx = sum(np.einsum("nohw,oc->nchw", window(dyp, 2 - i, 2 - j, H, W), w[:, :, i, j]) for i, j in TAPS)
-    dw = np.stack([np.stack([np.einsum("nohw,nchw->oc", dy, window(xp, i, j, H, W)) for j in range(3)], -1)
-                   for i in range(3)], -2)
-    return dx, dw, dy[0].sum((1, 2))
+    return input_grad(dy, w), kernel_grad(dy, pad(x)), dy[0].sum((1, 2))
 
 
 @conv2d.mutant("padding_off_by_one", replaces="forward", kills=["vjp[x]", "vjp[w]"])
@@ -50,76 +38,45 @@ def _(B, x, w, b):
                kills=["vjp[x]", "vjp[w]", "vjp[b]", "linear_in_the_input"])
 def _(B, x, w, b):
     """The activation of the next layer fused into the convolution's forward by mistake."""
-    H, W = x.shape[2], x.shape[3]
-    xp = pad(x)
-    y = sum(np.einsum("nchw,oc->nohw", window(xp, i, j, H, W), w[:, :, i, j]) for i, j in TAPS)
-    return B.relu(y + b[None, :, None, None])
+    return B.relu(conv2d.forward(B, x, w, b))
 
 
 @conv2d_s2.mutant("stride_in_the_forward_only", kills=["vjp[x]"])
 def _(B, x, w, dy):
     """dx scattered at stride 1 (each tap's contribution at consecutive entries)."""
-    Ho, Wo = dy.shape[2], dy.shape[3]
-    xp = pad(x)
-    H, W = x.shape[2], x.shape[3]
-    contrib = [np.einsum("nohw,oc->nchw", dy, w[:, :, i, j]) for i, j in TAPS]
-    dxp = sum(np.pad(c, ((0, 0), (0, 0), (i, H + 2 - Ho - i), (j, W + 2 - Wo - j))) for c, (i, j) in zip(contrib, TAPS))
-    dw = np.stack([np.stack([np.einsum("nohw,nchw->oc", dy, window(xp, i, j, Ho, Wo, 2)) for j in range(3)], -1)
-                   for i in range(3)], -2)
-    return dxp[:, :, 1:-1, 1:-1], dw
+    Ho, Wo, H, W = dy.shape[2], dy.shape[3], x.shape[2], x.shape[3]
+    dxp = sum(np.pad(np.einsum("nohw,oc->nchw", dy, w[:, :, i, j]),
+                     ((0, 0), (0, 0), (i, H + 2 - Ho - i), (j, W + 2 - Wo - j))) for i, j in TAPS)
+    return dxp[:, :, 1:-1, 1:-1], kernel_grad(dy, pad(x), 2)
 
 
 @conv2d_s2.mutant("spread_one_place_off", kills=["vjp[x]"])
 def _(B, x, w, dy):
     """Each tap's contribution spread to the odd entries instead of the even ones."""
-    Ho, Wo = dy.shape[2], dy.shape[3]
-    xp = pad(x)
-    dxp = sum(np.pad(spread(np.einsum("nohw,oc->nchw", dy, w[:, :, i, j])), ((0, 0), (0, 0), (i, 2 - i), (j, 2 - j)))
-              for i, j in TAPS)
-    dxp = np.pad(dxp, ((0, 0), (0, 0), (1, 0), (1, 0)))[:, :, :-1, :-1]
-    dw = np.stack([np.stack([np.einsum("nohw,nchw->oc", dy, window(xp, i, j, Ho, Wo, 2)) for j in range(3)], -1)
-                   for i in range(3)], -2)
-    return dxp[:, :, 1:-1, 1:-1], dw
+    dxp = np.pad(spread_grad(dy, w), ((0, 0), (0, 0), (1, 0), (1, 0)))[:, :, :-1, :-1]
+    return dxp[:, :, 1:-1, 1:-1], kernel_grad(dy, pad(x), 2)
+
+
+@conv2d_s2.mutant("dw_windows_at_stride_one", kills=["vjp[w]"])
+def _(B, x, w, dy):
+    """dw correlates dy with the input's windows taken at stride 1."""
+    return spread_grad(dy, w)[:, :, 1:-1, 1:-1], kernel_grad(dy, pad(x), 1)
 
 
 @depthwise_conv2d.mutant("channels_mixed_in_dx", kills=["vjp[x]"])
 def _(B, x, w, dy):
     """dx summed over the channels as a full convolution would (groups forgotten)."""
     H, W = x.shape[2], x.shape[3]
-    xp, dyp = pad(x), pad(dy)
+    dyp = pad(dy)
     dx = sum(window(dyp, 2 - i, 2 - j, H, W).sum(1, keepdims=True) * w[None, :, i, j, None, None] for i, j in TAPS)
-    dw = np.stack([np.stack([(dy * window(xp, i, j, H, W)).sum((0, 2, 3)) for j in range(3)], -1)
-                   for i in range(3)], -2)
-    return dx, dw
+    return dx, depthwise_kernel_grad(dy, pad(x))
 
 
 @depthwise_conv2d.mutant("kernel_not_flipped_in_dx", kills=["vjp[x]"])
 def _(B, x, w, dy):
-    H, W = x.shape[2], x.shape[3]
-    xp, dyp = pad(x), pad(dy)
-    dx = sum(window(dyp, i, j, H, W) * w[None, :, i, j, None, None] for i, j in TAPS)
-    dw = np.stack([np.stack([(dy * window(xp, i, j, H, W)).sum((0, 2, 3)) for j in range(3)], -1)
-                   for i in range(3)], -2)
-    return dx, dw
-
-
-@conv2d_s2.mutant("dw_windows_at_stride_one", kills=["vjp[w]"])
-def _(B, x, w, dy):
-    """dw correlates dy with the input's windows taken at stride 1."""
-    Ho, Wo = dy.shape[2], dy.shape[3]
-    xp = pad(x)
-    dxp = sum(np.pad(spread(np.einsum("nohw,oc->nchw", dy, w[:, :, i, j])), ((0, 0), (0, 0), (i, 2 - i), (j, 2 - j)))
-              for i, j in TAPS)
-    dw = np.stack([np.stack([np.einsum("nohw,nchw->oc", dy, window(xp, i, j, Ho, Wo)) for j in range(3)], -1)
-                   for i in range(3)], -2)
-    return dxp[:, :, 1:-1, 1:-1], dw
+    return depthwise_input_grad(dy, w, flip=False), depthwise_kernel_grad(dy, pad(x))
 
 
 @depthwise_conv2d.mutant("dw_taps_transposed", kills=["vjp[w]"])
 def _(B, x, w, dy):
-    H, W = x.shape[2], x.shape[3]
-    xp, dyp = pad(x), pad(dy)
-    dx = sum(window(dyp, 2 - i, 2 - j, H, W) * w[None, :, i, j, None, None] for i, j in TAPS)
-    dw = np.stack([np.stack([(dy * window(xp, j, i, H, W)).sum((0, 2, 3)) for j in range(3)], -1)
-                   for i in range(3)], -2)
-    return dx, dw
+    return depthwise_input_grad(dy, w), depthwise_kernel_grad(dy, pad(x), tap=TRANSPOSED)
