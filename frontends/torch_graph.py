@@ -13,6 +13,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from vjpcert.core.registry import SpecError
+from vjpcert.frontends import torch_cnn  # noqa: F401  (registers the rules of convolutional networks)
 from vjpcert.frontends.torch_rules import MAX_SITES, RULES, _torch
 from vjpcert.frontends.constants import DEFAULT_CONSTANTS, Constants
 from vjpcert.frontends.values import Context, Val, as_array

@@ -176,3 +176,50 @@ class ReluMLP(nn.Module):
 
     def forward(self, x):
         return self.down(torch.relu(self.up(x)))
+
+
+class BatchNormNoMeanTerm(torch.autograd.Function):
+    """Training-mode BatchNorm over (N, C) whose backward forgets the mean-of-gradient term."""
+
+    @staticmethod
+    def forward(ctx, x, gamma, beta):
+        mu = x.mean(0, keepdim=True)
+        rstd = torch.rsqrt(((x - mu) ** 2).mean(0, keepdim=True) + 1e-5)
+        xh = (x - mu) * rstd
+        ctx.save_for_backward(xh, rstd, gamma)
+        return xh * gamma + beta
+
+    @staticmethod
+    def backward(ctx, dy):
+        xh, rstd, gamma = ctx.saved_tensors
+        g = dy * gamma
+        dx = rstd * (g - xh * (g * xh).mean(0, keepdim=True))
+        return dx, (dy * xh).sum(0), dy.sum(0)
+
+
+class BatchNormRight(BatchNormNoMeanTerm):
+    @staticmethod
+    def backward(ctx, dy):
+        xh, rstd, gamma = ctx.saved_tensors
+        g = dy * gamma
+        dx = rstd * (g - g.mean(0, keepdim=True) - xh * (g * xh).mean(0, keepdim=True))
+        return dx, (dy * xh).sum(0), dy.sum(0)
+
+
+class MaxPoolEveryTie(torch.autograd.Function):
+    """2x2/2 max-pooling whose backward sends the gradient to every entry equal to the maximum
+    (PyTorch routes a tie to the first one only)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.nn.functional.max_pool2d(x, 2)
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, y = ctx.saved_tensors
+
+        def up(t):
+            return t.repeat_interleave(2, -1).repeat_interleave(2, -2)
+        return up(dy) * (x == up(y))

@@ -1,0 +1,262 @@
+"""ATen rules of convolutional networks: the kinks (relu and its family, spelled with the spec
+language's B.step so that the derivative the prover takes on a kink is PyTorch's), 2-d convolution
+and its backward, and max-pooling with the index of each window's maximum.
+
+Registered into ``torch_rules.RULES`` when imported (``torch_graph`` imports it).
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from vjpcert.frontends.torch_rules import rule
+from vjpcert.frontends.values import Val, as_array
+
+
+# Kinks, spelled with B.step so that the derivative the prover takes on the kink itself (step' = 0,
+# step(0) = 0) is PyTorch's: its backwards pass the gradient where the input is strictly inside
+# (relu, leaky_relu: x > 0; hardtanh, relu6: min < x < max), so the claim at_the_kink holds them to it.
+def _step(c, x, shift=0):
+    """step(x - shift). The step of a relu's output is its argument's step, exactly (step(z step(z)) =
+    step(z), step(0) = 0): PyTorch's relu backward masks by the output, and an interpreter whose steps
+    are keyed by value (mod p) would otherwise see a second kink where there is one."""
+    if not shift and isinstance(x, Val) and x.ramp is not None:
+        return x.ramp
+    return c.unary("step", c.binary("-", x, shift) if shift else x)
+
+
+@rule("aten.relu.default")
+def _relu(c, x):
+    m = _step(c, x)
+    out = c.binary("*", x, m)
+    out.ramp = m
+    return out
+
+
+@rule("aten.threshold_backward.default")
+def _threshold_backward(c, grad, x, threshold):
+    """grad where x > threshold, else 0."""
+    return c.binary("*", grad, _step(c, x, threshold))
+
+
+@rule("aten.threshold.default")
+def _threshold(c, x, threshold, value):
+    """x where x > threshold, else value: value + (x - value) step(x - threshold)."""
+    return c.binary("+", value, c.binary("*", c.binary("-", x, value), _step(c, x, threshold)))
+
+
+@rule("aten.leaky_relu.default")
+def _leaky_relu(c, x, slope=0.01):
+    return c.binary("*", x, _leaky_factor(c, x, slope))
+
+
+@rule("aten.leaky_relu_backward.default")
+def _leaky_relu_backward(c, grad, x, slope, self_is_result=False):
+    """grad where x > 0, slope * grad elsewhere (the result has x's sign: the same mask)."""
+    return c.binary("*", grad, _leaky_factor(c, x, slope))
+
+
+def _leaky_factor(c, x, slope):
+    s = c.scalar(slope)
+    return c.binary("+", s, c.binary("*", c.binary("-", 1, s), _step(c, x)))
+
+
+@rule("aten.hardtanh.default")
+def _hardtanh(c, x, lo=-1.0, hi=1.0):
+    """x inside (lo, hi), lo below, hi above: x in(x) + lo (1 - step(x - lo)) + hi (1 - step(hi - x)),
+    in(x) = step(x - lo) step(hi - x), so the derivative on either kink is 0 as PyTorch's backward."""
+    below, above = _step(c, x, lo), c.unary("step", c.binary("-", hi, x))
+    inside = c.binary("*", below, above)
+    return c.binary("+", c.binary("*", x, inside),
+                    c.binary("+", c.binary("*", lo, c.binary("-", 1, below)),
+                             c.binary("*", hi, c.binary("-", 1, above))))
+
+
+@rule("aten.hardtanh_backward.default")
+def _hardtanh_backward(c, grad, x, lo, hi):
+    """grad where lo < x < hi, else 0."""
+    return c.binary("*", grad, c.binary("*", _step(c, x, lo), c.unary("step", c.binary("-", hi, x))))
+
+
+@rule("aten.sign.default")
+def _sign(c, x):
+    return c.binary("-", _step(c, x), c.unary("step", c.neg(x)))
+
+
+@rule("aten.abs.default")
+def _abs(c, x):
+    """x sign(x): PyTorch's backward, grad sign(x), is 0 on the kink, as this spelling's derivative."""
+    return c.binary("*", x, _sign(c, x))
+
+
+@rule("aten.maximum.default")
+def _maximum(c, a, b):
+    """a on a > b, b on b > a; on a tie each gets half the gradient, as in PyTorch's backward:
+    a (m + e/2) + b (1 - m - e/2), m = [a > b], e = [a = b] = 1 - [a > b] - [b > a]."""
+    d = c.binary("-", a, b)
+    m, m2 = _step(c, d), c.unary("step", c.neg(d))
+    half = c.binary("*", c.binary("-", c.binary("-", 1, m), m2), Fraction(1, 2))
+    wa = c.binary("+", m, half)
+    return c.binary("+", c.binary("*", a, wa), c.binary("*", b, c.binary("-", 1, wa)))
+
+
+@rule("aten.minimum.default")
+def _minimum(c, a, b):
+    return c.neg(_maximum(c, c.neg(a), c.neg(b)))
+
+
+# ------------------------------------------------------------------------------------ convolution
+def _pair(v) -> tuple:
+    v = [int(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
+    return (v[0], v[0]) if len(v) == 1 else tuple(v)
+
+
+def _conv_geometry(c, x_shape, w_shape, stride, padding, dilation, transposed, output_padding, groups):
+    """(stride, padding, dilation, groups, output size) of a 2-d convolution; the rest refused."""
+    if transposed:
+        c.refuse("a transposed convolution (conv_transpose2d) has no exact rule yet")
+    if len(x_shape) != 4 or len(w_shape) != 4:
+        c.refuse(f"a convolution of input shape {tuple(x_shape)}: only 2-d convolutions (N, C, H, W) are followed")
+    s, p, d = _pair(stride), _pair(padding), _pair(dilation)
+    g = int(groups)
+    out = tuple((x_shape[2 + k] + 2 * p[k] - d[k] * (w_shape[2 + k] - 1) - 1) // s[k] + 1 for k in range(2))
+    if min(out) < 1:
+        c.refuse(f"a convolution with no output ({out})")
+    return s, p, d, g, out
+
+
+def _taps(w_shape):
+    return [(i, j) for i in range(int(w_shape[2])) for j in range(int(w_shape[3]))]
+
+
+def _window(xp, i, j, s, d, out):
+    """The entries of the padded input tap (i, j) reads for every output position."""
+    return xp[:, :, i * d[0]:i * d[0] + s[0] * (out[0] - 1) + 1:s[0], j * d[1]:j * d[1] + s[1] * (out[1] - 1) + 1:s[1]]
+
+
+def _padded(x, p):
+    return np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
+
+
+@rule("aten.convolution.default")
+def _convolution(c, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """y[n, o] = b[o] + sum_{c in o's group, i, j} xp[n, c, s h + d i, s w + d j] w[o, c, i, j]."""
+    s, p, d, g, out = _conv_geometry(c, x.shape, w.shape, stride, padding, dilation, transposed,
+                                     output_padding, groups)
+    xa, wa = c.lift(x), c.lift(w)
+    xp = _padded(xa, p)
+    ci, co = int(w.shape[1]), int(w.shape[0]) // g
+    parts = []
+    for k in range(g):
+        xg, wg = xp[:, k * ci:(k + 1) * ci], wa[k * co:(k + 1) * co]
+        parts.append(sum(np.einsum("nchw,oc->nohw", _window(xg, i, j, s, d, out), wg[:, :, i, j])
+                         for i, j in _taps(w.shape)))
+    y = parts[0] if g == 1 else np.concatenate(parts, axis=1)
+    if bias is not None:
+        y = y + c.lift(bias)[None, :, None, None]
+    return Val(as_array(y), False)
+
+
+@rule("aten.convolution_backward.default")
+def _convolution_backward(c, dy, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding,
+                          groups, output_mask):
+    """(dx, dw, db): each tap's contribution added back at the entries it read (in place, into a fresh
+    zero array), dw correlating dy with those entries, db the sum of dy; None where not asked."""
+    s, p, d, g, out = _conv_geometry(c, x.shape, w.shape, stride, padding, dilation, transposed,
+                                     output_padding, groups)
+    dya, xa, wa = c.lift(dy), c.lift(x), c.lift(w)
+    xp = _padded(xa, p)
+    ci, co = int(w.shape[1]), int(w.shape[0]) // g
+    taps = _taps(w.shape)
+    dx = dw = db = None
+    if output_mask[0]:
+        dxp = c.B.zeros(xp.shape)
+        for k in range(g):
+            dyg, wg = dya[:, k * co:(k + 1) * co], wa[k * co:(k + 1) * co]
+            for i, j in taps:
+                view = _window(dxp[:, k * ci:(k + 1) * ci], i, j, s, d, out)
+                view += np.einsum("nohw,oc->nchw", dyg, wg[:, :, i, j])
+        H, W = int(x.shape[2]), int(x.shape[3])
+        dx = Val(as_array(dxp[:, :, p[0]:p[0] + H, p[1]:p[1] + W]), False)
+    if output_mask[1]:
+        groups_dw = []
+        for k in range(g):
+            dyg, xg = dya[:, k * co:(k + 1) * co], xp[:, k * ci:(k + 1) * ci]
+            rows = [np.stack([np.einsum("nohw,nchw->oc", dyg, _window(xg, i, j, s, d, out))
+                              for j in range(int(w.shape[3]))], -1) for i in range(int(w.shape[2]))]
+            groups_dw.append(np.stack(rows, -2))
+        dw = Val(as_array(groups_dw[0] if g == 1 else np.concatenate(groups_dw, axis=0)), False)
+    if output_mask[2]:
+        db = Val(as_array(dya.sum((0, 2, 3))), False)
+    return (dx, dw, db)
+
+
+# ------------------------------------------------------------------------------------ max-pooling
+class _Argmax(Val):
+    """The ``indices`` output of max_pool2d_with_indices: which tap of each window holds its maximum,
+    kept as the taps' 0/1 indicators (made of B.step) for the backward to route the gradient by. It is
+    no number: any other use of it is refused (its entries are None)."""
+
+    __slots__ = ("taps",)
+
+    def __init__(self, shape, taps):
+        super().__init__(np.full(shape, None, dtype=object), False)
+        self.taps = taps
+
+
+def _pool_geometry(c, x_shape, kernel_size, stride, padding, dilation, ceil_mode):
+    if ceil_mode:
+        c.refuse("max_pool2d with ceil_mode=True has no exact rule yet")
+    if len(x_shape) != 4:
+        c.refuse(f"max_pool2d of input shape {tuple(x_shape)}: only (N, C, H, W) is followed")
+    k = _pair(kernel_size)
+    s = _pair(stride) if stride else k
+    p, d = _pair(padding), _pair(dilation)
+    out = tuple((x_shape[2 + a] + 2 * p[a] - d[a] * (k[a] - 1) - 1) // s[a] + 1 for a in range(2))
+    return k, s, p, d, out
+
+
+def _pool_taps(c, x, k, s, p, d, out):
+    """[(tap, entries it reads, static mask of the entries inside the input)] in PyTorch's scan order."""
+    xp = _padded(c.lift(x), p)
+    inside = _padded(np.ones(x.shape, dtype=bool), p)
+    return [((i, j), _window(xp, i, j, s, d, out), _window(inside, i, j, s, d, out))
+            for i in range(k[0]) for j in range(k[1])]
+
+
+@rule("aten.max_pool2d_with_indices.default")
+def _max_pool2d(c, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """Each window's maximum, and which tap holds it: tap t wins where it is inside the input, greater
+    than every earlier tap and at least every later one (PyTorch keeps the first maximum in scan order,
+    so on a tie the gradient goes to the first), so exactly one tap wins each window; the maximum is
+    sum_t win_t e_t, whose derivative routes dy to the winner -- PyTorch's backward, ties included."""
+    k, s, p, d, out = _pool_geometry(c, x.shape, kernel_size, stride, padding, dilation, ceil_mode)
+    taps = _pool_taps(c, x, k, s, p, d, out)
+    step = c.B.step
+    wins, value = [], 0
+    for t, (_, e_t, in_t) in enumerate(taps):
+        win = np.where(in_t, 1, 0) + 0 * e_t
+        for u, (_, e_u, in_u) in enumerate(taps):
+            if u == t:
+                continue
+            beats = step(e_t - e_u) if u < t else 1 - step(e_u - e_t)
+            win = win * np.where(in_u, beats, 1 + 0 * e_t)
+        wins.append(win)
+        value = value + win * e_t
+    return (Val(as_array(value), False), _Argmax(np.shape(value), wins))
+
+
+@rule("aten.max_pool2d_with_indices_backward.default")
+def _max_pool2d_backward(c, dy, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """dy added back at each window's winning tap (a fresh zero array, cropped of its padding)."""
+    if not isinstance(indices, _Argmax):
+        c.refuse("max_pool2d's backward with indices it did not compute itself")
+    k, s, p, d, out = _pool_geometry(c, x.shape, kernel_size, stride, padding, dilation, ceil_mode)
+    dya = c.lift(dy)
+    dxp = c.B.zeros(_padded(c.lift(x), p).shape)
+    for (i, j), win in zip([(i, j) for i in range(k[0]) for j in range(k[1])], indices.taps):
+        view = _window(dxp, i, j, s, d, out)
+        view += dya * win
+    H, W = int(x.shape[2]), int(x.shape[3])
+    return Val(as_array(dxp[:, :, p[0]:p[0] + H, p[1]:p[1] + W]), False)

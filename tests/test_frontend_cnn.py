@@ -1,0 +1,102 @@
+"""Convolutional networks from PyTorch's own backwards: F.conv2d (stride, padding, dilation, groups,
+bias), F.batch_norm in training mode and F.max_pool2d (with padding; a tie routed to the first
+maximum, as PyTorch does) are proved at fixed dims, the max-pool on the kink too; hand-written
+backwards that forget BatchNorm's mean term, flip no kernel or send a tie's gradient everywhere fail
+with exact witnesses."""
+from __future__ import annotations
+
+import pytest
+
+import optional
+
+torch = optional.importorskip("torch")
+F = optional.importorskip("torch.nn.functional")
+models = optional.importorskip("torch_models")
+
+from vjpcert.core.registry import KINK_CLAIM, SpecError  # noqa: E402
+from vjpcert.frontends.pytorch import from_torch  # noqa: E402
+from vjpcert.symbolic.fixed.prover import prove_claim  # noqa: E402
+from vjpcert.symbolic.modular.check import check_modular  # noqa: E402
+
+NCHW = ("N", "C", "H", "W")
+
+
+def _proved(op, dims):
+    for claim in op.claims():
+        cert = prove_claim(op, claim, dims)
+        assert cert.verdict == ("checked" if claim == KINK_CLAIM else "proved"), (claim, cert.evidence)
+
+
+CONVS = {
+    "same": (lambda x, w, b: F.conv2d(x, w, b, padding=1), {"N": 1, "C": 2, "O": 2, "H": 3, "W": 3}, 1),
+    "stride_2": (lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1), {"N": 1, "C": 1, "O": 2, "H": 4, "W": 3}, 1),
+    "dilation_2": (lambda x, w, b: F.conv2d(x, w, b, dilation=2, padding=2), {"N": 1, "C": 1, "O": 1, "H": 3, "W": 3}, 1),
+    "depthwise": (lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=2), {"N": 1, "C": 2, "O": 2, "H": 3, "W": 2}, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_pytorch_s_conv2d_is_proved_from_its_own_backward(name):
+    fn, dims, groups = CONVS[name]
+    inputs = {"x": NCHW, "w": ("O", f"C//{groups}" if groups > 1 else "C", 3, 3), "b": ("O",)}
+    if groups > 1:
+        inputs["w"] = ("O", 1, 3, 3)
+    _proved(from_torch(fn, name=f"fcnn_conv_{name}", inputs=inputs, dims=[dims]), dims)
+
+
+def test_a_conv2d_is_checked_mod_p_at_a_resnet_stage_s_size():
+    op = from_torch(lambda x, w: F.conv2d(x, w, padding=1), name="fcnn_conv_big", inputs={"x": NCHW, "w": ("O", "C", 3, 3)},
+                    dims=[{"N": 1, "C": 1, "O": 1, "H": 2, "W": 2}])
+    cert = check_modular(op, "vjp[w]", {"N": 2, "C": 16, "O": 16, "H": 14, "W": 14})
+    assert cert.verdict == "checked-probabilistic", cert.evidence
+
+
+def test_batch_norm_in_training_mode_is_proved_and_one_without_its_mean_term_fails():
+    dims = {"N": 3, "C": 2}
+    inputs = {"x": ("N", "C"), "g": ("C",), "b": ("C",)}
+    _proved(from_torch(lambda x, g, b: F.batch_norm(x, None, None, g, b, training=True), name="fcnn_bn",
+                       inputs=inputs, dims=[dims]), dims)
+    right = from_torch(models.BatchNormRight.apply, name="fcnn_bn_right", inputs=inputs, dims=[dims])
+    assert prove_claim(right, "vjp[x]", dims).verdict == "proved"
+    wrong = from_torch(models.BatchNormNoMeanTerm.apply, name="fcnn_bn_wrong", inputs=inputs, dims=[dims])
+    cert = prove_claim(wrong, "vjp[x]", dims)          # a square root: the witness is mpmath's, at 50 and 100 digits
+    assert cert.verdict == "failed" and cert.evidence["witness"]["digits"] == [50, 100], cert.evidence
+    mod = check_modular(wrong, "vjp[x]", {"N": 64, "C": 32})
+    assert mod.verdict == "failed" and mod.evidence["witness"]["exact"], mod.evidence
+    assert mod.evidence["witness"]["real_point"]["confirmed"]
+
+
+POOLS = {
+    "2x2_stride_2": (lambda x: F.max_pool2d(x, 2), {"N": 1, "C": 1, "H": 4, "W": 2}),
+    "3x3_stride_2_padded": (lambda x: F.max_pool2d(x, 3, 2, padding=1), {"N": 1, "C": 1, "H": 3, "W": 3}),
+    "2x2_stride_1": (lambda x: F.max_pool2d(x, 2, 1), {"N": 1, "C": 2, "H": 3, "W": 2}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POOLS))
+def test_max_pooling_is_proved_and_its_ties_go_to_the_first_maximum(name):
+    fn, dims = POOLS[name]
+    op = from_torch(fn, name=f"fcnn_pool_{name}", inputs={"x": NCHW}, dims=[dims])
+    assert KINK_CLAIM in op.claims()
+    _proved(op, dims)
+
+
+def test_a_max_pool_that_sends_a_tie_s_gradient_everywhere_fails_on_the_kink():
+    dims = {"N": 1, "C": 1, "H": 2, "W": 4}
+    op = from_torch(models.MaxPoolEveryTie.apply, name="fcnn_pool_ties", inputs={"x": NCHW}, dims=[dims])
+    # right wherever there is no tie: never failed there (the ring does not relate [x = max] to the
+    # winners' steps, so it is not proved either)
+    assert prove_claim(op, "vjp[x]", dims).verdict in ("proved", "inconclusive")
+    cert = prove_claim(op, KINK_CLAIM, dims)
+    assert cert.verdict == "failed" and cert.evidence["witness"]["exact"], cert.evidence
+
+
+def test_what_has_no_rule_yet_is_refused_by_name():
+    with pytest.raises(SpecError, match="transposed"):
+        op = from_torch(lambda x, w: F.conv_transpose2d(x, w), name="fcnn_convT", inputs={"x": NCHW, "w": ("C", "C", 3, 3)},
+                        dims=[{"N": 1, "C": 1, "H": 2, "W": 2}])
+        prove_claim(op, "vjp[x]", {"N": 1, "C": 1, "H": 2, "W": 2})
+    with pytest.raises(SpecError, match="ceil_mode"):
+        op = from_torch(lambda x: F.max_pool2d(x, 2, ceil_mode=True), name="fcnn_pool_ceil", inputs={"x": NCHW},
+                        dims=[{"N": 1, "C": 1, "H": 3, "W": 3}])
+        prove_claim(op, "vjp[x]", {"N": 1, "C": 1, "H": 3, "W": 3})
