@@ -165,14 +165,17 @@ def test_the_committed_reports_are_current_and_a_sample_replays(capsys):
 def test_every_committed_certificate_of_a_built_in_op_passes():
     """What the per-claim matrices of the default run stand in for (--slow runs them whole): every
     claim of every built-in op, as committed, is proved (exactly, for every size, by composition, or
-    by the randomised exact test at production dims), checked to its digits, or a kernel match. With
+    by the randomised exact test at production dims), checked to its digits (or, on a kink, at exact
+    points there), or a kernel match. With
     verify saying each certificate is current, that is every claim holding under the code there is."""
     expected = {"symbolic": {"proved", "proved-general", "proved-compositional", "checked-probabilistic"},
                 "numeric": {"checked"}, "kernel": {"kernel-match"}}
     records = _records(ROOT / "reports")
     assert len(records) > 500
+    # the value on a kink is checked at exact points on it, not proved (symbolic.fixed.kinks)
+    on_kink = {("symbolic", "at_the_kink", "checked")}
     wrong = [(r["op"], r["claim"], r["tier"], r["verdict"]) for r in records
-             if r["verdict"] not in expected.get(r["tier"], ())
+             if (r["verdict"] not in expected.get(r["tier"], ()) and (r["tier"], r["claim"], r["verdict"]) not in on_kink)
              or (r["verdict"] == "checked-probabilistic" and r["options"].get("method") != "modular")]
     assert not wrong, wrong[:10]
 
