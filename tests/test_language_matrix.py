@@ -13,12 +13,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from language_cases import CASES, SAME, by_primitive, keyword_refusal, unknown_rows
-from language_interpreters import (FRACTION, INTERPRETERS, Refused, check_cell, equal, inputs, refusal_message,
-                                   sanity, truth)
+from language_cases import CASES, SAME, SQUARE, Case, by_primitive, keyword_refusal, unknown_rows
+from language_interpreters import (FRACTION, INTERPRETERS, Refused, check_cell, equal, inputs, modular_field,
+                                   refusal_message, sanity, truth)
 from vjpcert.core import language as L
-from vjpcert.core.backends import spec_backend
+from vjpcert.core.backends import KINK_FAMILY, spec_backend
 from vjpcert.symbolic.modular import backend as modular
+from vjpcert.symbolic.modular.backend import Field, ModArray, ModularBackend, derive
+from vjpcert.symbolic.modular.bound import LEAF
 
 
 def _cells(primitives=None):
@@ -158,3 +160,67 @@ def test_control_another_refusal_message_is_red():
         raise Refused("something else")
     reason = check_cell(case, case.shapes[0], "other", refuses_otherwise)
     assert reason is not None and "refused with another message" in reason
+
+
+# ------------------------------------------------------------------ the kink: B.step and what is made of it
+KINK_CASES = [
+    Case("B.step", "of_an_input", lambda B, x, y: B.step(x) * y),
+    Case("B.step", "of_a_combination", lambda B, x, y: B.step(x - y / 2) + x),
+    Case("B.step", "on_the_kink", lambda B, x, y: B.step(x - x) + y),          # step(0): the convention, 0
+    Case("B.relu", "of_a_combination", lambda B, x, y: B.relu(x - y / 3) * y),
+]
+KINK_VALUE_COLUMNS = ("trace", "mpmath", "float64", "float32")
+
+
+def test_every_function_of_the_kink_has_a_case():
+    assert {c.prim for c in KINK_CASES} == {f"B.{L.KINK}", *(f"B.{k}" for k in KINK_FAMILY)}
+
+
+@pytest.mark.parametrize("interpreter", KINK_VALUE_COLUMNS)
+@pytest.mark.parametrize("case", KINK_CASES, ids=lambda c: c.id)
+def test_a_kink_is_numpy_s_value_where_an_interpreter_evaluates_at_the_point(case, interpreter):
+    """The exact rationals (the tracer's DAG in QField), mpmath and floats take the sign at the point."""
+    for shape_pair in case.shapes:
+        reason = check_cell(case, shape_pair, interpreter)
+        assert reason is None, reason
+
+
+def _modular(case, shape_pair):
+    p, keys, sqrt_pi = modular_field()
+    F = Field(p, keys, sqrt_pi)
+    args = []
+    for name, a in zip(("x", "y"), inputs(shape_pair)):
+        m = ModArray(F, np.array([F.residue(v) for v in a.ravel()], dtype=np.int64).reshape(a.shape), None, LEAF, None)
+        m.sid = derive("leaf", name)
+        args.append(m)
+    return F, spec_backend(ModularBackend(F)), args
+
+
+def test_mod_p_a_kink_is_a_free_boolean_of_its_region_and_the_convention_on_it():
+    """Mod p a step is no sign: a keyed residue S(a), free like the ring's Boolean atom, so an identity
+    that holds mod p holds on every region. What the tiers share: S(-a) = 1 - S(a), relu(a) = a S(a),
+    and on the kink (an argument exactly 0) the convention."""
+    shape_pair = SQUARE[1]
+    F, B, (x, y) = _modular(KINK_CASES[0], shape_pair)
+    p = F.p
+    s, s_neg = B.step(x - y / 2), B.step(y / 2 - x)
+    assert np.all((np.asarray(s.v) + np.asarray(s_neg.v)) % p == 1)
+    assert np.all((np.asarray(B.relu(x).v) - np.asarray((x * B.step(x)).v)) % p == 0)
+    assert not np.all(np.isin(np.asarray(s.v) % p, (0, 1)))           # free, not the sign
+    assert np.all(np.asarray(B.step(x - x).v) % p == 0)
+    reason = check_cell(KINK_CASES[2], shape_pair, "modular")            # on the kink: numpy's value
+    assert reason is None, reason
+
+
+@pytest.mark.parametrize("case", KINK_CASES, ids=lambda c: c.id)
+def test_the_every_size_tier_declines_a_kink_and_computes_nothing_else(case):
+    reason = check_cell(case, case.shapes[0], "every_size")
+    assert reason is not None and "refused a construct numpy computes" in reason and "B.step" in reason, reason
+
+
+def test_a_float_kink_with_another_convention_is_a_red_cell(monkeypatch):
+    """The control: float64 taking step(0) = 1 (numpy's heaviside(a, 1)) differs on the kink."""
+    from vjpcert.core.backends import F64
+    monkeypatch.setattr(F64, "step", F64._checked(lambda a: np.heaviside(a, 1.0)))
+    assert check_cell(KINK_CASES[2], KINK_CASES[2].shapes[0], "float64") is not None
+    assert check_cell(KINK_CASES[0], KINK_CASES[0].shapes[0], "float64") is None   # off the kink: the same
