@@ -2,11 +2,15 @@
 
     relu(x)       = x step(x)                        dx = dy step(x)
     leaky_relu(x) = alpha x + (1 - alpha) relu(x)    dx = dy (alpha + (1 - alpha) step(x))
+    relu6(x)      = x step(x) step(6 - x) + 6 (1 - step(6 - x))      dx = dy step(x) step(6 - x)
 
 The VJP claims are proved on every open region of the inputs' signs (each step a free Boolean of the
 exact ring). On the kink itself the derivative does not exist, and what a backward returns there is
 a convention: PyTorch's and JAX's relu backward passes the gradient where x > 0, so relu'(0) = 0 and
-leaky_relu'(0) = alpha -- the claim ``at_the_kink`` checks the backward against it at exact points
+leaky_relu'(0) = alpha; relu6 is hardtanh(x, 0, 6), whose backward passes it where 0 < x < 6, so
+relu6' is 0 at both kinks. The value on a kink is read off the forward as written (its derivative
+with step(0) = 0), so relu6 is written as the clamp with PyTorch's derivative at both ends; as
+relu(x) - relu(x - 6) it would state relu6'(6) = 1 -- the claim ``at_the_kink`` checks the backward against it at exact points
 on the kink. The numeric tier keeps its points away from the kink, where a finite difference
 measures no derivative.
 """
@@ -62,3 +66,20 @@ def leaky_relu_vjp(B, x, alpha, dy):
 def positively_homogeneous(B, x, forward):
     """leaky_relu(2x) = 2 leaky_relu(x): the slope of each region, scaled."""
     return forward(2 * x), 2 * forward(x)
+
+
+@op(**SHAPES)
+def relu6(B, x):
+    return x * B.step(x) * B.step(6 - x) + 6 * (1 - B.step(6 - x))
+
+
+@relu6.defvjp
+def relu6_vjp(B, x, dy):
+    return (dy * B.step(x) * B.step(6 - x),)
+
+
+@relu6.law
+def symmetric_about_three(B, x, forward):
+    """relu6(x) + relu6(6 - x) = 6: the clamp to [0, 6] is symmetric about its middle."""
+    return forward(x) + forward(6 - x), x * 0 + 6
+

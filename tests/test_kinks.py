@@ -5,6 +5,8 @@ at a distance by the numeric tier's samples, and -- separately, on the kink itse
 convention relu'(0) = 0 by the claim at_the_kink. Each piece has its control."""
 from __future__ import annotations
 
+import random
+
 import numpy as np
 
 from vjpcert.core.backends import F32, F64
@@ -17,6 +19,8 @@ from vjpcert.numeric.sampling import kink_distance, sample_point
 from vjpcert.specs import builtin_ops
 from vjpcert.symbolic.every_size.general import prove_general
 from vjpcert.symbolic.fixed import fields
+from vjpcert.symbolic.fixed.claims import trace_claim
+from vjpcert.symbolic.fixed.kinks import kink_roots
 from vjpcert.symbolic.fixed.prover import prove_claim
 from vjpcert.symbolic.modular.check import check_modular
 
@@ -129,6 +133,37 @@ def test_the_gradient_at_zero_is_held_to_the_convention():
     ok = prove_claim(gt, KINK_CLAIM, DIMS)
     assert ok.verdict == "checked" and ok.evidence["steps_on_kink"] > 0, ok.evidence
     assert "relu'(0) = step(0) = 0" in ok.evidence["convention"]
+
+
+def test_a_kink_away_from_zero_is_met_at_its_root():
+    """relu6's upper kink sits at x = 6, where no draw from {-1, 0, 1} or of 0 lands: the sampler finds
+    the root of the step's argument (affine in one input) and puts inputs on it, so a backward that
+    passes the gradient at x = 6 fails there -- with the input at 6 in the witness."""
+    relu6 = builtin_ops()["relu6"]
+    ok = prove_claim(relu6, KINK_CLAIM, DIMS)
+    assert ok.verdict == "checked", ok.evidence
+    wrong = relu6.with_mutant(next(m for m in relu6.mutants if m.name == "difference_of_steps"))
+    assert prove_claim(wrong, "vjp[x]", DIMS).verdict == "proved"          # right on every region
+    cert = prove_claim(wrong, KINK_CLAIM, DIMS)
+    assert cert.verdict == "failed", cert.evidence
+    w = cert.evidence["witness"]
+    assert w["point"][w["component"]] == "6" and w["J^T dy"] == "0"
+
+
+def test_the_roots_are_found_only_for_an_argument_affine_in_one_input():
+    """x - 6 has the root 6 in its input; x * x - 4 is not affine, x[0] + x[1] moves with two inputs:
+    neither gives a root (a point there would be a guess). Rows are paired: rows = 2, no row with itself."""
+    shifted = _elementwise("kk_roots_shifted", lambda B, x: B.relu(x - 6), lambda B, x, dy: (dy * B.step(x - 6),))
+    square = _elementwise("kk_roots_square", lambda B, x: B.relu(x * x - 4),
+                          lambda B, x, dy: (dy * 2 * x * B.step(x * x - 4),))
+    pair = _elementwise("kk_roots_pair", lambda B, x: B.relu(x + x[::-1]),
+                        lambda B, x, dy: (0 * dy,))
+    claim = trace_claim(shifted, "vjp[x]", DIMS)
+    roots = kink_roots(claim, claim.leaves(), random.Random(0))
+    assert len(roots) == 6 and all(v == [6] for v in roots.values())
+    for f in (square, pair):
+        claim = trace_claim(f, "vjp[x]", DIMS)
+        assert kink_roots(claim, claim.leaves(), random.Random(0)) == {}
 
 
 def test_an_op_without_a_kink_has_no_kink_claim():

@@ -1,5 +1,5 @@
 """Wrong ReLU backwards, modelled on the bugs kinks invite."""
-from vjpcert.specs.relu import leaky_relu, relu
+from vjpcert.specs.relu import leaky_relu, relu, relu6
 
 
 @relu.mutant("gradient_at_zero_is_one", kills=["at_the_kink"])
@@ -50,3 +50,16 @@ def _(B, x, dy):
 def _(B, x, alpha):
     """alpha added below zero instead of multiplied: relu(x) + alpha."""
     return B.relu(x) + alpha
+
+
+@relu6.mutant("difference_of_steps", kills=["at_the_kink"])
+def _(B, x, dy):
+    """dy (step(x) - step(x - 6)): right on every open region, 1 at the upper kink x = 6 where
+    hardtanh's backward passes nothing."""
+    return (dy * (B.step(x) - B.step(x - 6)),)
+
+
+@relu6.mutant("upper_clamp_forgotten", kills=["vjp[x]", "at_the_kink"])
+def _(B, x, dy):
+    """The backward of relu: the gradient passes above 6 too."""
+    return (dy * B.step(x),)
