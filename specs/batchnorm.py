@@ -46,5 +46,28 @@ def dx_orthogonal_to_xhat(B, x, gamma, beta, dy, backward):
     return (dx * xc).sum(0)
 
 
+# ----------------------------------------------------------------- on images, as the nodes of a block
+def rows(a):
+    """(N, C, H, W) -> (N H W, C): BatchNorm's batch of channel vectors."""
+    N, C, H, W = a.shape
+    return a.transpose(0, 2, 3, 1).reshape(N * H * W, C)
+
+
+def images(r, like):
+    """The inverse of ``rows``: (N H W, C) -> the shape of ``like``."""
+    N, C, H, W = like.shape
+    return r.reshape(N, H, W, C).transpose(0, 3, 1, 2)
+
+
+def norm(bn, a, gamma, beta, eps):
+    """BatchNorm2d through the node ``bn``: each channel normalised over the batch and the image."""
+    return images(bn(rows(a), gamma, beta, eps=eps), a)
+
+
+def norm_vjp(bn, a, gamma, beta, da, eps):
+    dr, dgamma, dbeta = bn.vjp(rows(a), gamma, beta, rows(da), eps=eps)
+    return images(dr, a), dgamma, dbeta
+
+
 batchnorm.every_size("vjp[x]", "vjp[gamma]", "vjp[beta]", "dx_sums_to_zero_over_the_batch",
                      "dx_orthogonal_to_xhat")

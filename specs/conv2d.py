@@ -7,6 +7,8 @@ them (cross-correlation: the kernel is not flipped in the forward).
     conv2d_s2   stride 2: y[n,o,p,q] = sum xp[n,c,2p+i,2q+j] w[o,c,i,j] (input 2Ho x 2Wo); its dx
                 spreads each tap's contribution back to every other entry (an interleave with zeros)
     depthwise   groups = channels: y[n,c,h,w] = sum_{i,j} xp[n,c,h+i,w+j] w[c,i,j]
+    conv3x3     conv2d without a bias (a BatchNorm follows it in a ResNet block)
+    pointwise   a 1x1 kernel: y[n,o,h,w] = sum_c x[n,c,h,w] w[o,c]; dx = w^T dy, dw = sum dy x^T
 
 Written with np.pad, (strided) slices and einsum. The every-size tier proves conv2d_s2 for every batch,
 channel count and spatial size at this kernel size; the stride-1 windows cut the padded input at 1 and
@@ -31,10 +33,14 @@ def window(xp, i, j, h, w, stride=1):
     dims=[{"N": 1, "C": 1, "O": 1, "H": 2, "W": 2}, {"N": 2, "C": 2, "O": 2, "H": 3, "W": 2}],
     check_dims={"N": 2, "C": 2, "O": 3, "H": 4, "W": 5})
 def conv2d(B, x, w, b):
+    return correlate(x, w) + b[None, :, None, None]
+
+
+def correlate(x, w):
+    """sum_{c,i,j} xp[n,c,h+i,w+j] w[o,c,i,j] over the input padded by 1 (stride 1)."""
     H, W = x.shape[2], x.shape[3]
     xp = pad(x)
-    y = sum(np.einsum("nchw,oc->nohw", window(xp, i, j, H, W), w[:, :, i, j]) for i, j in TAPS)
-    return y + b[None, :, None, None]
+    return sum(np.einsum("nchw,oc->nohw", window(xp, i, j, H, W), w[:, :, i, j]) for i, j in TAPS)
 
 
 def kernel_grad(dy, xp, stride=1, tap=lambda i, j: (i, j)):
@@ -56,6 +62,33 @@ def input_grad(dy, w, flip=True):
 @conv2d.defvjp
 def conv2d_vjp(B, x, w, b, dy):
     return input_grad(dy, w), kernel_grad(dy, pad(x)), dy.sum((0, 2, 3))
+
+
+@op(inputs={"x": ("N", "C", "H", "W"), "w": ("O", "C", 3, 3)}, output=("N", "O", "H", "W"),
+    dims=[{"N": 1, "C": 1, "O": 1, "H": 2, "W": 2}, {"N": 2, "C": 2, "O": 2, "H": 3, "W": 2}],
+    check_dims={"N": 2, "C": 2, "O": 3, "H": 4, "W": 5})
+def conv3x3(B, x, w):
+    return correlate(x, w)
+
+
+@conv3x3.defvjp
+def conv3x3_vjp(B, x, w, dy):
+    return input_grad(dy, w), kernel_grad(dy, pad(x))
+
+
+@op(inputs={"x": ("N", "C", "H", "W"), "w": ("O", "C")}, output=("N", "O", "H", "W"),
+    dims=[{"N": 1, "C": 1, "O": 1, "H": 1, "W": 2}, {"N": 2, "C": 3, "O": 2, "H": 2, "W": 2}],
+    check_dims={"N": 2, "C": 3, "O": 4, "H": 3, "W": 2})
+def pointwise_conv2d(B, x, w):
+    return np.einsum("nchw,oc->nohw", x, w)
+
+
+@pointwise_conv2d.defvjp
+def pointwise_conv2d_vjp(B, x, w, dy):
+    return np.einsum("nohw,oc->nchw", dy, w), np.einsum("nohw,nchw->oc", dy, x)
+
+
+pointwise_conv2d.every_size("vjp[x]", "vjp[w]")
 
 
 @conv2d.law

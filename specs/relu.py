@@ -83,3 +83,13 @@ def symmetric_about_three(B, x, forward):
     """relu6(x) + relu6(6 - x) = 6: the clamp to [0, 6] is symmetric about its middle."""
     return forward(x) + forward(6 - x), x * 0 + 6
 
+
+# ----------------------------------------------------------------- on images, as the nodes of a block
+def act(f, a):
+    """An elementwise node on (N, C, H, W), seen as rows of W."""
+    return f(a.reshape(-1, a.shape[3])).reshape(a.shape)
+
+
+def act_vjp(f, a, da):
+    (d,) = f.vjp(a.reshape(-1, a.shape[3]), da.reshape(-1, a.shape[3]))
+    return d.reshape(a.shape)

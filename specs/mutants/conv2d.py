@@ -1,8 +1,9 @@
 """Wrong convolution backwards and forwards, from the bug families of hand-written conv kernels."""
 import numpy as np
 
-from vjpcert.specs.conv2d import (TAPS, conv2d, conv2d_s2, depthwise_conv2d, depthwise_input_grad,
-                                  depthwise_kernel_grad, input_grad, kernel_grad, pad, spread_grad, window)
+from vjpcert.specs.conv2d import (TAPS, conv2d, conv2d_s2, conv3x3, depthwise_conv2d, depthwise_input_grad,
+                                  depthwise_kernel_grad, input_grad, kernel_grad, pad, pointwise_conv2d,
+                                  spread_grad, window)
 
 TRANSPOSED = lambda i, j: (j, i)          # noqa: E731  (the tap (j, i) read for (i, j))
 
@@ -80,3 +81,16 @@ def _(B, x, w, dy):
 @depthwise_conv2d.mutant("dw_taps_transposed", kills=["vjp[w]"])
 def _(B, x, w, dy):
     return depthwise_input_grad(dy, w), depthwise_kernel_grad(dy, pad(x), tap=TRANSPOSED)
+
+
+@conv3x3.mutant("dx_of_the_forward_kernel", kills=["vjp[x]"])
+def _(B, x, w, dy):
+    """dx correlates dy with the kernel unflipped (the bias-free layer of a ResNet block)."""
+    return input_grad(dy, w, flip=False), kernel_grad(dy, pad(x))
+
+
+@pointwise_conv2d.mutant("weight_gradient_of_one_image", kills=["vjp[w]"])
+def _(B, x, w, dy):
+    """dw summed over the first image only (a batch loop that stopped early)."""
+    return np.einsum("nohw,oc->nchw", dy, w), np.einsum("nohw,nchw->oc", dy[:1], x[:1])
+
