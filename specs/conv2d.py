@@ -7,6 +7,7 @@ them (cross-correlation: the kernel is not flipped in the forward).
     conv2d_s2   stride 2: y[n,o,p,q] = sum xp[n,c,2p+i,2q+j] w[o,c,i,j] (input 2Ho x 2Wo); its dx
                 spreads each tap's contribution back to every other entry (an interleave with zeros)
     depthwise   groups = channels: y[n,c,h,w] = sum_{i,j} xp[n,c,h+i,w+j] w[c,i,j]
+    depthwise7  ConvNeXt's: a 7x7 kernel per channel, padding 3, and a bias
     conv3x3     conv2d without a bias (a BatchNorm follows it in a ResNet block)
     pointwise   a 1x1 kernel: y[n,o,h,w] = sum_c x[n,c,h,w] w[o,c]; dx = w^T dy, dw = sum dy x^T
 
@@ -21,8 +22,12 @@ from vjpcert.core.registry import op
 TAPS = [(i, j) for i in range(3) for j in range(3)]
 
 
-def pad(x):
-    return np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+def taps(k):
+    return [(i, j) for i in range(k) for j in range(k)]
+
+
+def pad(x, p=1):
+    return np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
 
 
 def window(xp, i, j, h, w, stride=1):
@@ -140,19 +145,35 @@ def depthwise_conv2d(B, x, w):
 
 
 def depthwise_input_grad(dy, w, flip=True):
-    H, W = dy.shape[2], dy.shape[3]
-    dyp = pad(dy)
-    return sum(window(dyp, 2 - i if flip else i, 2 - j if flip else j, H, W) * w[None, :, i, j, None, None]
-               for i, j in TAPS)
+    """The depthwise correlation of dy (padded by k // 2) with each channel's k x k kernel flipped."""
+    H, W, k = dy.shape[2], dy.shape[3], w.shape[1]
+    dyp = pad(dy, k // 2)
+    return sum(window(dyp, k - 1 - i if flip else i, k - 1 - j if flip else j, H, W) * w[None, :, i, j, None, None]
+               for i, j in taps(k))
 
 
-def depthwise_kernel_grad(dy, xp, tap=lambda i, j: (i, j)):
+def depthwise_kernel_grad(dy, xp, k=3, tap=lambda i, j: (i, j)):
     H, W = dy.shape[2], dy.shape[3]
-    return np.stack([np.stack([(dy * window(xp, *tap(i, j), H, W)).sum((0, 2, 3)) for j in range(3)], -1)
-                     for i in range(3)], -2)
+    return np.stack([np.stack([(dy * window(xp, *tap(i, j), H, W)).sum((0, 2, 3)) for j in range(k)], -1)
+                     for i in range(k)], -2)
 
 
 @depthwise_conv2d.defvjp
 def depthwise_conv2d_vjp(B, x, w, dy):
     return depthwise_input_grad(dy, w), depthwise_kernel_grad(dy, pad(x))
 
+
+
+@op(inputs={"x": ("N", "C", "H", "W"), "w": ("C", 7, 7), "b": ("C",)}, output=("N", "C", "H", "W"),
+    dims=[{"N": 1, "C": 1, "H": 2, "W": 2}, {"N": 1, "C": 2, "H": 4, "W": 3}],
+    check_dims={"N": 2, "C": 2, "H": 4, "W": 5})
+def depthwise_conv7x7(B, x, w, b):
+    """ConvNeXt's spatial mixing: a depthwise 7 x 7 kernel, padding 3, with a bias."""
+    H, W = x.shape[2], x.shape[3]
+    xp = pad(x, 3)
+    return sum(window(xp, i, j, H, W) * w[None, :, i, j, None, None] for i, j in taps(7)) + b[None, :, None, None]
+
+
+@depthwise_conv7x7.defvjp
+def depthwise_conv7x7_vjp(B, x, w, b, dy):
+    return depthwise_input_grad(dy, w), depthwise_kernel_grad(dy, pad(x, 3), 7), dy.sum((0, 2, 3))

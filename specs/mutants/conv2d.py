@@ -1,9 +1,9 @@
 """Wrong convolution backwards and forwards, from the bug families of hand-written conv kernels."""
 import numpy as np
 
-from vjpcert.specs.conv2d import (TAPS, conv2d, conv2d_s2, conv3x3, depthwise_conv2d, depthwise_input_grad,
-                                  depthwise_kernel_grad, input_grad, kernel_grad, pad, pointwise_conv2d,
-                                  spread_grad, window)
+from vjpcert.specs.conv2d import (TAPS, conv2d, conv2d_s2, conv3x3, depthwise_conv2d, depthwise_conv7x7,
+                                  depthwise_input_grad, depthwise_kernel_grad, input_grad, kernel_grad, pad, pointwise_conv2d,
+                                  spread_grad, taps, window)
 
 TRANSPOSED = lambda i, j: (j, i)          # noqa: E731  (the tap (j, i) read for (i, j))
 
@@ -94,3 +94,17 @@ def _(B, x, w, dy):
     """dw summed over the first image only (a batch loop that stopped early)."""
     return np.einsum("nohw,oc->nchw", dy, w), np.einsum("nohw,nchw->oc", dy[:1], x[:1])
 
+
+
+@depthwise_conv7x7.mutant("padding_of_a_3x3_kernel", replaces="forward", kills=["vjp[x]", "vjp[w]"])
+def _(B, x, w, b):
+    """The 7x7 kernel over an input padded by 1 before (a 3x3 layer's padding kept) and zeros after:
+    every output lands two places down and right of where it belongs."""
+    H, W = x.shape[2], x.shape[3]
+    xp = np.pad(pad(x, 1), ((0, 0), (0, 0), (0, 4), (0, 4)))
+    return sum(window(xp, i, j, H, W) * w[None, :, i, j, None, None] for i, j in taps(7)) + b[None, :, None, None]
+
+
+@depthwise_conv7x7.mutant("kernel_not_flipped_in_dx", kills=["vjp[x]"])
+def _(B, x, w, b, dy):
+    return depthwise_input_grad(dy, w, flip=False), depthwise_kernel_grad(dy, pad(x, 3), 7), dy.sum((0, 2, 3))
