@@ -150,20 +150,25 @@ def test_a_kink_away_from_zero_is_met_at_its_root():
     assert w["point"][w["component"]] == "6" and w["J^T dy"] == "0"
 
 
-def test_the_roots_are_found_only_for_an_argument_affine_in_one_input():
-    """x - 6 has the root 6 in its input; x * x - 4 is not affine, x[0] + x[1] moves with two inputs:
-    neither gives a root (a point there would be a guess). Rows are paired: rows = 2, no row with itself."""
+def test_the_roots_are_found_only_for_an_argument_affine_in_an_input():
+    """x - 6 has the root 6 in its input; x[0] + x[1] has a root in each input with the other held at
+    the base point (and there the argument is exactly 0); x * x - 4 is affine in nothing: no root (a
+    point there would be a guess)."""
     shifted = _elementwise("kk_roots_shifted", lambda B, x: B.relu(x - 6), lambda B, x, dy: (dy * B.step(x - 6),))
+    pair = _elementwise("kk_roots_pair", lambda B, x: B.relu(x + x[::-1]), lambda B, x, dy: (0 * dy,))
     square = _elementwise("kk_roots_square", lambda B, x: B.relu(x * x - 4),
                           lambda B, x, dy: (dy * 2 * x * B.step(x * x - 4),))
-    pair = _elementwise("kk_roots_pair", lambda B, x: B.relu(x + x[::-1]),
-                        lambda B, x, dy: (0 * dy,))
     claim = trace_claim(shifted, "vjp[x]", DIMS)
-    roots = kink_roots(claim, claim.leaves(), random.Random(0))
+    _, roots = kink_roots(claim, claim.leaves(), random.Random(0))
     assert len(roots) == 6 and all(v == [6] for v in roots.values())
-    for f in (square, pair):
-        claim = trace_claim(f, "vjp[x]", DIMS)
-        assert kink_roots(claim, claim.leaves(), random.Random(0)) == {}
+    claim = trace_claim(pair, "vjp[x]", DIMS)
+    base, roots = kink_roots(claim, claim.leaves(), random.Random(0))
+    assert len(roots) == 6
+    leaf, (root,) = next((k, v) for k, v in roots.items() if k.index == (0, 0))
+    other = next(k for k in base if k.owner == "x" and k.index == (1, 0))
+    assert root + base[other] == 0
+    claim = trace_claim(square, "vjp[x]", DIMS)
+    assert kink_roots(claim, claim.leaves(), random.Random(0))[1] == {}
 
 
 def test_an_op_without_a_kink_has_no_kink_claim():

@@ -7,8 +7,8 @@ What a backward returns there is a convention -- PyTorch's relu backward passes 
 input is > 0, so relu'(0) = 0 -- and a backward written with relu'(0) = 1 (a ``>=`` for a ``>``) is
 proved on every region all the same. This check closes that gap: at exact rational points placed *on*
 kinks (inputs drawn from {-1, 0, 1}, or 0 and random rationals, so the arguments of the steps are
-exactly 0 at many entries; and, for a step whose argument is affine in one input alone -- relu6's
-x - 6, a hardtanh's x + 1 -- that input at the root of the argument, found by probing), each
+exactly 0 at many entries; and, for a step whose argument is affine in an input -- relu6's x - 6,
+a Huber loss' x - t - delta -- that input at the argument's root, found by probing), each
 component of the backward must equal J^T dy of the derivative table, whose step(0) =
 ``core.derivatives.STEP_AT_KINK`` is the convention. It is a check at sampled points, not a proof:
 its verdict is ``checked`` (with how many kink entries the points met), ``failed`` with the exact
@@ -80,31 +80,27 @@ def _arguments(claim, point: dict) -> list | None:
     return F.arguments
 
 
-def kink_roots(claim, leaves, rng: random.Random) -> dict:
-    """{input leaf: sorted values}: where a step's argument, affine in that input alone, is 0. Probed
-    exactly: the arguments at a random point, then with each input moved by 1 and by 2; a step whose
-    argument moves with one input only, by equal differences, is affine in it there (the claim's
-    arguments are rational functions, so a probe that happens to look affine only puts a point off
-    the kink: the check stays sound, it meets fewer kinks)."""
+def kink_roots(claim, leaves, rng: random.Random) -> tuple[dict, dict]:
+    """(base, {input leaf: sorted values}): a random point, and for each input the values at which a
+    step's argument, affine in that input with the others held at the base point, is 0. Probed
+    exactly: the arguments at the base, then with each input moved by 1 and by 2; an argument that
+    moves by equal differences is affine in that input there (the arguments are rational functions,
+    so a probe that only looks affine puts a point off the kink: the check stays sound, it meets
+    fewer kinks)."""
     inputs = [leaf for leaf in leaves if leaf.role in ("input", "nondiff") and not leaf.positive]
     base = {leaf: _rational(rng) if leaf in inputs else v for leaf, v in _point(leaves, rng, False).items()}
     at0 = _arguments(claim, base)
     if not at0:
-        return {}
-    moved = {}
+        return base, {}
+    roots: dict = {}
     for leaf in inputs:
         runs = [_arguments(claim, {**base, leaf: base[leaf] + d}) for d in (1, 2)]
-        if all(r is not None and len(r) == len(at0) for r in runs):
-            moved[leaf] = runs
-    roots: dict = {}
-    for k, a0 in enumerate(at0):
-        movers = [leaf for leaf, runs in moved.items() if runs[0][k] != a0 or runs[1][k] != a0]
-        if len(movers) != 1:
+        if not all(r is not None and len(r) == len(at0) for r in runs):
             continue
-        a1, a2 = (run[k] for run in moved[movers[0]])
-        if a2 - a1 == a1 - a0 != 0:
-            roots.setdefault(movers[0], set()).add(base[movers[0]] - a0 / (a1 - a0))
-    return {leaf: sorted(values) for leaf, values in roots.items()}
+        for a0, a1, a2 in zip(at0, *runs):
+            if a2 - a1 == a1 - a0 != 0:
+                roots.setdefault(leaf, set()).add(base[leaf] - a0 / (a1 - a0))
+    return base, {leaf: sorted(values) for leaf, values in roots.items()}
 
 
 def at_the_kink(op: Op, dims: dict, *, seed: int = 0, points: int = tol.KINK_POINTS) -> dict:
@@ -115,11 +111,12 @@ def at_the_kink(op: Op, dims: dict, *, seed: int = 0, points: int = tol.KINK_POI
     for wrt in op.inputs:
         claim = trace_claim(op, f"vjp[{wrt}]", dims)
         labels, leaves = claim.component_labels(), claim.leaves()
-        roots = kink_roots(claim, leaves, rng)
+        base, roots = kink_roots(claim, leaves, rng)
         for k in range(points):
-            point = _point(leaves, rng, small=k % 2 == 0)
             if roots and k % 3 == 2:            # every third point: inputs at their kinks' roots
-                point.update({leaf: rng.choice(values + [point[leaf]]) for leaf, values in roots.items()})
+                point = {**base, **{leaf: rng.choice(values + [base[leaf]]) for leaf, values in roots.items()}}
+            else:
+                point = _point(leaves, rng, small=k % 2 == 0)
             F = _OnKinks(point)
             try:
                 pairs = claim.components(F)
