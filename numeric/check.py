@@ -15,7 +15,7 @@ import numpy as np
 from vjpcert.numeric import settings as tol
 from vjpcert.numeric.derivatives import METHODS, derivative
 from vjpcert.numeric.reference import check_reference
-from vjpcert.numeric.sampling import cotangent, kink_distance, rng_for, sample_point
+from vjpcert.numeric.sampling import cotangent, kink_distance, rng_for, sample_point, sample_points
 from vjpcert.core.backends import MpmathBackend
 from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.tolerance import digits as _digits, rounding_fit, rounding_words
@@ -294,7 +294,7 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
                            + [f"evaluated at sampled points ({', '.join(cases) if point is None else 'given point'})"],
                            evidence=evidence, seconds=time.perf_counter() - start, checker_sha256=CHECKER_SHA256)
 
-    points = {}
+    points, skipped = {}, {}
     if point is not None:
         for k, v in point.items():
             if not np.all(np.isfinite(np.asarray(v, dtype=np.float64))):
@@ -304,8 +304,10 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
             return certificate("inconclusive", {"reason": "the given point is at a declared kink, where "
                                                           "the op has no derivative", "dps": dps})
     else:
-        for case in cases:
-            points[case] = sample_point(op, dims, case, seed)
+        points, skipped = sample_points(op, dims, cases, seed)
+        if not points:
+            return certificate("inconclusive", {"reason": "no sampled point stays away from the op's kinks",
+                                                "cases_skipped": skipped, "dps": dps})
     # symbolic parameters are checked away from their defaults too: a composite that calls a node
     # without a parameter (the node's default then stands in) agrees with itself at the defaults only
     other = other_params(op)
@@ -348,6 +350,8 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
         evidence["directions"] = tol.DIRECTIONS
     if warnings:
         evidence["warnings"] = warnings
+    if skipped:
+        evidence["cases_skipped"] = skipped
     evidence["required_digits"] = round(need, 1)
     if worst >= need:
         return certificate("checked", evidence)

@@ -39,7 +39,25 @@ def sample_point(op: Op, dims: dict, case: str, seed: int) -> dict[str, np.ndarr
             point[name] = op.sample[name](rng, shape) if name in op.sample else rng.standard_normal(shape)
         if kink_distance(op, point) >= tol.KINK_MIN_DISTANCE:
             return point
-    raise SpecError(op.name, f"could not sample a point {tol.KINK_MIN_DISTANCE} away from its kinks")
+    raise NoPointAwayFromKinks(op.name, f"could not sample a point of the case {case!r} "
+                                        f"{tol.KINK_MIN_DISTANCE} away from its kinks")
+
+
+def sample_points(op: Op, dims: dict, cases, seed: int) -> tuple[dict, dict]:
+    """({case: point}, {case: why it was skipped}): a case with no point away from the kinks is skipped
+    (and named), the others sampled as ``sample_point`` does."""
+    points, skipped = {}, {}
+    for case in cases:
+        try:
+            points[case] = sample_point(op, dims, case, seed)
+        except NoPointAwayFromKinks as exc:
+            skipped[case] = exc.problem
+    return points, skipped
+
+
+class NoPointAwayFromKinks(SpecError):
+    """No sampled point of this input case keeps its distance from every kink (a near-constant image
+    under max-pooling is all ties): the case is skipped, and said so."""
 
 
 class _KinkRecorder(FloatBackend):

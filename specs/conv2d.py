@@ -31,7 +31,8 @@ def pad(x, p=1):
 
 
 def window(xp, i, j, h, w, stride=1):
-    return xp[:, :, i:i + stride * h:stride, j:j + stride * w:stride]
+    """The h x w entries xp[..., i + stride p, j + stride q] (the stop is the last one's, plus one)."""
+    return xp[:, :, i:i + stride * (h - 1) + 1:stride, j:j + stride * (w - 1) + 1:stride]
 
 
 @op(inputs={"x": ("N", "C", "H", "W"), "w": ("O", "C", 3, 3), "b": ("O",)}, output=("N", "O", "H", "W"),

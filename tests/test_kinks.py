@@ -14,7 +14,7 @@ from vjpcert.core.derivatives import STEP_AT_KINK
 from vjpcert.core.registry import KINK_CLAIM, op
 from vjpcert.core.rounding import RoundingBackend
 from vjpcert.numeric import settings as numeric_tol
-from vjpcert.numeric.check import numeric_claims
+from vjpcert.numeric.check import check_claim, numeric_claims
 from vjpcert.numeric.sampling import kink_distance, sample_point
 from vjpcert.specs import builtin_ops
 from vjpcert.symbolic.every_size.general import prove_general
@@ -219,3 +219,32 @@ def test_the_rounding_model_bounds_a_step_whose_sign_the_bound_cannot_decide():
     R = RoundingBackend(np.float32)
     assert R.step1(Rounded(1e-3, 1e-6, R)).e == 0.0 and R.step1(Rounded(-1e-3, 1e-6, R)).e == 0.0
     assert R.step1(Rounded(1e-9, 1e-6, R)).e == 1.0 and R.step1(Rounded(-1e-9, 1e-6, R)).e == 1.0
+
+
+# ------------------------------------------------------------------ max-pooling: ties
+def _pool_mutant(name):
+    pool = builtin_ops()["max_pool2d"]
+    return pool.with_mutant(next(m for m in pool.mutants if m.name == name))
+
+
+def test_max_pooling_routes_a_tie_to_the_first_index_and_nothing_else_passes_the_tie():
+    """Every tied maximum, or the last one, is the max-pool gradient on every region of the taps'
+    order (proved) and wrong on a tie: at_the_kink fails both with an exact witness."""
+    dims = {"N": 1, "C": 1, "Ho": 1, "Wo": 1}
+    pool = builtin_ops()["max_pool2d"]
+    assert prove_claim(pool, KINK_CLAIM, dims).verdict == "checked"
+    for name in ("gradient_to_every_tied_index", "tie_to_the_last_index"):
+        wrong = _pool_mutant(name)
+        assert prove_claim(wrong, "vjp[x]", dims).verdict == "proved"
+        cert = prove_claim(wrong, KINK_CLAIM, dims)
+        assert cert.verdict == "failed" and cert.evidence["witness"]["exact"], (name, cert.evidence)
+
+
+def test_a_case_with_no_point_away_from_the_kinks_is_skipped_and_named():
+    """A near-constant image under max-pooling is ties everywhere: the numeric tier checks the other
+    cases and says which it skipped, rather than refusing the op."""
+    pool = builtin_ops()["max_pool2d"]
+    cert = check_claim(pool, "vjp[x]", pool.check_dims)
+    assert cert.verdict == "checked", cert.evidence
+    assert "near_constant" in cert.evidence["cases_skipped"]
+    assert "near_constant" not in cert.evidence["cases"]

@@ -1,0 +1,55 @@
+"""Wrong pooling backwards, from the bugs of hand-written pooling kernels."""
+import numpy as np
+
+from vjpcert.specs.pooling import (avg_pool2d, first_max, global_avg_pool, max_pool2d, max_pool2d_3x3s2,
+                                   max_pool_grad, route, taps)
+
+
+def every_tied_max(B, tapped):
+    """[v_t >= every other tap]: on a tie, every maximum wins."""
+    return first_max(B, tapped, lambda B, d, earlier: 1 - B.step(-d))
+
+
+def last_max(B, tapped):
+    """The last maximum in scan order wins a tie (another framework's convention)."""
+    return first_max(B, tapped, lambda B, d, earlier: 1 - B.step(-d) if earlier else B.step(d))
+
+
+def padding_competes(B, tapped):
+    """The padding read as zeros that can win (a zero pad where -inf was meant)."""
+    return first_max(B, [(v, np.ones(np.shape(inside), dtype=bool)) for v, inside in tapped])
+
+
+@max_pool2d.mutant("gradient_to_every_tied_index", kills=["at_the_kink"])
+def _(B, x, dy):
+    """dy to every tap equal to the maximum: right on every region, twice the gradient on a tie."""
+    return (max_pool_grad(B, x, dy, 2, 0, every_tied_max),)
+
+
+@max_pool2d.mutant("tie_to_the_last_index", kills=["at_the_kink"])
+def _(B, x, dy):
+    return (max_pool_grad(B, x, dy, 2, 0, last_max),)
+
+
+@max_pool2d.mutant("taps_transposed_in_dx", kills=["vjp[x]", "at_the_kink"])
+def _(B, x, dy):
+    """The winner of tap (i, j) routed to the entry of tap (j, i)."""
+    wins = first_max(B, taps(x, 2, 2, 0))
+    return (route([dy * wins[k] for k in (0, 2, 1, 3)], 2, 2, 0, x),)
+
+
+@max_pool2d_3x3s2.mutant("padding_can_win", kills=["vjp[x]", "at_the_kink"])
+def _(B, x, dy):
+    """The backward's winners computed with the padding's zeros competing."""
+    return (max_pool_grad(B, x, dy, 3, 1, padding_competes),)
+
+
+@avg_pool2d.mutant("gradient_not_divided_by_the_window", kills=["vjp[x]"])
+def _(B, x, dy):
+    return (route([dy] * 4, 2, 2, 0, x),)
+
+
+@global_avg_pool.mutant("mean_over_the_height_only", kills=["vjp[x]"])
+def _(B, x, dy):
+    """dy / H: the width's share forgotten."""
+    return (np.broadcast_to(dy[:, :, None, None], x.shape) / x.shape[2],)
