@@ -35,7 +35,7 @@ from vjpcert.frontends.jax_graph import RULES, JaxGraph, _jax, jax_version, rule
 from vjpcert.frontends.jax_module import EquinoxModule, is_module
 from vjpcert.frontends.jax_paths import trace_checked
 from vjpcert.frontends.modules import module_op
-from vjpcert.frontends.op import FrontendOp
+from vjpcert.frontends.op import FrontendOp, call_by_name
 from vjpcert.frontends.precision import check_dtype
 from vjpcert.frontends.constants import DEFAULT_CONSTANTS
 
@@ -70,9 +70,10 @@ def from_jax(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tupl
     name = name or getattr(fn, "__name__", "jax_fn")
     dtype = check_dtype(name, dtype)
     n_diff = len(inputs)
+    call = call_by_name(fn, [*inputs, *(nondiff or {})], params, name)
 
     def tracer(shapes, param_values, compare=True):
-        return trace_checked(fn, shapes, n_diff, param_values, constants=constants, op_name=name, dtype=dtype,
+        return trace_checked(call, shapes, n_diff, param_values, constants=constants, op_name=name, dtype=dtype,
                              compare=compare)
     return FrontendOp(name=name, framework="JAX", framework_version=jax_version(), tracer=tracer, fn=fn,
                       dtype=dtype,

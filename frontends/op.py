@@ -24,6 +24,33 @@ from vjpcert.frontends.precision import CAST_WORDS, DEFAULT, device_words, ident
 from vjpcert.frontends.constants import DEFAULT_CONSTANTS, constants_shifted, decimal_of, describe_readings
 
 
+def call_by_name(fn: Callable, names: list, params: Mapping | None, op_name: str | None) -> Callable:
+    """``fn`` as the frontends call it, ``fn(*arrays, **params)``, unless a parameter is one of fn's
+    positional ones before the last array: F.batch_norm(input, running_mean, running_var, weight,
+    bias, training=...) with weight and bias inputs and running_mean=None a parameter. Then the arrays
+    are passed by their declared names, which must then be fn's own (else the call is ambiguous and
+    refused, naming the parameter)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return fn
+    positional = [p.name for p in sig.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    clash = [k for k in (params or {}) if k in positional[:len(names)]]
+    if not clash:
+        return fn
+    missing = [n for n in names if n not in sig.parameters]
+    if missing:
+        raise SpecError(op_name, f"the parameter {clash[0]!r} is {getattr(fn, '__name__', 'the function')}'s "
+                                 f"argument {positional.index(clash[0]) + 1}, before the arrays end: name the "
+                                 f"arrays as its arguments are named to pass them by name ({missing} are not)")
+
+    def by_name(*arrays, **kw):
+        return fn(**dict(zip(names, arrays)), **kw)
+    by_name.__name__ = getattr(fn, "__name__", "fn")
+    return by_name
+
+
 def _signature(names) -> inspect.Signature:
     """The spec calling convention (the backend first, then the arrays by name), with the backend
     positional-only: a framework function's own argument may be called ``B`` (``A @ B``)."""

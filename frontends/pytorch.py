@@ -32,7 +32,7 @@ import inspect
 from typing import Callable, Mapping
 
 from vjpcert.core.registry import Op, SpecError
-from vjpcert.frontends.op import FrontendOp
+from vjpcert.frontends.op import FrontendOp, call_by_name
 from vjpcert.frontends.precision import check_dtype
 from vjpcert.frontends.torch_graph import TorchGraph, trace  # noqa: F401  (re-exported: the frontend's names)
 from vjpcert.frontends.torch_module import TorchModule, is_module
@@ -80,9 +80,10 @@ def from_torch(fn: Callable, *, name: str | None = None, inputs: Mapping[str, tu
     name = name or getattr(fn, "__name__", "torch_fn")
     dtype = check_dtype(name, dtype)
     n_diff = len(inputs)
+    call = call_by_name(fn, [*inputs, *(nondiff or {})], params, name)
 
     def tracer(shapes, param_values, compare=True):
-        return trace_checked(fn, shapes, n_diff, param_values, constants=constants, op_name=name, dtype=dtype,
+        return trace_checked(call, shapes, n_diff, param_values, constants=constants, op_name=name, dtype=dtype,
                              compare=compare)
     return FrontendOp(name=name, framework="PyTorch", framework_version=torch_version(), tracer=tracer, fn=fn,
                       dtype=dtype,

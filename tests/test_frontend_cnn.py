@@ -66,6 +66,20 @@ def test_batch_norm_in_training_mode_is_proved_and_one_without_its_mean_term_fai
     assert mod.evidence["witness"]["real_point"]["confirmed"]
 
 
+def test_f_batch_norm_itself_is_proved_with_its_arrays_passed_by_name():
+    """F.batch_norm(input, running_mean, running_var, weight, bias, training): running_mean=None as a
+    parameter sits between the arrays, so they are passed by their names (what the command line's
+    `--input weight=C --param running_mean=None` means); arrays not named as its arguments are refused."""
+    dims = {"N": 3, "C": 2}
+    params = {"running_mean": None, "running_var": None, "training": True}
+    op = from_torch(F.batch_norm, name="fcnn_bn_by_name", inputs={"input": ("N", "C"), "weight": ("C",), "bias": ("C",)},
+                    params=params, dims=[dims])
+    _proved(op, dims)
+    with pytest.raises(SpecError, match="running_mean"):
+        from_torch(F.batch_norm, name="fcnn_bn_unnamed", inputs={"x": ("N", "C"), "weight": ("C",), "bias": ("C",)},
+                   params=params, dims=[dims])
+
+
 POOLS = {
     "2x2_stride_2": (lambda x: F.max_pool2d(x, 2), {"N": 1, "C": 1, "H": 4, "W": 2}),
     "3x3_stride_2_padded": (lambda x: F.max_pool2d(x, 3, 2, padding=1), {"N": 1, "C": 1, "H": 3, "W": 3}),
