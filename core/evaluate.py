@@ -205,6 +205,12 @@ class _OperatorField:
         return self.const(base) ** self.const(k)
 
 
+class SignUndecided(ArithmeticError):
+    """A step's argument is within rounding of 0 at this precision, so its sign -- which region the
+    point is in -- is not known: a comparison of a value with itself (JAX's eq(x, max(x, c))) is 0
+    in the reals and a rounding residue of either sign in mpmath. The point decides nothing."""
+
+
 class MpField(_OperatorField):
     """mpmath numbers in a private context at ``dps`` digits; leaves take the values given."""
 
@@ -243,7 +249,10 @@ class MpField(_OperatorField):
         return self.ctx.cos(a)
 
     def step(self, a):
-        """[a > 0] at the real point, the convention at the kink itself."""
+        """[a > 0] at the real point; ``SignUndecided`` where |a| is below the square root of the
+        working precision (an argument that is 0 in the reals comes out as a residue of about eps)."""
+        if abs(a) <= self.ctx.mpf(10) ** (-(self.ctx.dps // 2)):
+            raise SignUndecided(f"a step's argument is {self.ctx.nstr(a, 3)} at {self.ctx.dps} digits")
         return self.ctx.mpf(1) if a > 0 else self.const(STEP_AT_KINK)
 
     def pi(self):

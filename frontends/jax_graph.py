@@ -138,7 +138,35 @@ def _max(c, x, y, **_):
             return c.structural(b, lambda v: np.broadcast_to(v, np.broadcast_shapes(a.shape, b.shape)))
     if x.static and y.static:
         return c.where(c.compare("ge", x, y), x, y)
-    c.refuse("max compares input-dependent numbers (a kink)")
+    for a, b in ((x, y), (y, x)):
+        if b.static:
+            return _clipped(c, a, b)
+    return _tie_split(c, x, y)
+
+
+@rule("min")
+def _min(c, x, y, **_):
+    """min(x, y) = -max(-x, -y)."""
+    return c.neg(_max(c, c.neg(x), c.neg(y)))
+
+
+def _clipped(c, x, bound):
+    """max(x, bound) for a constant bound, as relu: bound + (x - bound) step(x - bound). The traced side
+    passes its gradient where it is strictly above the bound -- relu'(0) = 0, the convention
+    jax.nn.relu and relu6 state with their custom JVPs; lax.max's own JVP gives it half on the tie, so
+    jnp.maximum(x, 0.) is held to relu's convention and fails on the kink, with the half as witness."""
+    d = c.binary("-", x, bound)
+    return c.binary("+", bound, c.binary("*", d, c.unary("step", d)))
+
+
+def _tie_split(c, x, y):
+    """max(x, y) with lax.max's derivative: x where x > y, y where y > x, half to each on a tie
+    (its JVP's balanced split): x w + y (1 - w), w = [x > y] + [x = y] / 2 -- the kink of the language
+    (``B.step``), so the claims are proved region by region and at_the_kink checks the split."""
+    d = c.binary("-", x, y)
+    above, below = c.unary("step", d), c.unary("step", c.neg(d))
+    w = c.binary("+", above, c.binary("*", c.binary("-", c.binary("-", 1, above), below), Fraction(1, 2)))
+    return c.binary("+", c.binary("*", x, w), c.binary("*", y, c.binary("-", 1, w)))
 
 
 @rule("reduce_sum")

@@ -205,11 +205,11 @@ class _Argmax(Val):
         self.taps = taps
 
 
-def _pool_geometry(c, x_shape, kernel_size, stride, padding, dilation, ceil_mode):
+def _pool_geometry(c, x_shape, kernel_size, stride, padding, dilation, ceil_mode, what="max_pool2d"):
     if ceil_mode:
-        c.refuse("max_pool2d with ceil_mode=True has no exact rule yet")
+        c.refuse(f"{what} with ceil_mode=True has no exact rule yet")
     if len(x_shape) != 4:
-        c.refuse(f"max_pool2d of input shape {tuple(x_shape)}: only (N, C, H, W) is followed")
+        c.refuse(f"{what} of input shape {tuple(x_shape)}: only (N, C, H, W) is followed")
     k = _pair(kernel_size)
     s = _pair(stride) if stride else k
     p, d = _pair(padding), _pair(dilation)
@@ -236,12 +236,13 @@ def _max_pool2d(c, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=F
     step = c.B.step
     wins, value = [], 0
     for t, (_, e_t, in_t) in enumerate(taps):
-        win = np.where(in_t, 1, 0) + 0 * e_t
+        win = np.where(in_t, 1 + 0 * e_t, 0 * e_t)               # in the dtype of the values
         for u, (_, e_u, in_u) in enumerate(taps):
             if u == t:
                 continue
-            beats = step(e_t - e_u) if u < t else 1 - step(e_u - e_t)
-            win = win * np.where(in_u, beats, 1 + 0 * e_t)
+            # a pair with a tap in the padding is no comparison: a constant argument, never a kink
+            diff = np.where(in_t & in_u, e_t - e_u, 1 + 0 * e_t)
+            win = win * (step(diff) if u < t else 1 - step(-diff))
         wins.append(win)
         value = value + win * e_t
     return (Val(as_array(value), False), _Argmax(np.shape(value), wins))
@@ -258,5 +259,49 @@ def _max_pool2d_backward(c, dy, x, kernel_size, stride, padding, dilation, ceil_
     for (i, j), win in zip([(i, j) for i in range(k[0]) for j in range(k[1])], indices.taps):
         view = _window(dxp, i, j, s, d, out)
         view += dya * win
+    H, W = int(x.shape[2]), int(x.shape[3])
+    return Val(as_array(dxp[:, :, p[0]:p[0] + H, p[1]:p[1] + W]), False)
+
+
+# ------------------------------------------------------------------------------------ average pooling
+def _avg_divisor(x_shape, k, s, p, out, count_include_pad, divisor_override):
+    """What each window's sum is divided by: the override, the window's size, or (count_include_pad
+    False) how many of its entries are inside the input -- static integers either way."""
+    if divisor_override:
+        return int(divisor_override)
+    if count_include_pad:
+        return k[0] * k[1]
+    inside = _padded(np.ones(tuple(int(v) for v in x_shape), dtype=int), p)
+    return sum(_window(inside, i, j, s, (1, 1), out) for i in range(k[0]) for j in range(k[1]))
+
+
+def _divided(a, divisor):
+    """a / divisor in a's own dtype (a count array as Python ints where a is exact, floats where not)."""
+    if isinstance(divisor, np.ndarray):
+        divisor = np.array(divisor.tolist(), dtype=object) if a.dtype == object else divisor.astype(a.dtype)
+    return a / divisor
+
+
+@rule("aten.avg_pool2d.default")
+def _avg_pool2d(c, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                divisor_override=None):
+    """Each window's sum (over the input padded with zeros) divided by its divisor."""
+    k, s, p, _, out = _pool_geometry(c, x.shape, kernel_size, stride, padding, 1, ceil_mode, "avg_pool2d")
+    xp = _padded(c.lift(x), p)
+    total = sum(_window(xp, i, j, s, (1, 1), out) for i in range(k[0]) for j in range(k[1]))
+    return Val(as_array(_divided(total, _avg_divisor(x.shape, k, s, p, out, count_include_pad, divisor_override))),
+               False)
+
+
+@rule("aten.avg_pool2d_backward.default")
+def _avg_pool2d_backward(c, dy, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """dy divided by each window's divisor, added back at every entry of the window."""
+    k, s, p, _, out = _pool_geometry(c, x.shape, kernel_size, stride, padding, 1, ceil_mode, "avg_pool2d")
+    share = _divided(c.lift(dy), _avg_divisor(x.shape, k, s, p, out, count_include_pad, divisor_override))
+    dxp = c.B.zeros(_padded(c.lift(x), p).shape)
+    for i in range(k[0]):
+        for j in range(k[1]):
+            view = _window(dxp, i, j, s, (1, 1), out)
+            view += share
     H, W = int(x.shape[2]), int(x.shape[3])
     return Val(as_array(dxp[:, :, p[0]:p[0] + H, p[1]:p[1] + W]), False)

@@ -6,6 +6,7 @@ convention relu'(0) = 0 by the claim at_the_kink. Each piece has its control."""
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 
 import numpy as np
 
@@ -248,3 +249,16 @@ def test_a_case_with_no_point_away_from_the_kinks_is_skipped_and_named():
     assert cert.verdict == "checked", cert.evidence
     assert "near_constant" in cert.evidence["cases_skipped"]
     assert "near_constant" not in cert.evidence["cases"]
+
+
+def test_mpmath_does_not_guess_the_sign_of_a_rounding_residue():
+    """A step whose argument is 0 in the reals comes out of mpmath as a residue of about eps, of
+    either sign: the field refuses to decide it (the witness then resamples, and finds no witness)."""
+    import pytest
+
+    from vjpcert.core.evaluate import MpField, SignUndecided
+    F = MpField(50, {})
+    residue = F.const(Fraction(1, 3)) * 3 - 1
+    with pytest.raises(SignUndecided):
+        F.step(residue + F.ctx.mpf(10) ** -40)
+    assert F.step(F.const(Fraction(1, 10**20))) == 1 and F.step(F.const(-1)) == STEP_AT_KINK

@@ -16,7 +16,7 @@ from vjpcert.symbolic.fixed.false_pass import PRIME_BITS, BoundField, false_pass
 from vjpcert.symbolic.fixed.fields import AtomPoolExhausted, ModPField, MpField, RingField
 from vjpcert.symbolic.fixed.size_and_display import SizeField
 from vjpcert.core.tolerance import digits as _digits, rounding_fit
-from vjpcert.core.evaluate import NotRational, QField
+from vjpcert.core.evaluate import NotRational, QField, SignUndecided
 from vjpcert.core.registry import SHIFT_CLAIM
 from vjpcert.core.trace import Leaf
 
@@ -213,7 +213,8 @@ def random_point(leaves: list[Leaf], rng: random.Random, scale=1) -> dict[Leaf, 
 
 def _points(claim: TracedClaim, rng: random.Random, points: int, evaluate):
     """(point, evaluate(point)) for ``points`` random exact points at the witness scales, resampling a
-    point where the evaluation hits a pole (ZeroDivisionError); (None, None) once 10x too many did."""
+    point where the evaluation hits a pole (ZeroDivisionError) or a step whose sign rounding hides
+    (``SignUndecided``); (None, None) once 10x too many did."""
     leaves = claim.leaves()
     tries = done = 0
     while done < points:
@@ -224,7 +225,7 @@ def _points(claim: TracedClaim, rng: random.Random, points: int, evaluate):
         point = random_point(leaves, rng, tol.WITNESS_SCALES[done % len(tol.WITNESS_SCALES)])
         try:
             result = evaluate(point)
-        except ZeroDivisionError:
+        except (ZeroDivisionError, SignUndecided):      # a pole, or a kink's sign rounding cannot tell
             continue
         done += 1
         yield point, result
@@ -252,7 +253,7 @@ def witness(claim: TracedClaim, *, seed: int = 0, points: int = tol.WITNESS_POIN
         return _rel_residuals(claim, point, tol.LOW_DPS), _rel_residuals(claim, point, tol.HIGH_DPS)
     for point, found in _points(claim, rng, points, at):
         if found is None:
-            return {"status": "unknown", "reason": "every sampled point hit a pole"}
+            return {"status": "unknown", "reason": "every sampled point hit a pole or a kink whose sign rounding hides"}
         (lo, scale_lo, _), (hi, scale_hi, pairs) = found
         j = max(range(len(hi)), key=lambda k: abs(hi[k]))
         rel_lo = abs(lo[j]) / scale_lo
