@@ -120,4 +120,6 @@ def report_functions() -> dict:
         "linear": (lambda x, W, b: x @ W.T + b, {}),
         "sdpa": (lambda Q, K, V: sdpa(Q, K, V), {}),
         "sdpa_causal": (lambda Q, K, V: sdpa(Q, K, V, causal=True), {}),
+        "relu": (lambda x: jax.nn.relu(x), {}),
+        "relu6": (lambda x: jax.nn.relu6(x), {}),
     }

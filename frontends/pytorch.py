@@ -141,4 +141,12 @@ def report_functions() -> dict:
         "linear": (lambda x, W, b: F.linear(x, W, b), {}),
         "sdpa": (sdpa, {}),
         "sdpa_causal": (sdpa_causal, {}),
+        "relu": (lambda x: F.relu(x), {}),
+        "relu6": (lambda x: F.relu6(x), {}),
+        "batch_norm": (lambda x, gamma, beta, eps: F.batch_norm(x, None, None, gamma, beta, True, 0.1, eps),
+                       {"eps": 1e-5}),
+        "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1), {}),
+        "max_pool2d": (lambda x: F.max_pool2d(x, 2), {}),
+        "max_pool2d_3x3s2": (lambda x: F.max_pool2d(x, 3, 2, padding=1), {}),
+        "avg_pool2d": (lambda x: F.avg_pool2d(x, 2), {}),
     }

@@ -84,6 +84,12 @@ def symmetric_about_three(B, x, forward):
     return forward(x) + forward(6 - x), x * 0 + 6
 
 
+@relu6.law
+def clamps_once(B, x, forward):
+    """relu6(relu6(x)) = relu6(x): a kink of a kink, each step of the outer split on the inner's."""
+    return forward(forward(x)), forward(x)
+
+
 # ----------------------------------------------------------------- on images, as the nodes of a block
 def act(f, a):
     """An elementwise node on (N, C, H, W), seen as rows of W."""

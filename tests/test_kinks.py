@@ -262,3 +262,22 @@ def test_mpmath_does_not_guess_the_sign_of_a_rounding_residue():
     with pytest.raises(SignUndecided):
         F.step(residue + F.ctx.mpf(10) ** -40)
     assert F.step(F.const(Fraction(1, 10**20))) == 1 and F.step(F.const(-1)) == STEP_AT_KINK
+
+
+def test_a_kink_of_a_kink_is_split_on_the_inner_one():
+    """relu6(relu6(x)) = relu6(x): the outer steps' arguments hold the inner steps (Booleans), and
+    step(a) = s step(a|s=1) + (1 - s) step(a|s=0) decides it; a law off by one inside fails, and
+    without the split the law is not proved."""
+    import pytest
+
+    relu6 = builtin_ops()["relu6"]
+    assert prove_claim(relu6, "clamps_once", DIMS).verdict == "proved"
+    f = _elementwise("kk_nested_wrong", relu6.forward, relu6.vjp)
+
+    @f.law
+    def off_by_one_inside(B, x, forward):
+        return forward(forward(x) + 1), forward(x)
+    assert prove_claim(f, "off_by_one_inside", DIMS).verdict == "failed"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fields, "MAX_STEP_SPLITS", 0)
+        assert prove_claim(relu6, "clamps_once", DIMS).verdict != "proved"

@@ -46,6 +46,15 @@ TABLE = [
      [{"m": 2, "d": 1}, {"m": 2, "d": 2}, {"m": 3, "d": 3}, {"m": 3, "d": 4}]),
     ("sdpa_causal", "attention_causal", "F.scaled_dot_product_attention(Q, K, V, is_causal=True) (math path)",
      True, {"m": 16, "d": 64}, [{"m": 2, "d": 1}, {"m": 2, "d": 2}, {"m": 3, "d": 3}, {"m": 3, "d": 4}]),
+    ("relu", "relu", "F.relu(x)", False, {"rows": 4, "n": 256}, None),
+    ("relu6", "relu6", "F.relu6(x)", False, {"rows": 4, "n": 256}, None),
+    ("batch_norm", "batchnorm", "F.batch_norm(x, None, None, gamma, beta, training=True, eps=1e-5)", False,
+     {"batch": 64, "channels": 8}, None),
+    ("conv2d", "conv2d", "F.conv2d(x, w, b, padding=1)", False, {"N": 1, "C": 3, "O": 4, "H": 6, "W": 6}, None),
+    ("max_pool2d", "max_pool2d", "F.max_pool2d(x, 2)", False, {"N": 2, "C": 2, "Ho": 4, "Wo": 4}, None),
+    ("max_pool2d_3x3s2", "max_pool2d_3x3s2", "F.max_pool2d(x, 3, 2, padding=1)", False,
+     {"N": 2, "C": 2, "Ho": 4, "Wo": 4}, None),
+    ("avg_pool2d", "avg_pool2d", "F.avg_pool2d(x, 2)", False, {"N": 2, "C": 2, "Ho": 4, "Wo": 4}, None),
 ]
 
 

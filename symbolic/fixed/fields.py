@@ -48,6 +48,9 @@ def _sqrt_rational(q: Fraction):
     return Fraction(int(n), int(d)) if rn == 0 and rd == 0 else None
 
 
+MAX_STEP_SPLITS = 6     # Booleans a step's argument may hold and still be split on (2^6 branches at most)
+
+
 class RingField(_OperatorField):
     """Polynomials over Q in leaves and atoms. ``split_exp`` writes exp(a + 2b) as E(a) E(b)^2, which
     exposes exp's additivity to the relation step (and costs variables, so the fast path keeps it off)."""
@@ -381,6 +384,12 @@ class RingField(_OperatorField):
                     rest, rem = divmod(rest, self.gens[v] ** degrees[v])
                     factor = factor * self.gens[v]
                 return factor * self.step(rest)
+        # a kink of a kink (relu6 as min(relu(x), 6), a clamp of a clamp): the argument holds a Boolean
+        # s, so step(a) = s step(a|s=1) + (1 - s) step(a|s=0), exact for s in {0, 1}
+        inner = [v for v, d in enumerate(a.degrees()) if d and (self._def_of(v) or (0, ""))[1] == "step"]
+        if 0 < len(inner) <= MAX_STEP_SPLITS:
+            v = inner[-1]
+            return self.gens[v] * self.step(a.subs({v: 1})) + (self.one - self.gens[v]) * self.step(a.subs({v: 0}))
         s = self._atom("step", a * (1 / lc), key_arg=str(a * (1 / lc)))
         return s if lc > 0 else self.one - s
 
