@@ -146,6 +146,7 @@ def report_functions() -> dict:
         "batch_norm": (lambda x, gamma, beta, eps: F.batch_norm(x, None, None, gamma, beta, True, 0.1, eps),
                        {"eps": 1e-5}),
         "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1), {}),
+        "conv_transpose2d": (lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1), {}),
         "max_pool2d": (lambda x: F.max_pool2d(x, 2), {}),
         "max_pool2d_3x3s2": (lambda x: F.max_pool2d(x, 3, 2, padding=1), {}),
         "avg_pool2d": (lambda x: F.avg_pool2d(x, 2), {}),

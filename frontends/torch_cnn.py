@@ -113,13 +113,18 @@ def _pair(v) -> tuple:
 
 
 def _conv_geometry(c, x_shape, w_shape, stride, padding, dilation, transposed, output_padding, groups):
-    """(stride, padding, dilation, groups, output size) of a 2-d convolution; the rest refused."""
-    if transposed:
-        c.refuse("a transposed convolution (conv_transpose2d) has no exact rule yet")
+    """(stride, padding, dilation, groups, output size) of a 2-d convolution (for a transposed one, the
+    size of the output it writes into before the padding is cropped); the rest refused."""
     if len(x_shape) != 4 or len(w_shape) != 4:
         c.refuse(f"a convolution of input shape {tuple(x_shape)}: only 2-d convolutions (N, C, H, W) are followed")
     s, p, d = _pair(stride), _pair(padding), _pair(dilation)
     g = int(groups)
+    if transposed:
+        o = _pair(output_padding)
+        out = tuple((x_shape[2 + k] - 1) * s[k] + d[k] * (w_shape[2 + k] - 1) + 1 + o[k] for k in range(2))
+        if min(out[k] - 2 * p[k] for k in range(2)) < 1:
+            c.refuse(f"a transposed convolution with no output ({out})")
+        return s, p, d, g, out
     out = tuple((x_shape[2 + k] + 2 * p[k] - d[k] * (w_shape[2 + k] - 1) - 1) // s[k] + 1 for k in range(2))
     if min(out) < 1:
         c.refuse(f"a convolution with no output ({out})")
@@ -144,6 +149,8 @@ def _convolution(c, x, w, bias, stride, padding, dilation, transposed, output_pa
     """y[n, o] = b[o] + sum_{c in o's group, i, j} xp[n, c, s h + d i, s w + d j] w[o, c, i, j]."""
     s, p, d, g, out = _conv_geometry(c, x.shape, w.shape, stride, padding, dilation, transposed,
                                      output_padding, groups)
+    if transposed:
+        return _transposed(c, x, w, bias, s, p, d, g, out)
     xa, wa = c.lift(x), c.lift(w)
     xp = _padded(xa, p)
     ci, co = int(w.shape[1]), int(w.shape[0]) // g
@@ -165,6 +172,8 @@ def _convolution_backward(c, dy, x, w, bias_sizes, stride, padding, dilation, tr
     zero array), dw correlating dy with those entries, db the sum of dy; None where not asked."""
     s, p, d, g, out = _conv_geometry(c, x.shape, w.shape, stride, padding, dilation, transposed,
                                      output_padding, groups)
+    if transposed:
+        return _transposed_backward(c, dy, x, w, s, p, d, g, out, output_mask)
     dya, xa, wa = c.lift(dy), c.lift(x), c.lift(w)
     xp = _padded(xa, p)
     ci, co = int(w.shape[1]), int(w.shape[0]) // g
@@ -184,6 +193,50 @@ def _convolution_backward(c, dy, x, w, bias_sizes, stride, padding, dilation, tr
         for k in range(g):
             dyg, xg = dya[:, k * co:(k + 1) * co], xp[:, k * ci:(k + 1) * ci]
             rows = [np.stack([np.einsum("nohw,nchw->oc", dyg, _window(xg, i, j, s, d, out))
+                              for j in range(int(w.shape[3]))], -1) for i in range(int(w.shape[2]))]
+            groups_dw.append(np.stack(rows, -2))
+        dw = Val(as_array(groups_dw[0] if g == 1 else np.concatenate(groups_dw, axis=0)), False)
+    if output_mask[2]:
+        db = Val(as_array(dya.sum((0, 2, 3))), False)
+    return (dx, dw, db)
+
+
+# ------------------------------------------------------------------------------------ transposed convolution
+# conv_transpose2d is the adjoint of a convolution in its input: each input entry x[n, c, h, w] spreads
+# x w[c, o, i, j] to y_full[n, o, s h + d i, s w + d j] (weights laid out (in, out / groups, kh, kw)),
+# and y is y_full with the padding cropped from both sides (output_padding only lengthens the end).
+def _transposed(c, x, w, bias, s, p, d, g, full):
+    xa, wa = c.lift(x), c.lift(w)
+    ci, co = int(w.shape[0]) // g, int(w.shape[1])
+    yfull = c.B.zeros((int(x.shape[0]), co * g) + full)
+    for k in range(g):
+        xg, wg = xa[:, k * ci:(k + 1) * ci], wa[k * ci:(k + 1) * ci]
+        for i, j in _taps(w.shape):
+            view = _window(yfull[:, k * co:(k + 1) * co], i, j, s, d, tuple(int(v) for v in x.shape[2:]))
+            view += np.einsum("nchw,co->nohw", xg, wg[:, :, i, j])
+    y = yfull[:, :, p[0]:full[0] - p[0], p[1]:full[1] - p[1]]
+    if bias is not None:
+        y = y + c.lift(bias)[None, :, None, None]
+    return Val(as_array(y), False)
+
+
+def _transposed_backward(c, dy, x, w, s, p, d, g, full, output_mask):
+    """dx reads dy (placed back into the uncropped output) at every entry x spread to, dw correlates x
+    with those entries, db sums dy."""
+    dya, xa, wa = c.lift(dy), c.lift(x), c.lift(w)
+    dyfull = _padded(dya, p)
+    ci, co = int(w.shape[0]) // g, int(w.shape[1])
+    size = tuple(int(v) for v in x.shape[2:])
+    dx = dw = db = None
+    if output_mask[0]:
+        parts = [sum(np.einsum("nohw,co->nchw", _window(dyfull[:, k * co:(k + 1) * co], i, j, s, d, size),
+                               wa[k * ci:(k + 1) * ci, :, i, j]) for i, j in _taps(w.shape)) for k in range(g)]
+        dx = Val(as_array(parts[0] if g == 1 else np.concatenate(parts, axis=1)), False)
+    if output_mask[1]:
+        groups_dw = []
+        for k in range(g):
+            xg, dyg = xa[:, k * ci:(k + 1) * ci], dyfull[:, k * co:(k + 1) * co]
+            rows = [np.stack([np.einsum("nchw,nohw->co", xg, _window(dyg, i, j, s, d, size))
                               for j in range(int(w.shape[3]))], -1) for i in range(int(w.shape[2]))]
             groups_dw.append(np.stack(rows, -2))
         dw = Val(as_array(groups_dw[0] if g == 1 else np.concatenate(groups_dw, axis=0)), False)

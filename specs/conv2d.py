@@ -8,6 +8,7 @@ them (cross-correlation: the kernel is not flipped in the forward).
                 spreads each tap's contribution back to every other entry (an interleave with zeros)
     depthwise   groups = channels: y[n,c,h,w] = sum_{i,j} xp[n,c,h+i,w+j] w[c,i,j]
     depthwise7  ConvNeXt's: a 7x7 kernel per channel, padding 3, and a bias
+    transposed  conv_transpose2d, stride 2 (the adjoint of conv2d_s2 in x): y = dx of conv2d_s2 at dy = x
     conv3x3     conv2d without a bias (a BatchNorm follows it in a ResNet block)
     pointwise   a 1x1 kernel: y[n,o,h,w] = sum_c x[n,c,h,w] w[o,c]; dx = w^T dy, dw = sum dy x^T
 
@@ -134,6 +135,30 @@ def conv2d_s2_vjp(B, x, w, dy):
 
 
 conv2d_s2.every_size("vjp[x]", "vjp[w]")
+
+
+@op(inputs={"x": ("N", "C", "H", "W"), "w": ("C", "O", 3, 3)}, output=("N", "O", "2*H", "2*W"),
+    dims=[{"N": 1, "C": 1, "O": 1, "H": 2, "W": 2}, {"N": 1, "C": 2, "O": 2, "H": 2, "W": 3}],
+    check_dims={"N": 2, "C": 2, "O": 3, "H": 3, "W": 2})
+def conv_transpose2d(B, x, w):
+    """conv_transpose2d(x, w, stride=2, padding=1, output_padding=1), weights (in, out, 3, 3): the
+    adjoint of conv2d_s2 in its input, each entry spread to every other output entry."""
+    return spread_grad(x, w)[:, :, 1:-1, 1:-1]
+
+
+def strided_correlation(dy, w, stride=2):
+    """dx of the transposed convolution: conv2d_s2's forward of dy (padded by 1) with w read (in, out)."""
+    H, W = dy.shape[2] // stride, dy.shape[3] // stride          # dy is 2H x 2W
+    dyp = pad(dy)
+    return sum(np.einsum("nohw,co->nchw", window(dyp, i, j, H, W, stride), w[:, :, i, j]) for i, j in TAPS)
+
+
+@conv_transpose2d.defvjp
+def conv_transpose2d_vjp(B, x, w, dy):
+    return strided_correlation(dy, w), kernel_grad(x, pad(dy), 2)
+
+
+conv_transpose2d.every_size("vjp[x]", "vjp[w]")
 
 
 @op(inputs={"x": ("N", "C", "H", "W"), "w": ("C", 3, 3)}, output=("N", "C", "H", "W"),

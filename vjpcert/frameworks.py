@@ -51,6 +51,8 @@ TABLE = [
     ("batch_norm", "batchnorm", "F.batch_norm(x, None, None, gamma, beta, training=True, eps=1e-5)", False,
      {"batch": 64, "channels": 8}, None),
     ("conv2d", "conv2d", "F.conv2d(x, w, b, padding=1)", False, {"N": 1, "C": 3, "O": 4, "H": 6, "W": 6}, None),
+    ("conv_transpose2d", "conv_transpose2d", "F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1)", False,
+     {"N": 1, "C": 3, "O": 2, "H": 3, "W": 4}, None),
     ("max_pool2d", "max_pool2d", "F.max_pool2d(x, 2)", False, {"N": 2, "C": 2, "Ho": 4, "Wo": 4}, None),
     ("max_pool2d_3x3s2", "max_pool2d_3x3s2", "F.max_pool2d(x, 3, 2, padding=1)", False,
      {"N": 2, "C": 2, "Ho": 4, "Wo": 4}, None),

@@ -1,9 +1,9 @@
 """Wrong convolution backwards and forwards, from the bug families of hand-written conv kernels."""
 import numpy as np
 
-from vjpcert.specs.conv2d import (TAPS, conv2d, conv2d_s2, conv3x3, depthwise_conv2d, depthwise_conv7x7,
-                                  depthwise_input_grad, depthwise_kernel_grad, input_grad, kernel_grad, pad, pointwise_conv2d,
-                                  spread_grad, taps, window)
+from vjpcert.specs.conv2d import (TAPS, conv2d, conv2d_s2, conv3x3, conv_transpose2d, depthwise_conv2d,
+                                  depthwise_conv7x7, depthwise_input_grad, depthwise_kernel_grad, input_grad,
+                                  kernel_grad, pad, pointwise_conv2d, spread_grad, taps, window)
 
 TRANSPOSED = lambda i, j: (j, i)          # noqa: E731  (the tap (j, i) read for (i, j))
 
@@ -108,3 +108,18 @@ def _(B, x, w, b):
 @depthwise_conv7x7.mutant("kernel_not_flipped_in_dx", kills=["vjp[x]"])
 def _(B, x, w, b, dy):
     return depthwise_input_grad(dy, w, flip=False), depthwise_kernel_grad(dy, pad(x, 3), 7), dy.sum((0, 2, 3))
+
+
+@conv_transpose2d.mutant("stride_in_the_forward_only", kills=["vjp[x]"])
+def _(B, x, w, dy):
+    """dx read from dy with stride 1 (the forward's stride forgotten in the backward)."""
+    H, W = x.shape[2], x.shape[3]
+    dyp = pad(dy)
+    dx = sum(np.einsum("nohw,co->nchw", window(dyp, i, j, H, W, 1), w[:, :, i, j]) for i, j in TAPS)
+    return dx, kernel_grad(x, pad(dy), 2)
+
+
+@conv_transpose2d.mutant("output_cropped_on_one_side", replaces="forward", kills=["vjp[x]", "vjp[w]"])
+def _(B, x, w):
+    """The padding cropped twice from the start and not from the end: every output one place off."""
+    return spread_grad(x, w)[:, :, 2:, 2:]
