@@ -65,3 +65,9 @@ def smooth_l1_vjp(B, x, t, beta, dy):
 def shift_invariant(B, x, t, forward):
     """smooth_l1(x + 1, t + 1) = smooth_l1(x, t)."""
     return forward(x + 1, t + 1), forward(x, t)
+
+
+# Proved for every size, region by region: the statements are derived from the code above
+# (symbolic.every_size.shape_trace), each step a Boolean atom of the region.
+huber.every_size("vjp[x]", "vjp[t]", "symmetric")
+smooth_l1.every_size("vjp[x]", "vjp[t]", "shift_invariant")

@@ -26,7 +26,9 @@ POOL = dict(inputs={"x": ("N", "C", "2*Ho", "2*Wo")}, output=("N", "C", "Ho", "W
 def taps(x, k, stride, p):
     """[(value, inside)] of each tap of the k x k windows, in scan order: the entries it reads of the
     input padded by p, and the static mask of those inside the input."""
-    Ho, Wo = (x.shape[2] + 2 * p - k) // stride + 1, (x.shape[3] + 2 * p - k) // stride + 1
+    # (H + 2p - k) // stride + 1 is H / 2 for both windows here (2x2 unpadded, 3x3 padded by 1) at
+    # the even H these ops take; written so, the every-size tier reads an exact size
+    Ho, Wo = x.shape[2] // stride, x.shape[3] // stride
     xp, inside = pad(x, p), pad(np.ones(x.shape, dtype=bool), p)
     return [(window(xp, i, j, Ho, Wo, stride), window(inside, i, j, Ho, Wo, stride))
             for i in range(k) for j in range(k)]
@@ -123,5 +125,8 @@ def global_avg_pool_vjp(B, x, dy):
     return (np.broadcast_to(dy[:, :, None, None], x.shape) / (x.shape[2] * x.shape[3]),)
 
 
+# Proved for every size, region by region where there are kinks: the statements are derived from the
+# code above (symbolic.every_size.shape_trace), each step a Boolean atom of the region.
+max_pool2d.every_size("vjp[x]", "positively_homogeneous")
 avg_pool2d.every_size("vjp[x]")
 global_avg_pool.every_size("vjp[x]")

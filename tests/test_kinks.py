@@ -200,11 +200,27 @@ def test_the_numeric_tier_samples_away_from_the_kink():
     assert np.abs(point["x"]).min() >= numeric_tol.KINK_MIN_DISTANCE
 
 
-def test_the_every_size_tier_declines_a_kink():
-    f = _elementwise("kk_general", lambda B, x: B.relu(x), lambda B, x, dy: (dy * B.step(x),))
-    f.every_size("vjp[x]")
-    cert = prove_general(f, "vjp[x]", budget=30)
-    assert cert.verdict == "inconclusive" and "B.step" in cert.evidence["reason"]
+def test_the_every_size_tier_proves_a_kink_region_by_region():
+    """Each step a Step atom of the every-size normal form (s^2 = s, Step(-a) = 1 - Step(a), a
+    positive factor read off): a relu layer's backward is proved for every size; the mask of the other
+    side, or of a shifted kink, is not."""
+    right = _elementwise("kk_general", lambda B, x: B.relu(x), lambda B, x, dy: (dy * (1 - B.step(-2 * x)),))
+    right.every_size("vjp[x]")
+    assert prove_general(right, "vjp[x]", budget=30).verdict == "proved-general"
+    for name, wrong in (("other_side", lambda B, x, dy: (dy * B.step(-x),)),
+                        ("shifted", lambda B, x, dy: (dy * B.step(x - 1),))):
+        f = _elementwise(f"kk_general_{name}", lambda B, x: B.relu(x), wrong)
+        f.every_size("vjp[x]")
+        assert prove_general(f, "vjp[x]", budget=30).verdict in ("failed", "inconclusive"), name
+
+
+def test_without_s_squared_equals_s_the_every_size_tier_proves_no_mask_law(monkeypatch):
+    """The control of the Boolean relation: relu's gradient_is_a_mask (d^2 = d) needs Step^2 = Step."""
+    from vjpcert.symbolic.every_size.normal import Normaliser
+    relu = builtin_ops()["relu"]
+    assert prove_general(relu, "gradient_is_a_mask", budget=30).verdict == "proved-general"
+    monkeypatch.setattr(Normaliser, "_reduce_indicators", lambda self, num: num)
+    assert prove_general(relu, "gradient_is_a_mask", budget=30, seed=1).verdict != "proved-general"
 
 
 def test_floats_give_the_convention_on_the_kink_in_their_own_dtype():

@@ -169,7 +169,7 @@ KINK_CASES = [
     Case("B.step", "on_the_kink", lambda B, x, y: B.step(x - x) + y),          # step(0): the convention, 0
     Case("B.relu", "of_a_combination", lambda B, x, y: B.relu(x - y / 3) * y),
 ]
-KINK_VALUE_COLUMNS = ("trace", "mpmath", "float64", "float32")
+KINK_VALUE_COLUMNS = ("trace", "mpmath", "float64", "float32", "every_size")
 
 
 def test_every_function_of_the_kink_has_a_case():
@@ -179,7 +179,8 @@ def test_every_function_of_the_kink_has_a_case():
 @pytest.mark.parametrize("interpreter", KINK_VALUE_COLUMNS)
 @pytest.mark.parametrize("case", KINK_CASES, ids=lambda c: c.id)
 def test_a_kink_is_numpy_s_value_where_an_interpreter_evaluates_at_the_point(case, interpreter):
-    """The exact rationals (the tracer's DAG in QField), mpmath and floats take the sign at the point."""
+    """The exact rationals (the tracer's DAG in QField), mpmath and floats take the sign at the point;
+    the every-size statement, a Step atom per entry, takes it when instantiated at the point."""
     for shape_pair in case.shapes:
         reason = check_cell(case, shape_pair, interpreter)
         assert reason is None, reason
@@ -210,12 +211,6 @@ def test_mod_p_a_kink_is_a_free_boolean_of_its_region_and_the_convention_on_it()
     assert np.all(np.asarray(B.step(x - x).v) % p == 0)
     reason = check_cell(KINK_CASES[2], shape_pair, "modular")            # on the kink: numpy's value
     assert reason is None, reason
-
-
-@pytest.mark.parametrize("case", KINK_CASES, ids=lambda c: c.id)
-def test_the_every_size_tier_declines_a_kink_and_computes_nothing_else(case):
-    reason = check_cell(case, case.shapes[0], "every_size")
-    assert reason is not None and "refused a construct numpy computes" in reason and "B.step" in reason, reason
 
 
 def test_a_float_kink_with_another_convention_is_a_red_cell(monkeypatch):

@@ -123,3 +123,10 @@ def _(B, x, w, dy):
 def _(B, x, w):
     """The padding cropped twice from the start and not from the end: every output one place off."""
     return spread_grad(x, w)[:, :, 2:, 2:]
+
+
+@pointwise_conv2d.mutant("input_gradient_summed_over_the_batch", kills=["vjp[x]"])
+def _(B, x, w, dy):
+    """Every image's dx the batch's sum (a reduction over n kept where it belongs to dw only)."""
+    dx = np.einsum("nohw,oc->nchw", dy, w)
+    return np.broadcast_to(dx.sum(0, keepdims=True), dx.shape), np.einsum("nohw,nchw->oc", dy, x)

@@ -1,5 +1,5 @@
 """Wrong Huber and smooth-L1 backwards, from the bugs clamped gradients invite."""
-from vjpcert.specs.huber import clamp, huber, smooth_l1
+from vjpcert.specs.huber import clamp, elementwise_huber, huber, smooth_l1
 
 
 @huber.mutant("gradient_not_clipped", kills=["vjp[x]", "vjp[t]"])
@@ -30,3 +30,19 @@ def _(B, x, t, beta, dy):
 def _(B, x, t, beta, dy):
     g = dy * clamp(B, x - t, beta) / beta / x.size
     return g, g
+
+
+@huber.mutant("lower_linear_branch_forgotten", replaces="forward", kills=["vjp[x]", "vjp[t]", "symmetric"])
+def _(B, x, t, delta):
+    """Quadratic below -delta too: the clamp written as min(r, delta) only."""
+    r = x - t
+    above = B.step(r - delta)
+    per = (1 - above) * r * r / 2 + above * delta * (r - delta / 2)
+    return per.sum(keepdims=True).reshape(1) / x.size
+
+
+@smooth_l1.mutant("target_ignored_in_the_forward", replaces="forward",
+                  kills=["vjp[x]", "vjp[t]", "shift_invariant"])
+def _(B, x, t, beta):
+    """The loss of x alone, as if the target were 0 (an argument dropped on the way to the kernel)."""
+    return elementwise_huber(B, x, beta).sum(keepdims=True).reshape(1) / x.size / beta

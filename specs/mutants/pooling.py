@@ -1,7 +1,7 @@
 """Wrong pooling backwards, from the bugs of hand-written pooling kernels."""
 import numpy as np
 
-from vjpcert.specs.pooling import (avg_pool2d, first_max, global_avg_pool, max_pool2d, max_pool2d_3x3s2,
+from vjpcert.specs.pooling import (avg_pool2d, first_max, global_avg_pool, max_pool, max_pool2d, max_pool2d_3x3s2,
                                    max_pool_grad, route, taps)
 
 
@@ -53,3 +53,10 @@ def _(B, x, dy):
 def _(B, x, dy):
     """dy / H: the width's share forgotten."""
     return (np.broadcast_to(dy[:, :, None, None], x.shape) / x.shape[2],)
+
+
+@max_pool2d.mutant("pools_the_input_plus_one", replaces="forward", kills=["positively_homogeneous"])
+def _(B, x):
+    """The pool of x + 1 (a bias of the next layer folded in before the max): the same winners, so
+    the same gradient, but no longer homogeneous."""
+    return max_pool(B, x + 1, 2, 0)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from vjpcert.core.derivatives import STEP_AT_KINK
+
 
 class NormalFormError(Exception):
     """The expression holds a construct the normaliser does not treat (a float, a Piecewise, an
@@ -59,7 +61,24 @@ class Ind(sp.Function):
         return None
 
 
-OPAQUE = (Exp, Erf, Tanh, Sin, Cos, Root, Log, Ind)
+class Step(sp.Function):
+    """The language's kink, [a > 0] (``B.step``), as an atom: a free Boolean of the region, s^2 = s,
+    Step(-a) = 1 - Step(a) off the kink, Step(c a) = Step(a) for c > 0 (``Normaliser.step``). Its
+    derivative is 0 on every open region, so an identity proved with it holds region by region; on
+    a kink no region says anything (the fixed-dims tier's claim ``at_the_kink``)."""
+    nargs = 1
+
+    @classmethod
+    def eval(cls, a):
+        if a.is_Rational:
+            return sp.Integer(1) if a > 0 else sp.Integer(STEP_AT_KINK)
+        return None
+
+    def fdiff(self, argindex=1):
+        return sp.Integer(0)
+
+
+OPAQUE = (Exp, Erf, Tanh, Sin, Cos, Root, Log, Ind, Step)
 _ODD = {sp.erf: Erf, sp.tanh: Tanh, sp.sin: Sin}
 _EVEN = {sp.cos: Cos}
 _SIGN = {Erf: -1, Tanh: -1, Sin: -1, Cos: 1}   # f(-a) = sign * f(a)

@@ -14,6 +14,7 @@ import sympy as sp
 from vjpcert.core.backends import exact
 from vjpcert.core.registry import SpecError, refuse
 from vjpcert.symbolic.every_size import layouts
+from vjpcert.symbolic.every_size.atoms import Step
 from vjpcert.symbolic.every_size.constructs import (_band, _shape_of, concatenate, masked_mean,
                                                     masked_sum, stack, where)
 from vjpcert.symbolic.every_size.sizes import _LOCAL, Dim, _size_expr
@@ -136,10 +137,9 @@ class ShapeBackend:
 
     @staticmethod
     def step(a):
-        """The kink: declined for now (the claim is then inconclusive here, never proved); the fixed-dims
-        prover proves it region by region."""
-        refuse("B.step (a kink: relu, ...) is not yet followed for every size; the fixed-dims prover "
-               "proves the claim on every region of the kink")
+        """The kink: a ``Step`` atom per entry, a free Boolean of the region (so a claim is proved on
+        every open region, as in the fixed-dims ring); the value on the kink is not stated here."""
+        return elementwise(Step, a)
 
     @staticmethod
     def _unary(f):

@@ -18,6 +18,7 @@ from fractions import Fraction
 import sympy as sp
 
 from vjpcert.core.derivatives import RULES, MissingRule, derivative, uses_value
+from vjpcert.symbolic.every_size.atoms import Step
 from vjpcert.symbolic.every_size.normal import Ind
 from vjpcert.symbolic.every_size.shape_trace import DerivationRefused
 
@@ -78,6 +79,8 @@ def sympy_primitive(kind: str, a, k=None):
     if kind == "pow":
         q = Fraction(k)
         return a ** sp.Rational(q.numerator, q.denominator)
+    if kind == "step":
+        return Step(a)
     return getattr(sp, kind)(a)
 
 
@@ -122,6 +125,8 @@ def head_of(e) -> tuple | None:
         return ("pow", Fraction(int(q.p), int(q.q)))
     if isinstance(e, sp.Abs):
         return ("abs", None)
+    if isinstance(e, Step):
+        return ("step", None)
     kind = SYMPY_HEADS.get(e.func)
     return None if kind is None else (kind, None)
 

@@ -40,7 +40,8 @@ import sympy as sp
 from sympy import Indexed, KroneckerDelta, Sum
 
 from vjpcert.symbolic.every_size.atoms import (OPAQUE, SIGMA, Cos, Erf, Exp, Ind, Log, NormalFormError,  # noqa: F401
-                                               Root, Sin, Stats, Tanh, _EVEN, _ODD, _SIGN, canonical_index)
+                                               Root, Sin, Stats, Step, Tanh, _EVEN, _ODD, _SIGN, canonical_index)
+from vjpcert.core.derivatives import STEP_AT_KINK
 from vjpcert.symbolic.every_size.sums import MAX_PERMUTATIONS_VARS, MAX_WRITTEN_OUT, SumForms  # noqa: F401
 from vjpcert.symbolic.every_size.zero_test import expand_sums, plainly_zero, rational_function_is_zero  # noqa: F401
 
@@ -153,9 +154,9 @@ class Normaliser(SumForms):
         return num
 
     def _reduce_indicators(self, num):
-        """Ind^k = Ind and delta^k = delta for k >= 1 (each is 0 or 1). Exact."""
+        """Ind^k = Ind, delta^k = delta and Step^k = Step for k >= 1 (each is 0 or 1). Exact."""
         for s in sorted(num.free_symbols, key=str):
-            if isinstance(self._back.get(s), (Ind, KroneckerDelta)):
+            if isinstance(self._back.get(s), (Ind, KroneckerDelta, Step)):
                 poly = sp.Poly(num, s)
                 if poly.degree() > 1:
                     num = sp.expand(sp.Add(*[c * (s if e >= 1 else 1) for (e,), c in poly.terms()]))
@@ -229,6 +230,12 @@ class Normaliser(SumForms):
             return self.root(self.norm(e.args[0]), int(e.args[1]))
         if isinstance(e, Ind):
             return self.indicator(self.norm(e.args[0]))
+        if isinstance(e, Step):
+            return self.step(self.norm(e.args[0]))
+        if isinstance(e, sp.Heaviside):                     # the SymPy backend's spelling of B.step
+            if len(e.args) != 2 or e.args[1] != STEP_AT_KINK:
+                raise NormalFormError(f"a Heaviside with another value at 0 than the language's: {e}")
+            return self.step(self.norm(e.args[0]))
         if isinstance(e, (sp.log, Log)):
             return self.log(self.norm(e.args[0]))
         if isinstance(e, Exp):
@@ -335,6 +342,22 @@ class Normaliser(SumForms):
             if sp.expand(lo) == -1:                         # arg >= -1 always: arg >= 0 iff arg != -1
                 return 1 - self.delta(arg, sp.Integer(-1))
         return Ind(arg)
+
+    def step(self, arg):
+        """Step(arg) with the argument made canonical up to a positive factor: divided by the absolute
+        coefficient of its least term (in SymPy's sort order, which ignores coefficients), and
+        1 - Step(-arg) when that coefficient is negative -- so equal kinks are one atom however the
+        spec scaled or negated them."""
+        arg = self.expand(arg)
+        if arg.is_Rational:
+            return Step(arg)
+        terms = arg.as_coefficients_dict()
+        lead = min(terms, key=sp.default_sort_key)
+        c = terms[lead]
+        if not c.is_Rational:
+            raise NormalFormError(f"a kink whose argument has a non-rational coefficient: {arg}")
+        unit = self.expand(arg / abs(c))
+        return Step(unit) if c > 0 else 1 - Step(self.expand(-unit))
 
     def odd_even(self, atom, arg):
         arg = self.expand(arg)
