@@ -297,3 +297,23 @@ def test_a_kink_of_a_kink_is_split_on_the_inner_one():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(fields, "MAX_STEP_SPLITS", 0)
         assert prove_claim(relu6, "clamps_once", DIMS).verdict != "proved"
+
+
+def _doubled(name, node):
+    f = op(name=name, inputs=ROWS, output=("rows", "n"), dims=[DIMS], nodes={"act": node},
+           proofs=("compositional",))(lambda B, x, nodes: 2 * nodes.act(x))
+    f.defvjp(lambda B, x, dy, nodes: nodes.act.vjp(x, 2 * dy))
+    return f
+
+
+def test_a_composite_meets_the_convention_on_its_kinks_through_its_nodes():
+    """A composite's value on a kink rests on its nodes': the wiring proved and every node with a kink
+    checked there. A node whose backward passes the gradient at 0 leaves the composite unchecked,
+    naming the node."""
+    from vjpcert.symbolic.composition.compose import prove_compositional
+    relu = builtin_ops()["relu"]
+    cert = prove_compositional(_doubled("kk_comp_relu", relu), KINK_CLAIM, DIMS)
+    assert cert.verdict == "checked" and cert.evidence["nodes"][0]["verdict"] == "checked", cert.evidence
+    ge = _elementwise("kk_comp_ge", lambda B, x: B.relu(x), lambda B, x, dy: (dy * (1 - B.step(-x)),))
+    cert = prove_compositional(_doubled("kk_comp_ge_outer", ge), KINK_CLAIM, DIMS)
+    assert cert.verdict == "inconclusive" and "act" in cert.evidence["reason"], cert.evidence

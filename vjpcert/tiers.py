@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from vjpcert.core.registry import KINK_CLAIM
 from vjpcert.core.validate import validate
 from vjpcert.ops import dims_ladder
 from vjpcert.task import make_task
@@ -150,6 +151,10 @@ def _plan_symbolic(ref, op, p: Planning):
     for dims in ladder:
         p.check(op, dims)
         for claim in op.claims():
+            if claim == KINK_CLAIM and op.proofs == ("compositional",):
+                # a composite's value on its kinks rests on its nodes' (symbolic.composition.compose)
+                tasks.append(make_task("symbolic", ref, claim, dims, method="compositional", **opts))
+                continue
             if "monolithic" in op.proofs or not claim.startswith("vjp["):
                 # outside the op's own dims, a claim proved for every size may be an instance of that
                 # proof (symbolic.every_size.instance); at its own dims the ring proves it independently

@@ -28,7 +28,8 @@ import time
 
 from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate, checker_code_sha256
-from vjpcert.core.registry import Op, Param, SpecError
+from vjpcert.core.derivatives import CONVENTION
+from vjpcert.core.registry import KINK_CLAIM, Op, Param, SpecError
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.composition.wiring import Cover, node_points, prove_wiring_claims
 
@@ -110,6 +111,8 @@ def prove_compositional(op: Op, claim: str, dims: dict, *, budget: float = tol.D
     start = time.perf_counter()
     if not op.nodes:
         raise SpecError(op.name, "has no nodes: a compositional proof needs nodes=...")
+    if claim == KINK_CLAIM:
+        return kink_by_nodes(op, dims, budget=budget, seed=seed, start=start)
     if not claim.startswith("vjp["):
         raise SpecError(op.name, f"only VJP claims are proved compositionally, not {claim!r}")
     dims = op.resolve_dims(dims)
@@ -162,6 +165,46 @@ def prove_compositional(op: Op, claim: str, dims: dict, *, budget: float = tol.D
                            "a call outside rests on a proof at exactly that value or for every real value)"],
                        evidence=evidence, seconds=time.perf_counter() - start,
                        checker_sha256=CHECKER_SHA256)
+
+
+def kink_by_nodes(op: Op, dims: dict, *, budget: float, seed: int, start: float) -> Certificate:
+    """``at_the_kink`` of a composite, resting on its nodes: the backward is the nodes' backwards
+    composed (the wiring of every VJP claim, proved for generic nodes, is an identity at every point,
+    kinks included), and J^T dy with step(0) = 0 is the nodes' own composed, so the composite meets
+    the convention wherever each node with a kink does -- each held to it by its own check, at the
+    dims and parameters the composite calls it with. `checked` when all of that holds; otherwise
+    `inconclusive`, naming what did not (a node's failure is its own witness, not the composite's)."""
+    from vjpcert.symbolic.fixed.prover import assumptions_of, prove_claim
+    dims = op.resolve_dims(dims)
+    claims = [c for c in op.claims() if c.startswith("vjp[")]
+    wiring = {c: _wiring(op, c, dims, budget)[0].get("status") for c in claims}
+    nodes = []
+    for inst, node_op, ndims, static, outside in _wiring(op, claims[0], dims, budget)[1]:
+        if KINK_CLAIM not in node_op.claims():
+            continue
+        entry = {"node": inst, "op": node_op.name, "dims": dict(ndims)}
+        if outside:
+            nodes.append({**entry, "verdict": "inconclusive", "reason": "called outside its params' domain"})
+            continue
+        cert = prove_claim(_with_static(node_op, static), KINK_CLAIM, dict(ndims), budget=budget, seed=seed)
+        nodes.append({**entry, "verdict": cert.verdict, "steps_on_kink": cert.evidence.get("steps_on_kink"),
+                      "digest": _digest(cert)})
+    evidence = {"wiring": wiring, "nodes": nodes, "convention": CONVENTION}
+    unproved = [c for c, w in wiring.items() if w != "proved"]
+    off = [n["node"] for n in nodes if n["verdict"] != "checked"]
+    verdict = "checked" if nodes and not unproved and not off else "inconclusive"
+    if verdict == "inconclusive":
+        evidence["reason"] = ("no node has a kink" if not nodes else
+                              f"the wiring of {unproved} is not proved" if unproved else
+                              f"the nodes {off} are not checked on their kinks")
+    return Certificate.issue(op, claim=KINK_CLAIM, tier="symbolic", verdict=verdict,
+                             method="compositional" if verdict == "checked" else "none", dims=dims,
+                             assumptions=assumptions_of(op, {}) + [
+                                 "the backward is the nodes' backwards composed (the wiring, proved for "
+                                 "every differentiable function at every node call)",
+                                 "each node with a kink meets the convention at its kinks: its own "
+                                 "at_the_kink check, at sampled exact points"],
+                             evidence=evidence, seconds=time.perf_counter() - start, checker_sha256=CHECKER_SHA256)
 
 
 def _outside(d: dict) -> str:
