@@ -20,7 +20,8 @@ def _(B, x, w1, g1, b1, w2, g2, b2, w3, g3, b3, eps, dy, nodes):
     return _back(x, w1, g1, b1, w2, g2, b2, w3, g3, b3, eps, dy, nodes, shortcut=False)
 
 
-@resnet_bottleneck.mutant("last_relu_mask_before_the_sum", kills=["vjp[x]", "vjp[g3]", "vjp[b3]", "vjp[w3]"])
+@resnet_bottleneck.mutant("last_relu_mask_before_the_sum",
+                          kills=[f"vjp[{k}]" for k in ("x", "w1", "g1", "b1", "w2", "g2", "b2", "w3", "g3", "b3")])
 def _(B, x, w1, g1, b1, w2, g2, b2, w3, g3, b3, eps, dy, nodes):
     """The last relu's mask read from the main path alone, before the shortcut is added."""
     return _back(x, w1, g1, b1, w2, g2, b2, w3, g3, b3, eps, dy, nodes, mask_before_sum=True)
