@@ -26,7 +26,7 @@ BOTTLENECK = dict(
     nodes={"conv1": pointwise_conv2d, "bn1": batchnorm, "act1": relu, "conv2": conv3x3, "bn2": batchnorm,
            "act2": relu, "conv3": pointwise_conv2d, "bn3": batchnorm, "act3": relu},
     proofs=("compositional",),
-    dims=[{"N": 1, "C": 2, "Cw": 1, "H": 2, "W": 2}],
+    dims=[{"N": 1, "C": 2, "Cw": 2, "H": 2, "W": 2}],
     compositional_dims=[{"N": 2, "C": 16, "Cw": 4, "H": 6, "W": 6}],
     # ResNet-50 stage 2 (conv2_x): the randomised exact test at production size (vjpcert prove --modular)
     modular_dims=[{"N": 8, "C": 256, "Cw": 64, "H": 56, "W": 56}],
