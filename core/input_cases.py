@@ -14,6 +14,9 @@ Each case turns a generator and a shape into real values, for the differentiable
                    one-pass variance E[x^2] - E[x]^2 cancels 1e6 - 1e6 down to the rounding of 1e6
   mixed_magnitude  standard normal x 10^U(-MIXED_DECADES, MIXED_DECADES): entries spread over six
                    decades in one row, so sums absorb and cancel (the conditioning of a sum)
+  on_kinks         integers in [-KINK_SPAN, KINK_SPAN]: exact zeros and exact ties, so a kernel of an
+                   op with kinks (relu, max-pooling) meets them and is held to the spec's value there
+                   (the convention: relu'(0) = 0, a tie to the first maximum); run for such ops only
 """
 from __future__ import annotations
 
@@ -24,7 +27,11 @@ NEAR_CONSTANT_SPREAD = 1e-6
 LARGE_OFFSET = 1000.0
 MIXED_DECADES = 3.0
 
+KINK_SPAN = 2
+
 CASES = ("random", "large_magnitude", "near_constant", "large_offset", "mixed_magnitude")
+ON_KINKS = "on_kinks"
+ALL_CASES = (*CASES, ON_KINKS)
 
 
 def case_values(case: str, rng: np.random.Generator, shape) -> np.ndarray:
@@ -41,4 +48,6 @@ def case_values(case: str, rng: np.random.Generator, shape) -> np.ndarray:
         return LARGE_OFFSET + z
     if case == "mixed_magnitude":
         return z * 10.0 ** rng.uniform(-MIXED_DECADES, MIXED_DECADES, np.shape(z))
-    raise ValueError(f"unknown input case {case!r}; cases: {', '.join(CASES)}")
+    if case == ON_KINKS:
+        return rng.integers(-KINK_SPAN, KINK_SPAN + 1, np.shape(z)).astype(np.float64)
+    raise ValueError(f"unknown input case {case!r}; cases: {', '.join(ALL_CASES)}")

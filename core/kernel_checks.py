@@ -38,8 +38,8 @@ def sample_inputs(op: Op, dims: dict, seed: int, with_dy: bool, case: str = FIRS
     """float32 inputs (differentiable: the input case, as in the numeric tier; others: the spec's
     sampler or standard normal) and, for a backward, a float32 standard-normal cotangent (signed,
     never constant)."""
-    if case not in _input_cases.CASES:
-        raise SpecError(op.name, f"unknown input case {case!r}; cases: {', '.join(_input_cases.CASES)}")
+    if case not in _input_cases.ALL_CASES:
+        raise SpecError(op.name, f"unknown input case {case!r}; cases: {', '.join(_input_cases.ALL_CASES)}")
     rng = _rng(seed, base_name(op), dims_slug(dims), case)
     inputs = {}
     for name, decl in op.inputs.items():

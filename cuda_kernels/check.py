@@ -197,11 +197,13 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
     dims = op.resolve_dims(dims)
     mode = detect_mode()
     if cases is None:
-        cases = tol.SIMULATED_GPU_LAUNCH_CASES if (launch == "gpu" and mode == "simulator") else tol.CASES
+        cases = tol.SIMULATED_GPU_LAUNCH_CASES if (launch == "gpu" and mode == "simulator") else \
+            (*tol.CASES, *(tol.KINK_CASES if op.uses_kinks() else ()))
     cases = tuple(cases)
-    unknown = [c for c in cases if c not in tol.CASES]
+    known = (*tol.CASES, *tol.KINK_CASES)
+    unknown = [c for c in cases if c not in known]
     if unknown:
-        raise SpecError(op.name, f"unknown input cases {unknown}; cases: {', '.join(tol.CASES)}")
+        raise SpecError(op.name, f"unknown input cases {unknown}; cases: {', '.join(known)}")
     params = _launcher_params(op)
     cfg = launch_config(launch) if mode != "none" else None
     evidence: dict = {"mode": mode, "kernel": spec.name, "kind": spec.kind, "tolerance_rule": tol.RULE_IN_WORDS,

@@ -48,6 +48,7 @@ MODEL_FOR_CASE = {
     "mixed_magnitude": "probabilistic",
     "near_constant": "deterministic",
     "large_offset": "deterministic",
+    "on_kinks": "deterministic",
 }
 
 # Library functions as a GPU computes them (numba-cuda lowers math.* on float32 to libdevice; the
@@ -83,6 +84,7 @@ MODEL_VALUE_OF_BOUND = 2.0 ** -10
 # samplers (RoPE positions are integers in [0, 4096)); the cotangent is standard normal (signed,
 # never constant: an all-ones cotangent makes softmax's correct VJP identically zero).
 CASES = _cases.CASES
+KINK_CASES = (_cases.ON_KINKS,)   # added for an op with kinks: exact zeros and ties
 FIRST_CASE = "random"          # the case run under the race detector and twice for determinism
 # The GPU's own launch configuration in the simulator (blocks of 256 simulated threads) runs the
 # random case only: it is there for faults of the configuration (accumulator sizes, tiles, warps,

@@ -81,7 +81,8 @@ def test_every_kernel_matches_its_spec(name, dims, launch):
     cert = check_kernel_claim(OPS[spec.op], spec.claim, dims, seed=0, launch=launch)
     assert cert.verdict == "kernel-match", json.dumps(cert.evidence, default=str)[:3000]
     ev = cert.evidence
-    expected_cases = tol.SIMULATED_GPU_LAUNCH_CASES if (launch and SIM) else tol.CASES
+    expected_cases = tol.SIMULATED_GPU_LAUNCH_CASES if (launch and SIM) else \
+        (*tol.CASES, *(tol.KINK_CASES if OPS[KERNELS[name].op].uses_kinks() else ()))
     assert ev["mode"] == MODE and "bitwise identical" in ev["determinism"]
     assert ev["launch_config"]["block"] == (256 if launch or not SIM else 32)
     assert "every element written" in ev["nan_poison"]
@@ -264,6 +265,9 @@ CONTROL_CASES = [
     ("rmsnorm_sequential_sum_of_squares", "rmsnorm", {"rows": 64, "n": 4096}, "gpu", None, "tolerance", "random"),
     ("rope_angle_shifted", "rope_half", {"rows": 7, "d": 34}, None, None, "tolerance", "random"),
     ("rope_short_sincos", "rope_interleaved", {"rows": 7, "d": 34}, None, None, "tolerance", "random"),
+    # the kinks: exact zeros and ties, which no other case draws
+    ("relu_bwd_passes_zero", "relu", {"rows": 7, "n": 33}, None, None, "tolerance", "on_kinks"),
+    ("max_pool_bwd_tie_to_last", "max_pool2d", {"N": 2, "C": 3, "Ho": 3, "Wo": 5}, None, None, "tolerance", "on_kinks"),
 ]
 
 
@@ -308,6 +312,17 @@ def test_the_adversarial_kernel_faults_hide_from_what_the_checks_were_before():
         assert cert.verdict == "kernel-match"
     assert check_kernel_claim(OPS["attention"], dq.claim, {"m": 17, "d": 64}, kernel=dq,
                               launch="gpu").verdict == "kernel-match"
+
+
+def test_the_kink_faults_hide_from_every_case_but_the_kinks():
+    """Why the case on_kinks: a relu mask x >= 0 and a max-pool tie sent to the last maximum pass
+    every other input case (continuous draws meet no exact zero, no tie)."""
+    from vjpcert.cuda_kernels import settings as ktol
+    for control, op, dims in (("relu_bwd_passes_zero", "relu", {"rows": 7, "n": 33}),
+                              ("max_pool_bwd_tie_to_last", "max_pool2d", {"N": 2, "C": 3, "Ho": 3, "Wo": 5})):
+        spec = CONTROLS[control]
+        cert = check_kernel_claim(OPS[op], spec.claim, dims, kernel=spec, cases=ktol.CASES)
+        assert cert.verdict == "kernel-match", (control, cert.evidence)
 
 
 def test_launchers_refuse_shapes_a_gpu_cannot_run():

@@ -150,3 +150,55 @@ def _rope_launcher(which, half):
             return d_y
         return call(dev, (x,), (_pos_rows(x, pos),))
     return rope_fwd
+
+
+# The kinks: a relu backward that passes the gradient at x = 0 (>= for >), and a max-pool backward
+# that sends a tie's gradient to the last maximum. Both are right wherever there is no kink or tie,
+# so only the input case on_kinks (exact zeros and ties) shows them.
+_KINKS = {}
+
+
+def _kink_kernels(block: int):
+    if block in _KINKS:
+        return _KINKS[block]
+
+    @kernel("void(float32[::1], float32[::1], float32[::1])", threads=block)
+    def relu_bwd_ge(x, dy, dx):
+        for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
+            dx[i] = dy[i] if x[i] >= float32(0) else float32(0)          # BUG: >= passes x = 0
+
+    @kernel("void(float32[::1], float32[::1], float32[::1], int32, int32)", threads=block)
+    def max_pool_bwd_last(x, dy, dx, Ho, Wo):
+        W = 2 * Wo
+        for o in range(cuda.grid(1), dy.shape[0], cuda.gridsize(1)):
+            nc, rest = o // (Ho * Wo), o % (Ho * Wo)
+            base = nc * 4 * Ho * Wo + 2 * (rest // Wo) * W + 2 * (rest % Wo)
+            best = x[base]
+            arg = int32(0)
+            for t in range(1, 4):
+                v = x[base + (t // 2) * W + t % 2]
+                if v >= best:                                            # BUG: a tie goes to the last
+                    best = v
+                    arg = int32(t)
+            for t in range(4):
+                dx[base + (t // 2) * W + t % 2] = dy[o] if t == arg else float32(0)
+
+    _KINKS[block] = ns = type("KinkFaults", (), {"relu_ge": relu_bwd_ge, "pool_last": max_pool_bwd_last})
+    return ns
+
+
+def relu_bwd_ge(x, dy, *, poison=True):
+    from vjpcert.cuda_kernels.relu import elementwise
+    return elementwise(lambda cfg: _kink_kernels(cfg.block).relu_ge, (x, dy), poison)
+
+
+def max_pool_bwd_tie_to_last(x, dy, *, poison=True):
+    N, C, H, W = x.shape
+    cfg = config()
+
+    def dev(d_x, d_dy):
+        out = empty((d_x.size,), poison)
+        launch(_kink_kernels(cfg.block).pool_last, elem_grid(d_dy.size, cfg), cfg.block, d_x.reshape(d_x.size),
+               d_dy.reshape(d_dy.size), out, H // 2, W // 2)
+        return out.reshape(d_x.shape)
+    return call(dev, (x,), (dy,))
