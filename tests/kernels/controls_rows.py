@@ -229,3 +229,63 @@ def rmsnorm_sequential(x, gamma, *, eps=1e-6, offset=0, poison=True):
         launch(k, row_grid(d_x.shape[0], cfg), cfg.block, d_x, d_g, d_y, np.float32(eps))
         return d_y
     return call(dev, (x,), (gamma,))
+
+
+# BatchNorm's backward without its mean-of-gradient term (dx = rstd (g - xh mean(g xh))): the bug the
+# spec's mutant mean_of_gradient_term_missing models, here in a kernel.
+_BN = {}
+
+
+def _bn_no_mean(block: int):
+    if block in _BN:
+        return _BN[block]
+    NWARP = warps(block)
+
+    @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32[:, ::1], float32[::1], float32[::1], "
+            "float32)", threads=block)
+    def batchnorm_bwd_no_mean(x, gamma, dy, dx, dgamma, dbeta, eps):
+        sm = cuda.shared.array(NWARP, float32)
+        t = cuda.threadIdx.x
+        batch = x.shape[0]
+        for c in range(cuda.blockIdx.x, x.shape[1], cuda.gridDim.x):
+            acc = float32(0)
+            for r in range(t, batch, block):
+                acc += x[r, c]
+            mu = block_sum(sm, t, acc) / float32(batch)
+            acc = float32(0)
+            for r in range(t, batch, block):
+                d = x[r, c] - mu
+                acc += d * d
+            rstd = float32(1) / float32(math.sqrt(block_sum(sm, t, acc) / float32(batch) + eps))
+            sgx = float32(0)
+            sdy = float32(0)
+            sgam = float32(0)
+            for r in range(t, batch, block):
+                xh = (x[r, c] - mu) * rstd
+                sgx += dy[r, c] * gamma[c] * xh
+                sdy += dy[r, c]
+                sgam += dy[r, c] * xh
+            mgx = block_sum(sm, t, sgx) / float32(batch)
+            sb = block_sum(sm, t, sdy)
+            sg = block_sum(sm, t, sgam)
+            for r in range(t, batch, block):
+                xh = (x[r, c] - mu) * rstd
+                dx[r, c] = rstd * (dy[r, c] * gamma[c] - xh * mgx)          # BUG: - mean(g) missing
+            if t == 0:
+                dgamma[c] = sg
+                dbeta[c] = sb
+
+    _BN[block] = batchnorm_bwd_no_mean
+    return batchnorm_bwd_no_mean
+
+
+def batchnorm_bwd_no_mean(x, gamma, beta, dy, *, eps=1e-5, poison=True):
+    cfg = config()
+
+    def dev(d_x, d_dy, d_gamma):
+        d_dx = empty(d_x.shape, poison)
+        d_dg, d_db = empty((d_x.shape[1],), poison), empty((d_x.shape[1],), poison)
+        launch(_bn_no_mean(cfg.block), row_grid(d_x.shape[1], cfg), cfg.block, d_x, d_gamma, d_dy, d_dx, d_dg, d_db,
+               np.float32(eps))
+        return d_dx, d_dg, d_db
+    return call(dev, (x, dy), (gamma,))
