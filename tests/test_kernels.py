@@ -265,6 +265,8 @@ CONTROL_CASES = [
     ("rmsnorm_sequential_sum_of_squares", "rmsnorm", {"rows": 64, "n": 4096}, "gpu", None, "tolerance", "random"),
     ("rope_angle_shifted", "rope_half", {"rows": 7, "d": 34}, None, None, "tolerance", "random"),
     ("rope_short_sincos", "rope_interleaved", {"rows": 7, "d": 34}, None, None, "tolerance", "random"),
+    ("conv2d_dx_kernel_not_flipped", "conv2d", {"N": 2, "C": 3, "O": 5, "H": 3, "W": 4}, None, None, "tolerance",
+     "random"),
     ("batchnorm_bwd_no_mean_term", "batchnorm", {"batch": 33, "channels": 7}, None, None, "tolerance", "random"),
     # the kinks: exact zeros and ties, which no other case draws
     ("relu_bwd_passes_zero", "relu", {"rows": 7, "n": 33}, None, None, "tolerance", "on_kinks"),

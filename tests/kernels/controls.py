@@ -32,6 +32,7 @@ only, the simulator's launch configuration only, a tolerance of k x numpy's floa
     rope_angle_shifted    the angle off by 1e-4 (still a rotation: the rotation
                           laws cannot see it)                                    -> tolerance (error model)
     rope_short_sincos     sin/cos polynomials one term short (~3e-5)             -> tolerance (error model)
+    conv2d_dx_kernel_not_flipped  dx correlates dy with the kernel unflipped     -> tolerance
     batchnorm_bwd_no_mean_term  dx without - mean(g)                             -> tolerance
     relu_bwd_passes_zero  relu's mask x >= 0: relu'(0) = 1                       -> tolerance (on_kinks only)
     max_pool_bwd_tie_to_last  a tie's gradient to the last maximum              -> tolerance (on_kinks only)
@@ -93,6 +94,7 @@ CONTROLS = {
                                "rope_interleaved_fwd~short_sincos"),
     "flash_any_head_width": _spec("flash_attention_bwd", tiled.flash_attention_bwd_any_width,
                                   "flash_attention_bwd~any_head_width"),
+    "conv2d_dx_kernel_not_flipped": _spec("conv2d_bwd", tiled.conv2d_bwd_unflipped, "conv2d_bwd~dx_kernel_not_flipped"),
     "batchnorm_bwd_no_mean_term": _spec("batchnorm_bwd", rows.batchnorm_bwd_no_mean, "batchnorm_bwd~no_mean_term"),
     # the kinks: right off the kink, wrong on it
     "relu_bwd_passes_zero": _spec("relu_bwd", elementwise.relu_bwd_ge, "relu_bwd~passes_zero"),

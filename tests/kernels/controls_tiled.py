@@ -11,7 +11,8 @@ import numpy as np
 
 from vjpcert.cuda_kernels import attention as A
 from vjpcert.cuda_kernels import attention_flash as F
-from vjpcert.cuda_kernels.common import FULL_MASK, NEG_INF, call, config, cuda, empty, float32, kernel, launch
+from vjpcert.cuda_kernels.common import (FULL_MASK, NEG_INF, call, config, cuda, elem_grid, empty, float32, kernel,
+                                         launch, to_device)
 from vjpcert.cuda_kernels.linear import matmul_dev
 from vjpcert.cuda_kernels.softmax import softmax_bwd_dev, softmax_fwd_dev
 
@@ -292,3 +293,43 @@ def flash_attention_bwd_any_width(Q, K, V, dy, *, poison=True):
     launch(ks.bwd_dkdv, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dK, dV, sc, 0, 0)
     launch(ks.bwd_dq, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dQ, sc, 0, 0)
     return A._back((dQ, dK, dV), sq, Q)
+
+
+# conv2d's dx with the kernel not flipped: dy[n, o, h+i-1, w+j-1] where the transposed convolution reads
+# dy[n, o, h+1-i, w+1-j] (a naive kernel, one thread per dx entry; dw and db from the real kernel).
+_CONV = {}
+
+
+def _conv_dx_unflipped(block: int):
+    if block in _CONV:
+        return _CONV[block]
+
+    @kernel("void(float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1])", threads=block)
+    def conv_dx_unflipped(dy, w, dx):
+        N, C, H, W = dx.shape[0], dx.shape[1], dx.shape[2], dx.shape[3]
+        O = dy.shape[1]
+        for e in range(cuda.grid(1), N * C * H * W, cuda.gridsize(1)):
+            n, rest = e // (C * H * W), e % (C * H * W)
+            c, hw = rest // (H * W), rest % (H * W)
+            h, x_ = hw // W, hw % W
+            acc = float32(0)
+            for o in range(O):
+                for i in range(3):
+                    for j in range(3):
+                        hh, ww = h + i - 1, x_ + j - 1              # BUG: h + 1 - i, w + 1 - j
+                        if 0 <= hh < H and 0 <= ww < W:
+                            acc += dy[n, o, hh, ww] * w[o, c, i, j]
+            dx[n, c, h, x_] = acc
+
+    _CONV[block] = conv_dx_unflipped
+    return conv_dx_unflipped
+
+
+def conv2d_bwd_unflipped(x, w, b, dy, *, poison=True):
+    from vjpcert.cuda_kernels.conv2d import conv2d_bwd
+    _, dw, db = conv2d_bwd(x, w, b, dy, poison=poison)
+    cfg = config()
+    d_dx = empty(np.shape(x), poison)
+    launch(_conv_dx_unflipped(cfg.block), elem_grid(int(np.prod(np.shape(x))), cfg), cfg.block,
+           to_device(np.asarray(dy, np.float32)), to_device(np.asarray(w, np.float32)), d_dx)
+    return d_dx.copy_to_host(), dw, db
