@@ -191,7 +191,7 @@ def depthwise_conv2d_vjp(B, x, w, dy):
 
 
 @op(inputs={"x": ("N", "C", "H", "W"), "w": ("C", 7, 7), "b": ("C",)}, output=("N", "C", "H", "W"),
-    dims=[{"N": 1, "C": 1, "H": 2, "W": 2}, {"N": 1, "C": 2, "H": 4, "W": 3}],
+    dims=[{"N": 1, "C": 1, "H": 2, "W": 2}, {"N": 2, "C": 2, "H": 4, "W": 3}],
     check_dims={"N": 2, "C": 2, "H": 4, "W": 5})
 def depthwise_conv7x7(B, x, w, b):
     """ConvNeXt's spatial mixing: a depthwise 7 x 7 kernel, padding 3, with a bias."""

@@ -22,7 +22,9 @@ def test_every_claim_is_checked_to_40_digits(name, claim):
     expected = {"random", "large_magnitude", "near_constant"}
     if any(p.symbolic for p in o.params.values()):      # symbolic params are checked off their defaults too
         expected.add("other_params")
-    assert set(cert.evidence["cases"]) == expected
+    skipped = set(cert.evidence.get("cases_skipped", {}))
+    assert set(cert.evidence["cases"]) | skipped == expected
+    assert not skipped or (o.uses_kinks() and skipped == {"near_constant"}), skipped   # ties everywhere
 
 
 @pytest.mark.parametrize("name,mutant", mutants_by_default(op_mutants()))

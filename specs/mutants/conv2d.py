@@ -130,3 +130,15 @@ def _(B, x, w, dy):
     """Every image's dx the batch's sum (a reduction over n kept where it belongs to dw only)."""
     dx = np.einsum("nohw,oc->nchw", dy, w)
     return np.broadcast_to(dx.sum(0, keepdims=True), dx.shape), np.einsum("nohw,nchw->oc", dy, x)
+
+
+@conv3x3.mutant("dw_taps_transposed", kills=["vjp[w]"])
+def _(B, x, w, dy):
+    """dw[o, c, i, j] filled from the tap (j, i)."""
+    return input_grad(dy, w), kernel_grad(dy, pad(x), tap=TRANSPOSED)
+
+
+@depthwise_conv7x7.mutant("bias_gradient_of_one_image", kills=["vjp[b]"])
+def _(B, x, w, b, dy):
+    """db summed over space but not over the batch."""
+    return depthwise_input_grad(dy, w), depthwise_kernel_grad(dy, pad(x, 3), 7), dy[0].sum((1, 2))

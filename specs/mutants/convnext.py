@@ -28,3 +28,12 @@ def _(B, x, wd, bd, g, be, W1, b1, W2, b2, ls, eps, dy, nodes):
 def _(B, x, wd, bd, g, be, W1, b1, W2, b2, ls, eps, dy, nodes):
     out = _back(x, wd, bd, g, be, W1, b1, W2, b2, ls, eps, dy, nodes)
     return (out[0] - dy,) + out[1:]
+
+
+@convnext_block.mutant("layer_scale_gradient_of_the_normalised_rows", kills=["vjp[ls]"])
+def _(B, x, wd, bd, g, be, W1, b1, W2, b2, ls, eps, dy, nodes):
+    """dls read at the LayerNorm's output (a saved tensor mixed up) instead of the MLP's."""
+    out = _back(x, wd, bd, g, be, W1, b1, W2, b2, ls, eps, dy, nodes)
+    (r, n, h, a), z = _branch(x, wd, bd, g, be, W1, b1, W2, b2, eps, nodes)
+    _, dls = nodes.scale.vjp(n, ls, rows(dy))
+    return out[:-1] + (dls,)

@@ -46,3 +46,24 @@ def _(B, x, t, delta):
 def _(B, x, t, beta):
     """The loss of x alone, as if the target were 0 (an argument dropped on the way to the kernel)."""
     return elementwise_huber(B, x, beta).sum(keepdims=True).reshape(1) / x.size / beta
+
+
+def _boundary_to_the_negative_branch(B, r, delta):
+    """PyTorch-style nested selects with strict comparisons, where(|r| < delta, r, where(r > delta,
+    delta, -delta)): at r = delta neither strict test holds and the gradient is -delta."""
+    inside = B.step(delta - r) * B.step(r + delta)
+    above = B.step(r - delta)
+    return inside * r + (1 - inside) * (above * delta - (1 - above) * delta)
+
+
+@huber.mutant("boundary_falls_to_the_negative_branch", kills=["at_the_kink"])
+def _(B, x, t, delta, dy):
+    """Right on every region; -delta on the kink r = delta, where the loss' derivative is delta."""
+    g = dy * _boundary_to_the_negative_branch(B, x - t, delta) / x.size
+    return g, -g
+
+
+@smooth_l1.mutant("boundary_falls_to_the_negative_branch", kills=["at_the_kink"])
+def _(B, x, t, beta, dy):
+    g = dy * _boundary_to_the_negative_branch(B, x - t, beta) / beta / x.size
+    return g, -g

@@ -1,7 +1,7 @@
 """Wrong MobileNetV2 inverted-residual backwards: the shortcut, a saved tensor mixed up."""
 from vjpcert.specs.batchnorm import norm_vjp
 from vjpcert.specs.mobilenet import _main_path, inverted_residual
-from vjpcert.specs.relu import act_vjp
+from vjpcert.specs.relu import act, act_vjp
 
 
 def _back(x, w1, g1, b1, w2, g2, b2, w3, g3, b3, eps, dy, nodes, *, shortcut=True, projection_at_a1=False):
@@ -26,3 +26,12 @@ def _(B, x, w1, g1, b1, w2, g2, b2, w3, g3, b3, eps, dy, nodes):
     """The projection's backward at the first activation a1 (a saved tensor mixed up; both have E
     channels) instead of its own input a2: dw3 goes wrong, the rest does not read the point."""
     return _back(x, w1, g1, b1, w2, g2, b2, w3, g3, b3, eps, dy, nodes, projection_at_a1=True)
+
+
+@inverted_residual.mutant("relu6_after_the_projection", replaces="forward",
+                          kills=[f"vjp[{k}]" for k in ("x", "w1", "g1", "b1", "w2", "g2", "b2", "w3", "g3", "b3")])
+def _(B, x, w1, g1, b1, w2, g2, b2, w3, g3, b3, eps, nodes):
+    """A relu6 after the projection's BatchNorm: the linear bottleneck made nonlinear (the block of
+    MobileNetV1's habit), which the backward does not know."""
+    _, main = _main_path(x, w1, g1, b1, w2, g2, b2, w3, g3, b3, eps, nodes)
+    return act(nodes.act2, main) + x

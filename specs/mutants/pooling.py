@@ -16,8 +16,17 @@ def last_max(B, tapped):
 
 
 def padding_competes(B, tapped):
-    """The padding read as zeros that can win (a zero pad where -inf was meant)."""
-    return first_max(B, [(v, np.ones(np.shape(inside), dtype=bool)) for v, inside in tapped])
+    """The padding read as zeros that can win (a zero pad where -inf was meant); two padded taps (both
+    0) tie, and the first wins, as in the kernel's scan."""
+    wins = []
+    for t, (v, inside) in enumerate(tapped):
+        win = 1 + 0 * v
+        for u, (w, inside_u) in enumerate(tapped):
+            if u != t:
+                d = np.where(inside | inside_u, v - w, (-1 if u < t else 1) + 0 * v)
+                win = win * (B.step(d) if u < t else 1 - B.step(-d))
+        wins.append(win)
+    return wins
 
 
 @max_pool2d.mutant("gradient_to_every_tied_index", kills=["at_the_kink"])
@@ -60,3 +69,9 @@ def _(B, x):
     """The pool of x + 1 (a bias of the next layer folded in before the max): the same winners, so
     the same gradient, but no longer homogeneous."""
     return max_pool(B, x + 1, 2, 0)
+
+
+@avg_pool2d.mutant("window_sum_not_mean", replaces="forward", kills=["vjp[x]", "mean_is_kept"])
+def _(B, x):
+    """Each window's sum, the division by its size forgotten in the forward."""
+    return sum(v for v, _ in taps(x, 2, 2, 0))

@@ -59,7 +59,13 @@ def _(B, x, dy):
     return (dy * (B.step(x) - B.step(x - 6)),)
 
 
-@relu6.mutant("upper_clamp_forgotten", kills=["vjp[x]", "at_the_kink"])
+@relu6.mutant("upper_clamp_forgotten", kills=["vjp[x]", "at_the_kink"], evades=("random",))
 def _(B, x, dy):
     """The backward of relu: the gradient passes above 6 too."""
     return (dy * B.step(x),)
+
+
+@relu6.mutant("slope_below_zero", replaces="forward", kills=["vjp[x]", "symmetric_about_three", "clamps_once"])
+def _(B, x):
+    """A leaky relu6: x / 100 below zero (the negative slope of another activation kept)."""
+    return x * B.step(x) * B.step(6 - x) + 6 * (1 - B.step(6 - x)) + x * B.step(-x) / 100
