@@ -12,8 +12,8 @@ from typing import Callable, Iterable
 
 from vjpcert.core.budget import stop_requested
 from vjpcert.core.certificate import Certificate, sources_sha256, versions
-from vjpcert.core.sources import covered, stale_reads
 from vjpcert.core.registry import KINK_CLAIM
+from vjpcert.core.sources import covered, stale_reads
 from vjpcert.task import Task, make_task  # noqa: F401  (make_task: re-exported, where callers have it)
 from vjpcert.tiers import checker_sha256, tier
 
