@@ -12,8 +12,9 @@ from vjpcert.numeric.sampling import cotangent, sample_point
 from vjpcert.core.registry import SpecError, op
 
 
-@pytest.mark.parametrize("name,claim", by_default(op_claims()))
+@pytest.mark.parametrize("name,claim", by_default([(n, c) for n, c in op_claims() if c in numeric_claims(OPS[n])]))
 def test_every_claim_is_checked_to_40_digits(name, claim):
+    """Every claim the numeric tier checks (the value on a kink is the exact tier's)."""
     o = OPS[name]
     cert = check_claim(o, claim, o.check_dims)
     assert cert.verdict == "checked", cert.evidence

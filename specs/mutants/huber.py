@@ -2,14 +2,14 @@
 from vjpcert.specs.huber import clamp, elementwise_huber, huber, smooth_l1
 
 
-@huber.mutant("gradient_not_clipped", kills=["vjp[x]", "vjp[t]"])
+@huber.mutant("gradient_not_clipped", kills=["vjp[x]", "vjp[t]", "at_the_kink"])
 def _(B, x, t, delta, dy):
     """The squared error's gradient r everywhere: the linear branch forgotten."""
     g = dy * (x - t) / x.size
     return g, -g
 
 
-@huber.mutant("linear_branch_scaled_by_the_residual", kills=["vjp[x]", "vjp[t]"])
+@huber.mutant("linear_branch_scaled_by_the_residual", kills=["vjp[x]", "vjp[t]", "at_the_kink"])
 def _(B, x, t, delta, dy):
     """delta r beyond the threshold, where delta sign(r) was meant."""
     r = x - t
@@ -18,7 +18,7 @@ def _(B, x, t, delta, dy):
     return g, -g
 
 
-@smooth_l1.mutant("beta_not_divided_in_the_quadratic_branch", kills=["vjp[x]", "vjp[t]"])
+@smooth_l1.mutant("beta_not_divided_in_the_quadratic_branch", kills=["vjp[x]", "vjp[t]", "at_the_kink"])
 def _(B, x, t, beta, dy):
     """huber's gradient clamp(r, -beta, beta) for smooth L1's clamp(r, -beta, beta) / beta: right only
     at beta = 1."""
@@ -26,13 +26,14 @@ def _(B, x, t, beta, dy):
     return g, -g
 
 
-@smooth_l1.mutant("target_gradient_not_negated", kills=["vjp[t]"])
+@smooth_l1.mutant("target_gradient_not_negated", kills=["vjp[t]", "at_the_kink"])
 def _(B, x, t, beta, dy):
     g = dy * clamp(B, x - t, beta) / beta / x.size
     return g, g
 
 
-@huber.mutant("lower_linear_branch_forgotten", replaces="forward", kills=["vjp[x]", "vjp[t]", "symmetric"])
+@huber.mutant("lower_linear_branch_forgotten", replaces="forward",
+              kills=["vjp[x]", "vjp[t]", "symmetric", "at_the_kink"])
 def _(B, x, t, delta):
     """Quadratic below -delta too: the clamp written as min(r, delta) only."""
     r = x - t
@@ -42,7 +43,7 @@ def _(B, x, t, delta):
 
 
 @smooth_l1.mutant("target_ignored_in_the_forward", replaces="forward",
-                  kills=["vjp[x]", "vjp[t]", "shift_invariant"])
+                  kills=["vjp[x]", "vjp[t]", "shift_invariant", "at_the_kink"])
 def _(B, x, t, beta):
     """The loss of x alone, as if the target were 0 (an argument dropped on the way to the kernel)."""
     return elementwise_huber(B, x, beta).sum(keepdims=True).reshape(1) / x.size / beta
@@ -50,10 +51,10 @@ def _(B, x, t, beta):
 
 def _boundary_to_the_negative_branch(B, r, delta):
     """PyTorch-style nested selects with strict comparisons, where(|r| < delta, r, where(r > delta,
-    delta, -delta)): at r = delta neither strict test holds and the gradient is -delta."""
-    inside = B.step(delta - r) * B.step(r + delta)
-    above = B.step(r - delta)
-    return inside * r + (1 - inside) * (above * delta - (1 - above) * delta)
+    delta, -delta)): the clamp everywhere but at r = delta, where neither strict test holds and the
+    gradient is -delta -- written as clamp - 2 delta [r = delta]."""
+    on_the_upper_kink = 1 - B.step(r - delta) - B.step(delta - r)
+    return clamp(B, r, delta) - 2 * delta * on_the_upper_kink
 
 
 @huber.mutant("boundary_falls_to_the_negative_branch", kills=["at_the_kink"])

@@ -65,7 +65,8 @@ def _(B, x, dy):
     return (dy * B.step(x),)
 
 
-@relu6.mutant("slope_below_zero", replaces="forward", kills=["vjp[x]", "symmetric_about_three", "clamps_once"])
+@relu6.mutant("slope_below_zero", replaces="forward",
+              kills=["vjp[x]", "symmetric_about_three", "clamps_once", "at_the_kink"])
 def _(B, x):
     """A leaky relu6: x / 100 below zero (the negative slope of another activation kept)."""
     return x * B.step(x) * B.step(6 - x) + 6 * (1 - B.step(6 - x)) + x * B.step(-x) / 100
