@@ -581,7 +581,7 @@ def test_a_numpy_integer_in_spec_code_never_wraps_around_in_the_exact_fields():
     from vjpcert.core.backends import exact
     from vjpcert.core.evaluate import QField
     from vjpcert.core.trace import Node
-    from vjpcert.symbolic.fixed.fields import ModPField
+    from vjpcert.symbolic.fixed.modp_field import ModPField
     big = np.int64(2**40 + 7)
     assert type(Node.lift(big).value.numerator) is int
     assert type(Node.lift(Fraction(big, 3)).value.numerator) is int

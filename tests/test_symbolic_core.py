@@ -8,7 +8,8 @@ import pytest
 import sympy
 
 from vjpcert.symbolic.fixed.evaluate import Evaluator, Tangent
-from vjpcert.symbolic.fixed.fields import ModPField, RingField
+from vjpcert.symbolic.fixed.fields import RingField
+from vjpcert.symbolic.fixed.modp_field import ModPField
 from vjpcert.symbolic.fixed.size_and_display import SympyField
 from vjpcert.core.trace import TRACE, Leaf, Node, leaf_array, leaves_of
 

@@ -13,7 +13,8 @@ import flint
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.fixed.claims import TracedClaim, split_shifts
 from vjpcert.symbolic.fixed.false_pass import PRIME_BITS, BoundField, false_pass_bound, random_prime
-from vjpcert.symbolic.fixed.fields import AtomPoolExhausted, ModPField, MpField, RingField
+from vjpcert.symbolic.fixed.fields import AtomPoolExhausted, MpField, RingField
+from vjpcert.symbolic.fixed.modp_field import ModPField
 from vjpcert.symbolic.fixed.size_and_display import SizeField
 from vjpcert.core.tolerance import digits as _digits, rounding_fit
 from vjpcert.core.evaluate import NotRational, QField, SignUndecided

@@ -2,7 +2,7 @@
 
 The spec's own numpy code runs on ``ModArray``s at production dims (a ViT-Tiny or GPT-2-small block),
 so the randomised exact test of ``symbolic.modular`` needs no traced DAG. The semantics are those of
-``symbolic.fixed.fields.ModPField`` (the mod-p image of the exact tier's ring):
+``symbolic.fixed.modp_field.ModPField`` (the mod-p image of the exact tier's ring):
 
 - leaves (inputs, cotangents, tangents, symbolic parameters) are random elements of GF(p);
 - + - * / are exact mod p; a division by a value that is 0 mod p raises ``Pole`` (the caller resamples;
