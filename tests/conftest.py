@@ -33,6 +33,10 @@ def op_mutants(proof=None):
 # Composites whose first compositional proof in a fresh process costs 15 s or more (their nodes'
 # every-size proofs come first): their mutants run with --slow, and in the committed kill matrix.
 HEAVY_COMPOSITES = ("gpt2_block",)
+# Leaf ops whose mutants each cost half a minute in a fresh process (the 3x3 max-pool: nine taps per
+# window, and the value on its kinks probed input by input): --slow and the committed kill matrix,
+# like the heavy composites; max_pool2d's mutants stand for the family in the default run.
+HEAVY_LEAVES = ("max_pool2d_3x3s2",)
 
 
 def standing_mutants(name) -> set[str]:
@@ -47,7 +51,7 @@ def standing_mutants(name) -> set[str]:
     o = OPS[name]
     if o.nodes and any(node.nodes for node in o.nodes.values()):
         return set()         # a stack of blocks: its checks are its blocks', which stand for it
-    if name in HEAVY_COMPOSITES:
+    if name in HEAVY_COMPOSITES or name in HEAVY_LEAVES:
         return set()
     if o.nodes and "monolithic" not in o.proofs:
         return {o.mutants[0].name} if o.mutants else set()

@@ -36,7 +36,7 @@ def test_jax_relu_is_proved_on_each_region_and_checked_on_the_kink():
     assert cert.verdict == "checked" and cert.evidence["steps_on_kink"] > 0, cert.evidence
 
 
-@pytest.mark.parametrize("name", ["maximum_with_zero", "clip"])
+@pytest.mark.parametrize("name", ["maximum_with_zero", pytest.param("clip", marks=pytest.mark.slow)])
 def test_a_maximum_with_a_constant_passes_half_on_the_kink_and_fails_there(name):
     fn = {"maximum_with_zero": lambda x: jnp.maximum(x, 0.0), "clip": lambda x: jnp.clip(x, -1.0, 1.0)}[name]
     op = _op(name, fn)
