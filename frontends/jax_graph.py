@@ -17,6 +17,8 @@ import numpy as np
 from vjpcert.core.registry import SpecError
 from vjpcert.frontends.precision import DTYPES
 from vjpcert.frontends.constants import DEFAULT_CONSTANTS, Constants
+from vjpcert.frontends import jax_cnn  # noqa: F401  (registers the rules of convolutional networks)
+from vjpcert.frontends.jax_rules import RULES, rule
 from vjpcert.frontends.values import Context, Val, as_array
 
 
@@ -44,15 +46,7 @@ def jax_version() -> str:
 
 
 # ------------------------------------------------------------------------------------ primitive rules
-RULES: dict[str, Callable] = {}
-
-
-def rule(*names):
-    def register(fn):
-        for n in names:
-            RULES[n] = fn
-        return fn
-    return register
+# the table is ``jax_rules``'; this module and ``jax_cnn`` (convolutional networks) fill it
 
 
 def _is_float(dt) -> bool:
