@@ -122,4 +122,7 @@ def report_functions() -> dict:
         "sdpa_causal": (lambda Q, K, V: sdpa(Q, K, V, causal=True), {}),
         "relu": (lambda x: jax.nn.relu(x), {}),
         "relu6": (lambda x: jax.nn.relu6(x), {}),
+        "conv2d": (lambda x, w, b: jax.lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)),
+                                                                dimension_numbers=("NCHW", "OIHW", "NCHW"))
+                   + b[None, :, None, None], {}),
     }
