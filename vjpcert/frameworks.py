@@ -1,7 +1,9 @@
 """The "Framework backwards" report: the backward PyTorch itself computes (its autograd formulas and
 decompositions, as shipped in the installed version) and, where JAX is installed, JAX's, for softmax,
-log_softmax, layer_norm, rms_norm, GELU (erf and tanh), linear and scaled dot-product attention (the
-math path, plain and causal): traced from the framework's own code, `proved` at small dims and
+log_softmax, layer_norm, rms_norm, GELU (erf and tanh), linear, scaled dot-product attention (the
+math path, plain and causal) and the convolutional networks' ops (relu, relu6, batch_norm, conv2d,
+conv_transpose2d, max_pool2d 2x2 and 3x3/2 padded, avg_pool2d; the value on the kink included):
+traced from the framework's own code, `proved` at small dims and
 `checked` (mpmath, 50 digits) at realistic ones, each forward tied to the certified spec by the law
 ``matches_spec[<spec>]``.
 
