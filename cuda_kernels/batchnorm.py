@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from vjpcert.cuda_kernels.common import (block_sum, call, config, cuda, empty, float32, kernel, launch, min_blocks,
-                                         row_grid, warps)
+from vjpcert.cuda_kernels.common import (RESIDENT_THREADS_HEAVY, block_sum, call, config, cuda, empty, float32, kernel,
+                                         launch, min_blocks, row_grid, warps)
 from vjpcert.cuda_kernels.registry import Sizes, fwd_bwd
 
 _CACHE = {}
@@ -27,6 +27,7 @@ def build(cfg):
     BLOCK = cfg.block
     NWARP = warps(BLOCK)
     BLOCKS = min_blocks(BLOCK)
+    BLOCKS_HEAVY = min_blocks(BLOCK, RESIDENT_THREADS_HEAVY)   # the backward keeps six sums live: fewer blocks
 
     @cuda.jit(device=True)
     def channel_stats(x, c, sm, t, batch, eps):
@@ -54,7 +55,7 @@ def build(cfg):
                 y[r, c] = (x[r, c] - mu) * rstd * gamma[c] + beta[c]
 
     @kernel("void(float32[:, ::1], float32[::1], float32[:, ::1], float32[:, ::1], float32[::1], float32[::1], "
-            "float32)", threads=BLOCK, min_blocks=BLOCKS)
+            "float32)", threads=BLOCK, min_blocks=BLOCKS_HEAVY)
     def batchnorm_bwd(x, gamma, dy, dx, dgamma, dbeta, eps):
         sm = cuda.shared.array(NWARP, float32)
         t = cuda.threadIdx.x
