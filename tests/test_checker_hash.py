@@ -22,6 +22,7 @@ for name in ("symbolic", "numeric", "kernel", "triton"):
             continue
         import importlib, vjpcert
         out[f"{name}:{method}"] = t.checker_sha256(method)
+out["symbolic:at_the_kink"] = TIERS["symbolic"].checker_sha256(None, "at_the_kink")   # a claim's own checker
 from vjpcert.core.code_hash import definition_sha256
 out["frontend-ops"] = definition_sha256("vjpcert.frontends")   # in every framework op's identity
 out["origin"] = vjpcert.__file__
@@ -77,12 +78,17 @@ def test_comment_and_docstring_edits_of_every_checker_file_and_of_core_change_no
     # the every-size prover, and composition, whose nodes rest on every-size proofs where they have one
     ("symbolic/every_size/normal.py", {"symbolic:general", "symbolic:compositional"}),
     ("symbolic/modular/arith.py", {"symbolic:modular"}),                # the modular test only
+    # the value on a kink: its own check, and composition, whose composites rest on their nodes' checks
+    ("symbolic/fixed/kinks.py", {"symbolic:at_the_kink", "symbolic:compositional"}),
+    # the ladder (and the numeric tier, whose `checked` it holds against exact normalisation): not the
+    # value on a kink, which the ladder hands to that check by name
+    ("symbolic/fixed/prover.py", {"symbolic:None", "symbolic:compositional", "symbolic:general", "numeric"}),
     ("cuda_kernels/softmax.py", {"kernel"}),                             # a kernel file, found at run time
     ("core/trace.py", {"symbolic:None", "symbolic:compositional", "symbolic:general", "symbolic:modular",
-                       "numeric", "kernel", "triton", "frontend-ops"}),  # machinery every checker runs on
+                       "symbolic:at_the_kink", "numeric", "kernel", "triton", "frontend-ops"}),  # machinery every checker runs on
     ("frontends/values.py", {"frontend-ops"}),                          # framework ops only, not the specs'
     ("vjpcert/__init__.py", {"symbolic:None", "symbolic:compositional", "symbolic:general", "symbolic:modular",
-                             "numeric", "kernel", "triton", "frontend-ops"}),
+                             "symbolic:at_the_kink", "numeric", "kernel", "triton", "frontend-ops"}),
 ])
 def test_a_code_change_stales_the_checkers_that_run_that_code_and_no_others(tmp_path, before, path, stale):
     root = _copy(tmp_path)
@@ -107,3 +113,14 @@ def test_a_framework_ops_identity_carries_the_frontends_code(monkeypatch):
     assert make().spec_sha256 == before
     monkeypatch.setattr(code_hash, "definition_sha256", lambda package: "another frontend")
     assert make().spec_sha256 != before
+
+
+def test_the_ladder_hands_the_value_on_a_kink_to_the_module_the_tier_table_hashes():
+    """The prover imports the kink check by name (so the ladder's hash leaves it out); the tier table
+    names the module whose hash its certificates carry: the two names must be one."""
+    from vjpcert.core.registry import KINK_CLAIM
+    from vjpcert.symbolic.fixed import kinks, prover
+    from vjpcert.tiers import TIERS
+    assert TIERS["symbolic"].checker_module(None, KINK_CLAIM) == prover.KINK_CHECKER == kinks.__name__
+    assert TIERS["symbolic"].checker_sha256(None, KINK_CLAIM) == kinks.CHECKER_SHA256
+    assert TIERS["symbolic"].checker_sha256(None, "vjp[x]") == prover.CHECKER_SHA256 != kinks.CHECKER_SHA256

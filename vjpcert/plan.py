@@ -10,10 +10,11 @@ from vjpcert.core.registry import Op, SpecError
 from vjpcert.ops import OpRef
 from vjpcert.runner import Task
 
-def checker_sha256(tier: str, method: str | None = None) -> str:
-    """The hash of the code that issues a tier's certificates by ``method`` (a change makes them stale)."""
+def checker_sha256(tier: str, method: str | None = None, claim: str | None = None) -> str:
+    """The hash of the code that issues a tier's certificates of ``claim`` by ``method`` (a change
+    makes them stale)."""
     from vjpcert.tiers import checker_sha256 as of
-    return of(tier, method)
+    return of(tier, method, claim)
 
 
 def variant_of(task: Task) -> str:
@@ -59,7 +60,7 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
     # after planning, which ran the spec (validation): the data its code read is known here too
     from vjpcert.core.sources import planned_reads
     code, reads = (op.identity_sha256, planned_reads(op)) if tasks else (None, None)
-    return [dataclasses.replace(t, expect=(code, checker_sha256(tier, dict(t.options).get("method")), reads))
+    return [dataclasses.replace(t, expect=(code, checker_sha256(tier, dict(t.options).get("method"), t.claim), reads))
             for t in tasks]
 
 
@@ -102,7 +103,7 @@ def is_current(record: dict | None, task: Task, op: Op) -> bool:
     # the hashes the task was planned with (``Task.expect``, computed from the code this process loaded
     # moments ago), else computed now: hashing an op's files costs ~0.1 s, once per op, not per claim
     code, checker = task.expect[:2] if task.expect else (op.identity_sha256, checker_sha256(
-        task.tier, dict(task.options).get("method")))
+        task.tier, dict(task.options).get("method"), task.claim))
     from vjpcert.core.sources import current_sha256
     spec, _ = current_sha256(code, op, record.get("sources"))
     return (record.get("schema") == SCHEMA_VERSION and record_identity(record) == task_identity(task, op)

@@ -54,7 +54,7 @@ def _check_code(task: Task, op) -> None:
         raise CodeChanged(f"the code of {op.name} this worker loaded ({', '.join(p.name for p in op.source_files)}) "
                           f"is not the code the run was planned with: it changed on disk, or this is a "
                           f"long-lived worker that imported it before; rerun (restart the workers)")
-    if checker_sha256(task.tier, dict(task.options).get("method")) != checker:
+    if checker_sha256(task.tier, dict(task.options).get("method"), task.claim) != checker:
         raise CodeChanged(f"this worker runs other {task.tier} checker code than the run was planned with "
                           f"(another vjpcert version?)")
     why = stale_reads(op, dict(task.expect[2]) if len(task.expect) > 2 else {})

@@ -64,13 +64,21 @@ class Tier:
     plans: Callable             # (ref, op, Planning) -> [Task], validating the spec at every dims
     requires: str = ""          # what to install when the checker does not import
     methods: tuple = ()         # (method option, checker module): methods with a checker of their own
+    claims: tuple = ()          # (claim, checker module): claims the default method hands to a checker of
+                                # their own (so an edit of one stales that claim's certificates only)
     discovered: str | None = None   # the package whose every file the checker finds at run time
 
-    def checker_sha256(self, method: str | None = None) -> str:
+    def checker_module(self, method: str | None = None, claim: str | None = None) -> str:
+        """The module that issues this tier's certificates of ``claim`` by ``method``."""
+        if method is None and claim in dict(self.claims):
+            return dict(self.claims)[claim]
+        return dict(self.methods).get(method, self.checker)
+
+    def checker_sha256(self, method: str | None = None, claim: str | None = None) -> str:
         """The checker module's ``CHECKER_SHA256``, computed from its code without importing it (a
         checker loads SymPy, python-flint, Numba or Triton; listing certificates needs none of them)."""
         from vjpcert.core.code_hash import checker_code_sha256
-        return checker_code_sha256(dict(self.methods).get(method, self.checker), discovered=self.discovered)
+        return checker_code_sha256(self.checker_module(method, claim), discovered=self.discovered)
 
     def available(self) -> bool:
         try:
@@ -263,7 +271,8 @@ def _run_implementation(op, task):
 TIERS: dict[str, Tier] = {t.name: t for t in (
     Tier("symbolic", "symbolic", "vjpcert.symbolic.fixed.prover", _run_symbolic, _plan_symbolic,
          methods=(("compositional", "vjpcert.symbolic.composition.compose"), ("general", "vjpcert.symbolic.every_size.general"),
-                  ("modular", "vjpcert.symbolic.modular.check"), ("instance", "vjpcert.symbolic.every_size.instance"))),
+                  ("modular", "vjpcert.symbolic.modular.check"), ("instance", "vjpcert.symbolic.every_size.instance")),
+         claims=((KINK_CLAIM, "vjpcert.symbolic.fixed.kinks"),)),     # prover.KINK_CHECKER
     Tier("numeric", "numeric", "vjpcert.numeric_tier", _run_numeric, _plan_numeric),
     Tier("kernel", "kernel", "vjpcert.cuda_kernels.check", _run_kernel, _plan_kernel,
          requires="pip install -e '.[cuda]'", discovered="vjpcert.cuda_kernels"),
@@ -281,6 +290,7 @@ def tier(name: str) -> Tier:
         raise ValueError(f"unknown tier {name!r}; tiers: {', '.join(TIERS)}") from None
 
 
-def checker_sha256(name: str, method: str | None = None) -> str:
-    """The checker hash of a tier's certificates issued by ``method`` (the task's ``method`` option)."""
-    return tier(name).checker_sha256(method)
+def checker_sha256(name: str, method: str | None = None, claim: str | None = None) -> str:
+    """The checker hash of a tier's certificates of ``claim`` issued by ``method`` (the task's
+    ``method`` option)."""
+    return tier(name).checker_sha256(method, claim)

@@ -99,7 +99,8 @@ def verify(root: Path, ops: dict[str, Op], expected: list[Path] | None = None,
             if changed:
                 why.append("data changed (" + ", ".join(changed) + ")")
         try:
-            if record["checker_sha256"] != checker_sha256(record["tier"], (record.get("options") or {}).get("method")):
+            if record["checker_sha256"] != checker_sha256(record["tier"], (record.get("options") or {}).get("method"),
+                                                          record["claim"]):
                 why.append(f"{record['tier']} checker code changed")
         except ImportError:
             why.append(f"the {record['tier']} checker cannot be imported here")

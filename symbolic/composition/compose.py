@@ -107,7 +107,7 @@ def _wiring(op: Op, claim: str, dims: dict, budget: float) -> tuple[dict, list]:
 
 def prove_compositional(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_CLAIM_BUDGET_S,
                         seed: int = 0) -> Certificate:
-    from vjpcert.symbolic.fixed.prover import assumptions_of
+    from vjpcert.symbolic.fixed.claims import assumptions_of
     start = time.perf_counter()
     if not op.nodes:
         raise SpecError(op.name, "has no nodes: a compositional proof needs nodes=...")
@@ -174,7 +174,8 @@ def kink_by_nodes(op: Op, dims: dict, *, budget: float, seed: int, start: float)
     the convention wherever each node with a kink does -- each held to it by its own check, at the
     dims and parameters the composite calls it with. `checked` when all of that holds; otherwise
     `inconclusive`, naming what did not (a node's failure is its own witness, not the composite's)."""
-    from vjpcert.symbolic.fixed.prover import assumptions_of, prove_claim
+    from vjpcert.symbolic.fixed.claims import assumptions_of
+    from vjpcert.symbolic.fixed.kinks import prove_at_the_kink
     dims = op.resolve_dims(dims)
     claims = [c for c in op.claims() if c.startswith("vjp[")]
     wiring = {c: _wiring(op, c, dims, budget)[0].get("status") for c in claims}
@@ -186,7 +187,7 @@ def kink_by_nodes(op: Op, dims: dict, *, budget: float, seed: int, start: float)
         if outside:
             nodes.append({**entry, "verdict": "inconclusive", "reason": "called outside its params' domain"})
             continue
-        cert = prove_claim(_with_static(node_op, static), KINK_CLAIM, dict(ndims), budget=budget, seed=seed)
+        cert = prove_at_the_kink(_with_static(node_op, static), dict(ndims), budget=budget, seed=seed)
         nodes.append({**entry, "verdict": cert.verdict, "steps_on_kink": cert.evidence.get("steps_on_kink"),
                       "digest": _digest(cert)})
     evidence = {"wiring": wiring, "nodes": nodes, "convention": CONVENTION}

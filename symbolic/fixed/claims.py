@@ -171,3 +171,18 @@ def trace_claim(op: Op, claim: str, dims: dict) -> TracedClaim:
     lhs, rhs = trace_law(op, claim, values, y)
     probe = leaf_array(lhs.shape, "s", "probe")
     return TracedClaim(op, claim, dims, "law", lhs=lhs, rhs=rhs, probe=probe, overrides=dict(law.params))
+
+
+def assumptions_of(op: Op, overrides: dict) -> list[str]:
+    out = ["inputs are real; the spec's denominators are nonzero at the input"]
+    for name, p in op.params.items():
+        if name in overrides:
+            out.append(f"{name} = {overrides[name]} (the law is stated there)")
+        elif p.symbolic:
+            out.append(f"{name} is a symbol" + (f", {name} > 0" if p.positive else "")
+                       + " (the claim holds for every such value)")
+        else:
+            out.append(f"{name} = {p.default!r}")
+    if op.nondiff:
+        out.append(f"{', '.join(op.nondiff)} not differentiated (symbols, held fixed)")
+    return out + list(op.assumptions)

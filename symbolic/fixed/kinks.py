@@ -13,17 +13,30 @@ component of the backward must equal J^T dy of the derivative table, whose step(
 ``core.derivatives.STEP_AT_KINK`` is the convention. It is a check at sampled points, not a proof:
 its verdict is ``checked`` (with how many kink entries the points met), ``failed`` with the exact
 point, or ``inconclusive`` when no point met a kink or a claim left the rationals.
+
+At every point it also bounds the one-sided derivatives: J^T dy with each step *on* its kink
+ranging over [0, 1] (``_OneSided``, exact interval arithmetic) encloses the limit of J^T dy from
+every region that meets the point, so a backward outside that enclosure is no one-sided derivative
+of any kind -- not merely another convention. The convention's own value lies inside (step(0) = 0
+is in [0, 1]), so a backward that meets the convention meets the interval; a failure says which of
+the two it misses (JAX's tie split, 1/2 to each of two equal maxima, is inside, a factor 2 is not).
 """
 from __future__ import annotations
 
 import random
+import time
 from fractions import Fraction
 
+from vjpcert.core.budget import run_with_budget
+from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.derivatives import CONVENTION
 from vjpcert.core.evaluate import NotRational, QField
-from vjpcert.core.registry import Op
+from vjpcert.core.registry import KINK_CLAIM, Op
 from vjpcert.symbolic import settings as tol
-from vjpcert.symbolic.fixed.claims import trace_claim
+from vjpcert.symbolic.fixed.claims import assumptions_of, trace_claim
+from vjpcert.symbolic.fixed.evaluate import Evaluator
+
+CHECKER_SHA256 = checker_code_sha256(__name__)
 
 
 class _OnKinks(QField):
@@ -36,6 +49,74 @@ class _OnKinks(QField):
     def step(self, a):
         self.on_kink += a == 0
         return super().step(a)
+
+
+class _OneSided(QField):
+    """Closed intervals (lo, hi) of exact rationals, with every step whose argument may be 0 taking
+    [0, 1]: the value of any region's branch at this point lies inside. Interval arithmetic only
+    over-approximates, so "outside" is exact and "inside" a necessary condition."""
+
+    def const(self, q):
+        q = super().const(q)
+        return (q, q)
+
+    def leaf(self, leaf):
+        q = Fraction(self.values[leaf])
+        return (q, q)
+
+    def add(self, a, b):
+        return (a[0] + b[0], a[1] + b[1])
+
+    def neg(self, a):
+        return (-a[1], -a[0])
+
+    def mul(self, a, b):
+        products = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])
+        return (min(products), max(products))
+
+    def inv(self, a):
+        if a[0] <= 0 <= a[1]:
+            raise ZeroDivisionError("a denominator's interval holds 0")
+        return (1 / a[1], 1 / a[0])
+
+    def pow(self, a, k):
+        if not isinstance(k, int) and Fraction(k).denominator != 1:
+            raise NotRational(f"^{k}")
+        k = int(k)
+        if k < 0:
+            return self.inv(self.pow(a, -k))
+        lo, hi = a[0] ** k, a[1] ** k
+        if k % 2:
+            return (lo, hi)
+        if a[0] <= 0 <= a[1]:
+            return (Fraction(0), max(lo, hi))
+        return (min(lo, hi), max(lo, hi))
+
+    def step(self, a):
+        if a[0] > 0:
+            return (Fraction(1), Fraction(1))
+        if a[1] < 0:
+            return (Fraction(0), Fraction(0))
+        return (Fraction(0), Fraction(1))          # on the kink (or an interval over it): either side
+
+    def __getattr__(self, kind):
+        transcendental = super().__getattr__(kind)
+
+        def on_points(a):
+            if a[0] != a[1]:
+                raise NotRational(f"{kind} of an interval")
+            v = transcendental(a[0])
+            return (v, v)
+        return on_points
+
+
+def _one_sided(claim, point: dict):
+    """[(lo, hi)] per component: the enclosure of J^T dy's one-sided limits at ``point``, or None
+    when it cannot be bounded there (a denominator's interval holds 0)."""
+    try:
+        return [b for _, b in claim.components(_OneSided(point))]
+    except (ZeroDivisionError, NotRational):
+        return None
 
 
 def _rational(rng: random.Random) -> Fraction:
@@ -72,9 +153,13 @@ class _StepArguments(QField):
 
 
 def _arguments(claim, point: dict) -> list | None:
+    """The argument of every step the claim's primal DAG evaluates, in evaluation order (the derivative
+    table never evaluates a step: J^T dy meets the kinks through the primal values only)."""
     F = _StepArguments(point)
+    E = Evaluator(F)
     try:
-        claim.components(F)
+        for root in claim.roots():
+            E.array(root)
     except (ZeroDivisionError, NotRational):
         return None
     return F.arguments
@@ -103,11 +188,29 @@ def kink_roots(claim, leaves, rng: random.Random) -> tuple[dict, dict]:
     return base, {leaf: sorted(values) for leaf, values in roots.items()}
 
 
+def _worst(pairs, enclosure, missed: list) -> tuple[int, dict]:
+    """(component, what the one-sided interval says of it) for a point where the backward misses the
+    convention at the components ``missed``: one outside the interval first, the graver finding."""
+    if enclosure is None:
+        return missed[0], {"bounded": False, "in_words": "the backward misses the convention (the one-sided "
+                                                         "interval cannot be bounded at this point)"}
+    for lo_hi, (_, b) in zip(enclosure, pairs):
+        if not lo_hi[0] <= b <= lo_hi[1]:      # the convention's value is one of the branches' values
+            raise AssertionError(f"the enclosure [{lo_hi[0]}, {lo_hi[1]}] lost the convention's value {b}")
+    outside = [j for j in missed if not enclosure[j][0] <= pairs[j][0] <= enclosure[j][1]]
+    j = (outside or missed)[0]
+    return j, {"interval": [str(enclosure[j][0]), str(enclosure[j][1])], "within": not outside,
+               "in_words": "the backward lies outside the interval of the one-sided derivatives: no branch "
+                           "at this point, nor any mix of them, has this value" if outside else
+                           "the backward lies within the interval of the one-sided derivatives: another "
+                           "convention than the one stated (a one-sided value, or a mix of them)"}
+
+
 def at_the_kink(op: Op, dims: dict, *, seed: int = 0, points: int = tol.KINK_POINTS) -> dict:
     """{"status": "checked" | "failed" | "none-on-kink" | "not-rational", ...} for every differentiable
     input of the op, at ``points`` points each."""
     rng = random.Random(seed)
-    met = evaluated = 0
+    met = evaluated = bounded = 0
     for wrt in op.inputs:
         claim = trace_claim(op, f"vjp[{wrt}]", dims)
         labels, leaves = claim.component_labels(), claim.leaves()
@@ -128,14 +231,45 @@ def at_the_kink(op: Op, dims: dict, *, seed: int = 0, points: int = tol.KINK_POI
             met += F.on_kink
             if not F.on_kink:
                 continue
-            for j, (a, b) in enumerate(pairs):
-                if a != b:
-                    return {"status": "failed", "method": "exact-at-kink", "witness": {
-                        "component": labels[j], "backward": str(a), "J^T dy": str(b), "residual": str(a - b),
-                        "exact": True, "steps_on_kink": F.on_kink, "convention": CONVENTION,
-                        "point": {leaf.name: str(v) for leaf, v in list(point.items())[:tol.WITNESS_MAX_LEAVES]},
-                        "point_truncated": len(point) > tol.WITNESS_MAX_LEAVES, "seed": seed}}
+            enclosure = _one_sided(claim, point)
+            bounded += enclosure is not None
+            missed = [j for j, (a, b) in enumerate(pairs) if a != b]
+            if missed:
+                j, one_sided = _worst(pairs, enclosure, missed)
+                return {"status": "failed", "method": "exact-at-kink", "witness": {
+                    "component": labels[j], "backward": str(pairs[j][0]), "J^T dy": str(pairs[j][1]),
+                    "residual": str(pairs[j][0] - pairs[j][1]), "exact": True, "steps_on_kink": F.on_kink,
+                    "convention": CONVENTION, "one_sided": one_sided,
+                    "point": {leaf.name: str(v) for leaf, v in list(point.items())[:tol.WITNESS_MAX_LEAVES]},
+                    "point_truncated": len(point) > tol.WITNESS_MAX_LEAVES, "seed": seed}}
     if not met:
         return {"status": "none-on-kink", "points": evaluated}
     return {"status": "checked", "method": "exact-at-kink", "points": evaluated, "steps_on_kink": met,
-            "convention": CONVENTION}
+            "convention": CONVENTION, "one_sided": {
+                "points_bounded": bounded,
+                "statement": "at each bounded point every component of the backward lies in the interval of "
+                             "J^T dy's one-sided limits (each step on its kink ranging over [0, 1], exact "
+                             "interval arithmetic)"}}
+
+
+def prove_at_the_kink(op: Op, dims: dict, *, budget: float = tol.DEFAULT_CLAIM_BUDGET_S,
+                      seed: int = 0) -> Certificate:
+    """The certificate of the claim ``at_the_kink``: ``at_the_kink`` under the budget."""
+    start = time.perf_counter()
+    out = run_with_budget(lambda: at_the_kink(op, dims, seed=seed), budget)
+    r = out.value if out.status == "ok" else {"status": out.status, "error": out.error.splitlines()[0][:300]
+                                              if out.error else ""}
+    status = r.get("status")
+    verdict = {"checked": "checked", "failed": "failed"}.get(status, "inconclusive")
+    evidence = {k: v for k, v in r.items() if k not in ("status", "method")}
+    if status == "none-on-kink":
+        evidence["reason"] = (f"none of the {r['points']} exact points met a kink (inputs 0, +-1 or rationals): "
+                              "the backward's value there is not checked")
+    elif verdict == "inconclusive":
+        evidence.setdefault("reason", f"the check did not finish ({status})")
+    evidence["regions"] = ("the VJP claims are proved on each open region of the kinks' signs; this claim "
+                           "checks the value on the kinks, where only a convention defines it")
+    return Certificate.issue(op, claim=KINK_CLAIM, tier="symbolic", verdict=verdict,
+                             method=r.get("method", "none") if verdict != "inconclusive" else "none",
+                             dims=op.resolve_dims(dims), assumptions=assumptions_of(op, {}), evidence=evidence,
+                             seconds=time.perf_counter() - start, checker_sha256=CHECKER_SHA256)

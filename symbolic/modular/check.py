@@ -539,7 +539,7 @@ def check_modular(op: Op, claim: str, dims: dict, *, seed: int = 0, trials: int 
         evidence["reason"] = (f"the residual is nonzero, but the graph reads the constants {rounded} as their "
                               f"decimals and they are the roundings of reals: it may be their rounding alone "
                               f"(the fixed-dims tier fits it; --constants named reads the reals where it can)")
-    from vjpcert.symbolic.fixed.prover import assumptions_of
+    from vjpcert.symbolic.fixed.claims import assumptions_of
     assumptions = assumptions_of(op, {}) + [
         "transcendental subterms are atoms keyed by the value of their argument (the exact tier's ring "
         "semantics: exp, sqrt, erf, ... of distinct arguments independent; inverses exact; exact constants "
