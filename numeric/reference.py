@@ -16,6 +16,13 @@ traced forward and backward -- the very expression DAG the symbolic tier proves 
     the real float reference (numpy, summing in its own order) must satisfy
         max |float - exact| <= ORDER(L) * max e + FLOOR u max|exact|,  ORDER(L) = 2 ceil(log2 L) + 2
     -- numpy's pairwise sums err by at most 2 log2(n) times a sequential sum's running bound.
+For an op with kinks the points also include the case ``on_kinks``, taken *on* them on purpose (exact
+zeros, tied maxima: ``numeric.sampling.sample_on_kinks``): there the truth is the traced spec in exact
+rationals with step(0) at the convention (a 70-digit value cannot tell 0 from a rounding residue, and
+does not guess), so a float path whose rounding moves a step off its kink, or that breaks a tie
+another way, shows. A spec that leaves the rationals there (a square root, an exponential) skips the
+case and says so.
+
 A float path that computes another function (a log-sum-exp that forgets to add the shift back, a
 branch on the backend) breaks the first inequality by orders of magnitude. The bound comes from the
 spec's own float evaluation and never from an implementation under test.
@@ -33,7 +40,8 @@ import numpy as np
 from vjpcert.core import reference as float_reference
 from vjpcert.core.backends import MpmathBackend
 from vjpcert.core.certificate import Certificate, checker_code_sha256
-from vjpcert.core.evaluate import Evaluator, MpField
+from vjpcert.core.evaluate import Evaluator, MpField, NotRational, QField
+from vjpcert.core.input_cases import ON_KINKS
 from vjpcert.core.registry import Op
 from vjpcert.core.rounding import RoundingBackend, values_and_bounds
 from vjpcert.core.tolerance import digits as _digits
@@ -42,7 +50,7 @@ from vjpcert.core.trace import Node, leaf_array
 from vjpcert.core.tracing import primal_values, trace_forward, trace_vjp
 from vjpcert.core.validate import validate
 from vjpcert.numeric import settings as tol
-from vjpcert.numeric.sampling import cotangent, sample_points
+from vjpcert.numeric.sampling import NoPointOnKinks, cotangent, sample_on_kinks, sample_points
 
 # the checker hash of the code that checks this claim: this module and what it imports (the numeric
 # tier replaces it by its own, which covers this module too, through ``numeric.check``)
@@ -87,10 +95,17 @@ class _Traced:
             out[node.value] = Fraction(float(v))
         return out
 
-    def evaluate(self, point: dict, dy: np.ndarray, dps: int):
-        """(y, [cotangents]) as object arrays of mpf at ``dps`` digits."""
-        E = Evaluator(MpField(dps, self.leaf_values(point, dy)))
-        return E.array(self.y), [E.array(c) for c in self.cots]
+    def evaluate(self, point: dict, dy: np.ndarray, dps: int, exact: bool = False):
+        """(y, [cotangents]) as object arrays of mpf at ``dps`` digits; with ``exact``, evaluated in
+        exact rationals first (on a kink: step(0) is the convention, not a sign mpmath must guess),
+        raising NotRational where the spec leaves them."""
+        values = self.leaf_values(point, dy)
+        if not exact:
+            E = Evaluator(MpField(dps, values))
+            return E.array(self.y), [E.array(c) for c in self.cots]
+        E, mp = Evaluator(QField(values)), MpField(dps, {})
+        as_mp = np.vectorize(mp.const, otypes=[object])
+        return as_mp(E.array(self.y)), [as_mp(E.array(c)) for c in self.cots]
 
 
 def _max_abs(a) -> float:
@@ -129,6 +144,11 @@ def check_reference(op: Op, dims: dict, *, dps: int = tol.DEFAULT_DPS, seed: int
     L = max([int(v) for v in dims.values()] + [1])
     K = order_factor(L)
     points, skipped = ({"given": point}, {}) if point is not None else sample_points(op, dims, cases, seed)
+    if point is None and op.uses_kinks():
+        try:
+            points[ON_KINKS] = sample_on_kinks(op, dims, seed)
+        except NoPointOnKinks as exc:
+            skipped[ON_KINKS] = exc.problem
     if not points:
         return _inconclusive_reference(op, dims, dps, seed, skipped, start)
     per_case, worst = {}, None
@@ -136,7 +156,13 @@ def check_reference(op: Op, dims: dict, *, dps: int = tol.DEFAULT_DPS, seed: int
         pt = {k: np.asarray(v, dtype=np.float64) for k, v in pt.items()}
         dy = cotangent(traced.y.shape, seed, op.name, case)
         row = {}
-        exact64 = traced.evaluate(pt, dy, work)
+        on_kinks = case == ON_KINKS
+        try:
+            exact64 = traced.evaluate(pt, dy, work, exact=on_kinks)
+        except (NotRational, ZeroDivisionError) as exc:
+            skipped[case] = (f"on its kinks the truth must be exact (step(0) is a convention, not a sign "
+                             f"to round), and the spec leaves the rationals there ({exc})")
+            continue
         row["mpmath_backend_digits"] = _mpmath_agreement(op, pt, dy, exact64, dps)
         if row["mpmath_backend_digits"] < dps - tol.MPMATH_MARGIN_DIGITS and worst is None:
             worst = {"case": case, "dtype": "mpmath", "what": "the mpmath backend's run of the spec",
@@ -146,7 +172,7 @@ def check_reference(op: Op, dims: dict, *, dps: int = tol.DEFAULT_DPS, seed: int
             pd = {k: v.astype(dtype) for k, v in pt.items()}
             dyd = dy.astype(dtype)
             exact = exact64 if dtype == np.float64 else traced.evaluate(
-                {k: v.astype(np.float64) for k, v in pd.items()}, dyd.astype(np.float64), work)
+                {k: v.astype(np.float64) for k, v in pd.items()}, dyd.astype(np.float64), work, exact=on_kinks)
             u = unit_roundoff(dtype)
             params = {k: p.default for k, p in op.params.items()}
             with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
@@ -190,6 +216,8 @@ def check_reference(op: Op, dims: dict, *, dps: int = tol.DEFAULT_DPS, seed: int
                              "error": f"{err:.6g}", "bound": f"{bound:.6g}"}
             row[name] = out
         per_case[case] = row
+    if not per_case:
+        return _inconclusive_reference(op, dims, dps, seed, skipped, start)
     evidence = {"dps": dps, "seed": seed, "rule": rule_in_words(dps), "largest_dim": L, "cases": per_case}
     if skipped:
         evidence["cases_skipped"] = skipped
@@ -201,7 +229,7 @@ def check_reference(op: Op, dims: dict, *, dps: int = tol.DEFAULT_DPS, seed: int
                                if sum(np.size(v) for v in pt.values()) <= tol.WITNESS_POINT_MAX_ENTRIES
                                else "sampled (case and seed above)"}
     assumptions = [f"{n} = {p.default}" for n, p in op.params.items()] + [
-        f"evaluated at sampled points ({', '.join(points)})",
+        f"evaluated at sampled points ({', '.join(per_case)})",
         "float inputs rounded to the dtype first; the exact side uses the rounded values"]
     return Certificate.issue(op, claim=CLAIM, tier="numeric", verdict=verdict,
                        method=f"float-reference@{dps}", dims=dims, assumptions=assumptions,
@@ -212,7 +240,7 @@ def check_reference(op: Op, dims: dict, *, dps: int = tol.DEFAULT_DPS, seed: int
 def _inconclusive_reference(op: Op, dims: dict, dps: int, seed: int, skipped: dict, start: float) -> Certificate:
     return Certificate.issue(op, claim=CLAIM, tier="numeric", verdict="inconclusive",
                              method=f"float-reference@{dps}", dims=dims, assumptions=[],
-                             evidence={"reason": "no sampled point stays away from the op's kinks",
+                             evidence={"reason": "no input case could be checked (see cases_skipped)",
                                        "cases_skipped": skipped, "dps": dps, "seed": seed},
                              seconds=time.perf_counter() - start, checker_sha256=CHECKER_SHA256)
 

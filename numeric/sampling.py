@@ -10,7 +10,7 @@ from vjpcert.numeric import settings as tol
 from vjpcert.core.spec_array import running
 from vjpcert.core.backends import F64, FloatBackend
 from vjpcert.core.derivatives import STEP_AT_KINK
-from vjpcert.core.input_cases import case_values
+from vjpcert.core.input_cases import ON_KINKS, case_values
 from vjpcert.core.registry import Op, SpecError
 
 
@@ -55,9 +55,32 @@ def sample_points(op: Op, dims: dict, cases, seed: int) -> tuple[dict, dict]:
     return points, skipped
 
 
+def sample_on_kinks(op: Op, dims: dict, seed: int) -> dict[str, np.ndarray]:
+    """float64 inputs *on* the kinks, on purpose: the differentiable inputs small integers (the case
+    ``on_kinks``: exact zeros, exact ties of a maximum), the others as ``sample_point`` draws them;
+    drawn again until a step's argument is exactly 0 (``NoPointOnKinks`` after 50 draws)."""
+    for attempt in range(50):
+        rng = rng_for(seed, op.name, ON_KINKS, attempt)
+        point = {}
+        for name, decl in op.inputs.items():
+            shape = op.shape(decl, dims)
+            point[name] = op.sample[name](rng, shape) if name in op.sample else case_values(ON_KINKS, rng, shape)
+        for name, decl in op.nondiff.items():
+            shape = op.shape(decl, dims)
+            point[name] = op.sample[name](rng, shape) if name in op.sample else rng.standard_normal(shape)
+        if kink_distance(op, point) == 0:
+            return point
+    raise NoPointOnKinks(op.name, "no draw of small integers put a step's argument exactly on its kink")
+
+
 class NoPointAwayFromKinks(SpecError):
     """No sampled point of this input case keeps its distance from every kink (a near-constant image
     under max-pooling is all ties): the case is skipped, and said so."""
+
+
+class NoPointOnKinks(SpecError):
+    """No draw of the case ``on_kinks`` met a kink (a step's argument computed from the inputs, never
+    exactly 0 at integers): the case is skipped, and said so."""
 
 
 class _KinkRecorder(FloatBackend):

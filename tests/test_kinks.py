@@ -12,6 +12,7 @@ import numpy as np
 
 from vjpcert.core.backends import F32, F64
 from vjpcert.core.derivatives import STEP_AT_KINK
+from vjpcert.core.evaluate import QField
 from vjpcert.core.registry import KINK_CLAIM, op
 from vjpcert.core.rounding import RoundingBackend
 from vjpcert.numeric import settings as numeric_tol
@@ -136,6 +137,62 @@ def test_the_gradient_at_zero_is_held_to_the_convention():
     assert "relu'(0) = step(0) = 0" in ok.evidence["convention"]
 
 
+def _tie_value(name, factor):
+    """relu with ``factor`` * dy on the kink (exactly where x = 0: 1 - step(x) - step(-x))."""
+    return _elementwise(name, lambda B, x: B.relu(x),
+                        lambda B, x, dy: (dy * (B.step(x) + factor * (1 - B.step(x) - B.step(-x))),))
+
+
+def test_the_one_sided_interval_tells_another_convention_from_no_derivative_at_all():
+    """On the kink, relu's one-sided derivatives are 0 and 1: a backward giving dy/2 there (JAX's tie
+    split) misses PyTorch's convention but is within their interval; one giving 2 dy is outside it,
+    no branch of the function has it. Both fail, and the witness says which; the right backward is
+    checked, with the interval bounded at every point that met a kink."""
+    half = prove_claim(_tie_value("kk_half", Fraction(1, 2)), KINK_CLAIM, DIMS)
+    assert half.verdict == "failed", half.evidence
+    w = half.evidence["witness"]
+    assert w["one_sided"]["within"] is True and "another convention" in w["one_sided"]["in_words"], w
+    assert Fraction(w["backward"]) == Fraction(w["one_sided"]["interval"][1]) / 2 or \
+        Fraction(w["backward"]) == Fraction(w["one_sided"]["interval"][0]) / 2, w
+    twice = prove_claim(_tie_value("kk_twice", 2), KINK_CLAIM, DIMS)
+    assert twice.verdict == "failed", twice.evidence
+    w = twice.evidence["witness"]
+    assert w["one_sided"]["within"] is False and "outside" in w["one_sided"]["in_words"], w
+    ok = prove_claim(_tie_value("kk_zero", 0), KINK_CLAIM, DIMS)
+    assert ok.verdict == "checked", ok.evidence
+    assert ok.evidence["one_sided"]["points_bounded"] > 0
+
+
+class _OtherSide(QField):
+    """Exact rationals with every step on its kink taking the other branch, 1."""
+
+    def step(self, a):
+        return Fraction(1) if a >= 0 else Fraction(0)
+
+
+def test_the_interval_encloses_both_branches_of_every_kink():
+    """The enclosure is sound: J^T dy with the steps on their kinks at 0 (the convention) and at 1
+    (the other branch) lies inside it, component by component, for ops whose kinks sit at 0, at an
+    offset, on ties and behind a kink of a kink."""
+    from vjpcert.symbolic.fixed.kinks import _one_sided, _point
+    ops = builtin_ops()
+    cases = [("relu", DIMS), ("relu6", DIMS), ("huber", DIMS), ("max_pool2d", {"N": 1, "C": 1, "Ho": 1, "Wo": 1})]
+    rng = random.Random(3)
+    seen = 0
+    for name, dims in cases:
+        claim = trace_claim(ops[name], "vjp[" + next(iter(ops[name].inputs)) + "]", dims)
+        for _ in range(6):
+            point = _point(claim.leaves(), rng, small=True)
+            enclosure = _one_sided(claim, point)
+            if enclosure is None:
+                continue
+            for field in (QField(point), _OtherSide(point)):
+                for (_, b), (lo, hi) in zip(claim.components(field), enclosure):
+                    assert lo <= b <= hi, (name, point, b, lo, hi)
+                    seen += 1
+    assert seen > 100
+
+
 def test_a_kink_away_from_zero_is_met_at_its_root():
     """relu6's upper kink sits at x = 6, where no draw from {-1, 0, 1} or of 0 lands: the sampler finds
     the root of the step's argument (affine in one input) and puts inputs on it, so a backward that
@@ -227,6 +284,29 @@ def test_floats_give_the_convention_on_the_kink_in_their_own_dtype():
     for B in (F64, F32):
         out = B.step(np.array([-1.0, 0.0, 2.0], dtype=B.dtype))
         assert out.dtype == B.dtype and out.tolist() == [0.0, float(STEP_AT_KINK), 1.0]
+
+
+def test_the_float_references_are_held_to_the_convention_on_the_kinks(monkeypatch):
+    """The numeric tier's float references take the case ``on_kinks`` on purpose (exact zeros, ties),
+    against the spec's exact value there. Control: a float backend whose step is [a >= 0] agrees
+    with the spec on every point away from the kinks and fails on them, in that case only."""
+    from vjpcert.numeric.reference import check_reference
+    relu, dims = builtin_ops()["relu"], {"rows": 2, "n": 3}
+    ok = check_reference(relu, dims)
+    assert ok.verdict == "checked" and "on_kinks" in ok.evidence["cases"], ok.evidence
+    for B in (F64, F32):
+        monkeypatch.setattr(B, "step", B._checked(lambda a, B=B: (a >= 0).astype(B.dtype)))
+    wrong = check_reference(relu, dims)
+    assert wrong.verdict == "failed" and wrong.evidence["witness"]["case"] == "on_kinks", wrong.evidence
+    assert check_reference(relu, dims, cases=("random",), point=None).evidence["witness"]["case"] == "on_kinks"
+
+
+def test_an_op_that_leaves_the_rationals_on_its_kinks_skips_that_case_and_says_why():
+    from vjpcert.numeric.reference import check_reference
+    block = builtin_ops()["inverted_residual"]
+    cert = check_reference(block, block.resolve_dims(block.dims[0]))
+    assert cert.verdict == "checked" and "on_kinks" not in cert.evidence["cases"]
+    assert "leaves the rationals" in cert.evidence["cases_skipped"]["on_kinks"]
 
 
 def test_the_rounding_model_bounds_a_step_whose_sign_the_bound_cannot_decide():
