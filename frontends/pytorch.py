@@ -147,6 +147,7 @@ def report_functions() -> dict:
                        {"eps": 1e-5}),
         "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1), {}),
         "conv_transpose2d": (lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1), {}),
+        "conv2d_dilated_grouped": (lambda x, w: F.conv2d(x, w, padding=2, dilation=2, groups=2), {}),
         "max_pool2d": (lambda x: F.max_pool2d(x, 2), {}),
         "max_pool2d_3x3s2": (lambda x: F.max_pool2d(x, 3, 2, padding=1), {}),
         "avg_pool2d": (lambda x: F.avg_pool2d(x, 2), {}),

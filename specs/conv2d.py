@@ -10,6 +10,8 @@ them (cross-correlation: the kernel is not flipped in the forward).
     depthwise7  ConvNeXt's: a 7x7 kernel per channel, padding 3, and a bias
     transposed  conv_transpose2d, stride 2 (the adjoint of conv2d_s2 in x): y = dx of conv2d_s2 at dy = x
     conv3x3     conv2d without a bias (a BatchNorm follows it in a ResNet block)
+    dilated     conv2d_dilated_grouped: dilation 2 (taps 2 apart, padding 2) and 2 groups (each half of
+                the outputs sees one half of the inputs; dx and dw stay within their group)
     pointwise   a 1x1 kernel: y[n,o,h,w] = sum_c x[n,c,h,w] w[o,c]; dx = w^T dy, dw = sum dy x^T
 
 Written with np.pad, (strided) slices and einsum. The every-size tier proves conv2d_s2 for every batch,
@@ -203,3 +205,56 @@ def depthwise_conv7x7(B, x, w, b):
 @depthwise_conv7x7.defvjp
 def depthwise_conv7x7_vjp(B, x, w, b, dy):
     return depthwise_input_grad(dy, w), depthwise_kernel_grad(dy, pad(x, 3), 7), dy.sum((0, 2, 3))
+
+
+GROUPS, DILATION = 2, 2
+
+
+def grouped(a, groups=GROUPS):
+    """(N, C, H, W) as (N, groups, C / groups, H, W): group g holds channels g C/G .. (g + 1) C/G - 1."""
+    N, C, H, W = a.shape
+    return a.reshape(N, groups, C // groups, H, W)
+
+
+def dilated_correlation(xp, wg, H, W, offset=lambda i, j: (DILATION * i, DILATION * j)):
+    """sum_{i,j} xp[n, g, c, h + d i, w + d j] wg[g, o, c, i, j] per group, as (N, G * O/G, H, W)."""
+    N, C = xp.shape[0], xp.shape[1]
+    terms = [np.einsum("ngchw,goc->ngohw", grouped(window(xp, *offset(i, j), H, W)), wg[:, :, :, i, j])
+             for i, j in TAPS]
+    out = sum(terms)
+    return out.reshape(N, out.shape[1] * out.shape[2], H, W)
+
+
+@op(inputs={"x": ("N", "2*Cg", "H", "W"), "w": ("2*Og", "Cg", 3, 3)}, output=("N", "2*Og", "H", "W"),
+    dims=[{"N": 1, "Cg": 1, "Og": 1, "H": 2, "W": 3}, {"N": 1, "Cg": 2, "Og": 1, "H": 3, "W": 3}],
+    check_dims={"N": 2, "Cg": 2, "Og": 2, "H": 5, "W": 6},
+    # a dilated 3 x 3 of a DeepLab-style stage at production size (vjpcert prove --modular)
+    modular_dims=[{"N": 8, "Cg": 64, "Og": 64, "H": 28, "W": 28}])
+def conv2d_dilated_grouped(B, x, w):
+    """F.conv2d(x, w, padding=2, dilation=2, groups=2): each half of the output channels sees one half of
+    the input channels, through a 3 x 3 kernel whose taps are 2 apart (the output keeps H x W)."""
+    H, W = x.shape[2], x.shape[3]
+    return dilated_correlation(pad(x, DILATION), w.reshape(GROUPS, w.shape[0] // GROUPS, *w.shape[1:]), H, W)
+
+
+def dilated_input_grad(dy, w):
+    """dx[n, c, h, w] = sum over c's group's outputs o and taps of dy padded by 2 at (h + 2(2 - i), w + 2(2 - j))
+    times w[o, c, i, j]: the kernel flipped, transposed within each group."""
+    H, W = dy.shape[2], dy.shape[3]
+    wt = w.reshape(GROUPS, w.shape[0] // GROUPS, *w.shape[1:]).transpose(0, 2, 1, 3, 4)     # (G, C/G, O/G, 3, 3)
+    return dilated_correlation(pad(dy, DILATION), wt, H, W, lambda i, j: (DILATION * (2 - i), DILATION * (2 - j)))
+
+
+def dilated_kernel_grad(dy, xp, offset=lambda i, j: (DILATION * i, DILATION * j)):
+    """dw[g O/G + o, c, i, j] = sum_{n,h,w} dy[n, g O/G + o, h, w] xp[n, g C/G + c, h + 2 i, w + 2 j]."""
+    H, W = dy.shape[2], dy.shape[3]
+    dyg = grouped(dy)
+    per_tap = [[np.einsum("ngohw,ngchw->goc", dyg, grouped(window(xp, *offset(i, j), H, W))) for j in range(3)]
+               for i in range(3)]
+    dw = np.stack([np.stack(row, -1) for row in per_tap], -2)                       # (G, O/G, C/G, 3, 3)
+    return dw.reshape(dw.shape[0] * dw.shape[1], *dw.shape[2:])
+
+
+@conv2d_dilated_grouped.defvjp
+def conv2d_dilated_grouped_vjp(B, x, w, dy):
+    return dilated_input_grad(dy, w), dilated_kernel_grad(dy, pad(x, DILATION))

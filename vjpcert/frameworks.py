@@ -2,7 +2,8 @@
 decompositions, as shipped in the installed version) and, where JAX is installed, JAX's, for softmax,
 log_softmax, layer_norm, rms_norm, GELU (erf and tanh), linear, scaled dot-product attention (the
 math path, plain and causal) and the convolutional networks' ops (relu, relu6, batch_norm, conv2d,
-conv_transpose2d, max_pool2d 2x2 and 3x3/2 padded, avg_pool2d; the value on the kink included):
+conv2d dilated and grouped, conv_transpose2d, max_pool2d 2x2 and 3x3/2 padded, avg_pool2d; the value on
+the kink included):
 traced from the framework's own code, `proved` at small dims and
 `checked` (mpmath, 50 digits) at realistic ones, each forward tied to the certified spec by the law
 ``matches_spec[<spec>]``.
@@ -55,6 +56,8 @@ TABLE = [
     ("conv2d", "conv2d", "F.conv2d(x, w, b, padding=1)", False, {"N": 1, "C": 3, "O": 4, "H": 6, "W": 6}, None),
     ("conv_transpose2d", "conv_transpose2d", "F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1)", False,
      {"N": 1, "C": 3, "O": 2, "H": 3, "W": 4}, None),
+    ("conv2d_dilated_grouped", "conv2d_dilated_grouped", "F.conv2d(x, w, padding=2, dilation=2, groups=2)", False,
+     {"N": 1, "Cg": 2, "Og": 2, "H": 6, "W": 6}, None),
     ("max_pool2d", "max_pool2d", "F.max_pool2d(x, 2)", False, {"N": 2, "C": 2, "Ho": 4, "Wo": 4}, None),
     ("max_pool2d_3x3s2", "max_pool2d_3x3s2", "F.max_pool2d(x, 3, 2, padding=1)", False,
      {"N": 2, "C": 2, "Ho": 4, "Wo": 4}, None),

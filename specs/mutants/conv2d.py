@@ -1,9 +1,11 @@
 """Wrong convolution backwards and forwards, from the bug families of hand-written conv kernels."""
 import numpy as np
 
-from vjpcert.specs.conv2d import (TAPS, conv2d, conv2d_s2, conv3x3, conv_transpose2d, depthwise_conv2d,
-                                  depthwise_conv7x7, depthwise_input_grad, depthwise_kernel_grad, input_grad,
-                                  kernel_grad, pad, pointwise_conv2d, spread_grad, taps, window)
+from vjpcert.specs.conv2d import (DILATION, GROUPS, TAPS, conv2d, conv2d_dilated_grouped, conv2d_s2, conv3x3,
+                                  conv_transpose2d, depthwise_conv2d, depthwise_conv7x7, depthwise_input_grad,
+                                  depthwise_kernel_grad, dilated_correlation, dilated_input_grad,
+                                  dilated_kernel_grad, input_grad, kernel_grad, pad, pointwise_conv2d, spread_grad,
+                                  taps, window)
 
 TRANSPOSED = lambda i, j: (j, i)          # noqa: E731  (the tap (j, i) read for (i, j))
 
@@ -142,3 +144,34 @@ def _(B, x, w, dy):
 def _(B, x, w, b, dy):
     """db summed over space but not over the batch."""
     return depthwise_input_grad(dy, w), depthwise_kernel_grad(dy, pad(x, 3), 7), dy[0].sum((1, 2))
+
+
+@conv2d_dilated_grouped.mutant("dx_without_dilation", kills=["vjp[x]"])
+def _(B, x, w, dy):
+    """dx gathers dy at consecutive taps (the flipped kernel read with dilation 1, padding 1)."""
+    H, W = dy.shape[2], dy.shape[3]
+    wt = w.reshape(GROUPS, w.shape[0] // GROUPS, *w.shape[1:]).transpose(0, 2, 1, 3, 4)
+    return (dilated_correlation(pad(dy, 1), wt, H, W, lambda i, j: (2 - i, 2 - j)),
+            dilated_kernel_grad(dy, pad(x, DILATION)))
+
+
+@conv2d_dilated_grouped.mutant("dw_at_the_undilated_taps", kills=["vjp[w]"])
+def _(B, x, w, dy):
+    """dw[., ., i, j] from the input at (h + i, w + j) around the padded centre: dilation forgotten."""
+    return dilated_input_grad(dy, w), dilated_kernel_grad(dy, pad(x, DILATION), lambda i, j: (1 + i, 1 + j))
+
+
+@conv2d_dilated_grouped.mutant("dx_groups_swapped", kills=["vjp[x]"])
+def _(B, x, w, dy):
+    """Each input group's dx computed with the other group's weights (a group offset off by one)."""
+    return dilated_input_grad(dy, np.concatenate([w[w.shape[0] // 2:], w[:w.shape[0] // 2]], axis=0)), \
+        dilated_kernel_grad(dy, pad(x, DILATION))
+
+
+@conv2d_dilated_grouped.mutant("dw_summed_over_both_groups", kills=["vjp[w]"])
+def _(B, x, w, dy):
+    """dw of every group taken against the sum of both input groups (the grouping dropped in dw)."""
+    xp = pad(x, DILATION)
+    half = xp.shape[1] // 2
+    both = xp[:, :half] + xp[:, half:]
+    return dilated_input_grad(dy, w), dilated_kernel_grad(dy, np.concatenate([both, both], axis=1))
