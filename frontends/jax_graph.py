@@ -135,7 +135,7 @@ def _max(c, x, y, **_):
     for a, b in ((x, y), (y, x)):
         if b.static:
             return _clipped(c, a, b)
-    return _tie_split(c, x, y)
+    return c.tie_split(x, y)          # lax.max's JVP: the balanced split
 
 
 @rule("min")
@@ -151,16 +151,6 @@ def _clipped(c, x, bound):
     jnp.maximum(x, 0.) is held to relu's convention and fails on the kink, with the half as witness."""
     d = c.binary("-", x, bound)
     return c.binary("+", bound, c.binary("*", d, c.unary("step", d)))
-
-
-def _tie_split(c, x, y):
-    """max(x, y) with lax.max's derivative: x where x > y, y where y > x, half to each on a tie
-    (its JVP's balanced split): x w + y (1 - w), w = [x > y] + [x = y] / 2 -- the kink of the language
-    (``B.step``), so the claims are proved region by region and at_the_kink checks the split."""
-    d = c.binary("-", x, y)
-    above, below = c.unary("step", d), c.unary("step", c.neg(d))
-    w = c.binary("+", above, c.binary("*", c.binary("-", c.binary("-", 1, above), below), Fraction(1, 2)))
-    return c.binary("+", c.binary("*", x, w), c.binary("*", y, c.binary("-", 1, w)))
 
 
 @rule("reduce_sum")

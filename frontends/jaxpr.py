@@ -125,4 +125,14 @@ def report_functions() -> dict:
         "conv2d": (lambda x, w, b: jax.lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)),
                                                                 dimension_numbers=("NCHW", "OIHW", "NCHW"))
                    + b[None, :, None, None], {}),
+        "conv2d_dilated_grouped": (lambda x, w: jax.lax.conv_general_dilated(
+            x, w, (1, 1), ((2, 2), (2, 2)), rhs_dilation=(2, 2), feature_group_count=2,
+            dimension_numbers=("NCHW", "OIHW", "NCHW")), {}),
+        # pooling as Flax writes it: lax.reduce_window over NCHW here (Flax's own layout is NHWC)
+        "max_pool2d": (lambda x: jax.lax.reduce_window(x, -jax.numpy.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2),
+                                                       "VALID"), {}),
+        "max_pool2d_3x3s2": (lambda x: jax.lax.reduce_window(x, -jax.numpy.inf, jax.lax.max, (1, 1, 3, 3),
+                                                             (1, 1, 2, 2), ((0, 0), (0, 0), (1, 1), (1, 1))), {}),
+        "avg_pool2d": (lambda x: jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, 1, 2, 2), (1, 1, 2, 2), "VALID") / 4,
+                       {}),
     }

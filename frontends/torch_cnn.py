@@ -6,12 +6,11 @@ Registered into ``torch_rules.RULES`` when imported (``torch_graph`` imports it)
 """
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 
 from vjpcert.frontends.torch_rules import rule
 from vjpcert.frontends.values import Val, as_array
+from vjpcert.frontends.windows import first_winners
 
 
 # Kinks, spelled with B.step so that the derivative the prover takes on the kink itself (step' = 0,
@@ -92,13 +91,8 @@ def _abs(c, x):
 
 @rule("aten.maximum.default")
 def _maximum(c, a, b):
-    """a on a > b, b on b > a; on a tie each gets half the gradient, as in PyTorch's backward:
-    a (m + e/2) + b (1 - m - e/2), m = [a > b], e = [a = b] = 1 - [a > b] - [b > a]."""
-    d = c.binary("-", a, b)
-    m, m2 = _step(c, d), c.unary("step", c.neg(d))
-    half = c.binary("*", c.binary("-", c.binary("-", 1, m), m2), Fraction(1, 2))
-    wa = c.binary("+", m, half)
-    return c.binary("+", c.binary("*", a, wa), c.binary("*", b, c.binary("-", 1, wa)))
+    """a on a > b, b on b > a; on a tie each gets half the gradient, as in PyTorch's backward."""
+    return c.tie_split(a, b)
 
 
 @rule("aten.minimum.default")
@@ -280,24 +274,13 @@ def _pool_taps(c, x, k, s, p, d, out):
 
 @rule("aten.max_pool2d_with_indices.default")
 def _max_pool2d(c, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    """Each window's maximum, and which tap holds it: tap t wins where it is inside the input, greater
-    than every earlier tap and at least every later one (PyTorch keeps the first maximum in scan order,
-    so on a tie the gradient goes to the first), so exactly one tap wins each window; the maximum is
+    """Each window's maximum, and which tap holds it (``windows.first_winners``: PyTorch keeps the
+    first maximum in scan order, so on a tie the gradient goes to the first); the maximum is
     sum_t win_t e_t, whose derivative routes dy to the winner -- PyTorch's backward, ties included."""
     k, s, p, d, out = _pool_geometry(c, x.shape, kernel_size, stride, padding, dilation, ceil_mode)
     taps = _pool_taps(c, x, k, s, p, d, out)
-    step = c.B.step
-    wins, value = [], 0
-    for t, (_, e_t, in_t) in enumerate(taps):
-        win = np.where(in_t, 1 + 0 * e_t, 0 * e_t)               # in the dtype of the values
-        for u, (_, e_u, in_u) in enumerate(taps):
-            if u == t:
-                continue
-            # a pair with a tap in the padding is no comparison: a constant argument, never a kink
-            diff = np.where(in_t & in_u, e_t - e_u, 1 + 0 * e_t)
-            win = win * (step(diff) if u < t else 1 - step(-diff))
-        wins.append(win)
-        value = value + win * e_t
+    wins = first_winners(c.B.step, [(e_t, in_t) for _, e_t, in_t in taps])
+    value = sum(win * e_t for win, (_, e_t, _) in zip(wins, taps))
     return (Val(as_array(value), False), _Argmax(np.shape(value), wins))
 
 

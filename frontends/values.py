@@ -394,6 +394,17 @@ class Context:
         return Val(np.asarray(fn(*a), dtype=bool), True)
 
     # ---------------------------------------------------------------- reductions and products
+    def tie_split(self, x, y) -> Val:
+        """max(x, y) with the derivative both frameworks give their binary maximum: x where x > y, y
+        where y > x, half to each on a tie (PyTorch's maximum backward, lax.max's balanced JVP):
+        x w + y (1 - w), w = [x > y] + [x = y] / 2 -- the kink of the language (``B.step``), so the
+        claims are proved region by region and at_the_kink checks the split."""
+        d = self.binary("-", x, y)
+        above, below = self.unary("step", d), self.unary("step", self.neg(d))
+        w = self.binary("+", above, self.binary("*", self.binary("-", self.binary("-", 1, above), below),
+                                               Fraction(1, 2)))
+        return self.binary("+", self.binary("*", x, w), self.binary("*", y, self.binary("-", 1, w)))
+
     def reduce_sum(self, x: Val, axes, keepdims: bool, mean: bool = False) -> Val:
         x = self.scalar(x)
         self._no_nan(x)

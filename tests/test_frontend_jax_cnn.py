@@ -77,3 +77,66 @@ def test_a_custom_vjp_that_does_not_reverse_the_kernel_fails():
     cert = prove_claim(op, "vjp[x]", dims)
     assert cert.verdict == "failed" and cert.evidence["witness"]["exact"], cert.evidence
     assert prove_claim(op, "vjp[w]", dims).verdict == "proved"
+
+
+POOLS = {        # lax.reduce_window as flax and haiku write max-, min- and average pooling
+    "max_2x2_nchw": (lambda x: lax.reduce_window(x, -np.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID"),
+                     {"x": (1, 2, 4, 4)}),
+    "max_3x3s2_same_nhwc": (lambda x: lax.reduce_window(x, -np.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME"),
+                            {"x": (1, 5, 5, 2)}),
+    "min_2x2": (lambda x: lax.reduce_window(x, np.inf, lax.min, (1, 1, 2, 2), (1, 1, 2, 2), "VALID"),
+                {"x": (1, 1, 4, 4)}),
+    "avg_3x3s2_padded": (lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 1, 3, 3), (1, 1, 2, 2),
+                                                     ((0, 0), (0, 0), (1, 1), (1, 1))) / 9, {"x": (1, 2, 5, 5)}),
+}
+
+
+def _jax_numbers(fn, arrays, dy_seed=1):
+    with _x64(jax):
+        y, vjp = jax.vjp(fn, *arrays.values())
+        dy = np.random.default_rng(dy_seed).standard_normal(y.shape)
+        return np.asarray(y), dy, [np.asarray(g) for g in vjp(dy)]
+
+
+@pytest.mark.parametrize("name", sorted(POOLS))
+def test_jax_s_pooling_computes_jax_s_numbers_ties_included_and_is_proved_on_its_kinks(name):
+    """Random inputs and small integers (ties in every window): our reading of reduce_window and of
+    select_and_scatter_add gives JAX's own numbers, the gradient of a tie at JAX's index; every claim
+    is proved, and the value on the kink is checked."""
+    fn, shapes = POOLS[name]
+    op, dims = _op(name, fn, shapes)
+    rng = np.random.default_rng(0)
+    for arrays in ({k: rng.standard_normal(v) for k, v in shapes.items()},
+                   {k: rng.integers(-1, 2, v).astype(float) for k, v in shapes.items()}):
+        y, dy, grads = _jax_numbers(fn, arrays)
+        np.testing.assert_allclose(reference.forward(op, **arrays), y, rtol=1e-12, atol=1e-12)
+        for ours, theirs in zip(reference.vjp(op, dy, **arrays), grads):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+    verdicts = {claim: prove_claim(op, claim, dims).verdict for claim in op.claims()}
+    assert all(v == "proved" for c, v in verdicts.items() if c != "at_the_kink"), verdicts
+    if name.startswith(("max", "min")):
+        assert verdicts["at_the_kink"] == "checked", verdicts
+
+
+def test_a_max_pool_whose_custom_vjp_routes_a_tie_to_the_last_maximum_fails_on_the_kink_only():
+    """The negative control of the tie: a custom VJP that scatters with ``gt`` (a later equal tap
+    replaces the selection, so the last maximum wins) is right on every region and wrong on a tie."""
+    wr = optional.importorskip("jax._src.lax.windowed_reductions")       # JAX's own, private: the only way
+    if not hasattr(wr, "_select_and_scatter_add"):                       # to scatter with another select
+        pytest.skip("this JAX has no _select_and_scatter_add")
+    window, strides = (1, 1, 2, 2), (1, 1, 2, 2)
+
+    @jax.custom_vjp
+    def pool(x):
+        return lax.reduce_window(x, -np.inf, lax.max, window, strides, "VALID")
+
+    def fwd(x):
+        return pool(x), x
+
+    def bwd(x, dy):
+        return (wr._select_and_scatter_add(dy, x, lax.gt_p, window, strides, ((0, 0),) * 4),)
+    pool.defvjp(fwd, bwd)
+    op, dims = _op("max_last_tie", pool, {"x": (1, 1, 2, 4)})
+    assert prove_claim(op, "vjp[x]", dims).verdict == "proved"
+    cert = prove_claim(op, "at_the_kink", dims)
+    assert cert.verdict == "failed" and cert.evidence["witness"]["exact"], cert.evidence
