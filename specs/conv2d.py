@@ -14,15 +14,22 @@ them (cross-correlation: the kernel is not flipped in the forward).
                 the outputs sees one half of the inputs; dx and dw stay within their group)
     pointwise   a 1x1 kernel: y[n,o,h,w] = sum_c x[n,c,h,w] w[o,c]; dx = w^T dy, dw = sum dy x^T
 
-Written with np.pad, (strided) slices and einsum. The every-size tier proves conv2d_s2 for every batch,
-channel count and spatial size at this kernel size; the stride-1 windows cut the padded input at 1 and
-at H - 1, which are in the same order only from H = 2 on, so those two are proved at fixed dims.
+Written with np.pad, (strided) slices and einsum. The every-size tier proves them for every batch,
+channel count and spatial size at this kernel size: conv2d_s2 and the transposed one from 1 on; the
+stride-1 3 x 3 windows cut the padded input at 1 and at H - 1, in one order only from H = 2 on, so
+those ops take H, W >= 2 (``from_two``) and are proved for every such size.
 """
 import numpy as np
 
 from vjpcert.core.registry import op
 
 TAPS = [(i, j) for i in range(3) for j in range(3)]
+
+
+def from_two(d):
+    """The stride-1 3 x 3 ops' sizes: H, W >= 2 (a one-pixel edge is every tap's edge at once)."""
+    small = [name for name in ("H", "W") if d.get(name, 2) < 2]
+    return f"{' and '.join(small)} must be at least 2 (a 3 x 3 window with padding 1, stride 1)" if small else None
 
 
 def taps(k):
@@ -40,7 +47,7 @@ def window(xp, i, j, h, w, stride=1):
 
 @op(inputs={"x": ("N", "C", "H", "W"), "w": ("O", "C", 3, 3), "b": ("O",)}, output=("N", "O", "H", "W"),
     dims=[{"N": 1, "C": 1, "O": 1, "H": 2, "W": 2}, {"N": 2, "C": 2, "O": 2, "H": 3, "W": 2}],
-    check_dims={"N": 2, "C": 2, "O": 3, "H": 4, "W": 5})
+    check_dims={"N": 2, "C": 2, "O": 3, "H": 4, "W": 5}, constraints=from_two)
 def conv2d(B, x, w, b):
     return correlate(x, w) + b[None, :, None, None]
 
@@ -73,9 +80,12 @@ def conv2d_vjp(B, x, w, b, dy):
     return input_grad(dy, w), kernel_grad(dy, pad(x)), dy.sum((0, 2, 3))
 
 
+conv2d.every_size("vjp[x]", "vjp[w]", "vjp[b]")
+
+
 @op(inputs={"x": ("N", "C", "H", "W"), "w": ("O", "C", 3, 3)}, output=("N", "O", "H", "W"),
     dims=[{"N": 1, "C": 1, "O": 1, "H": 2, "W": 2}, {"N": 2, "C": 2, "O": 2, "H": 3, "W": 2}],
-    check_dims={"N": 2, "C": 2, "O": 3, "H": 4, "W": 5})
+    check_dims={"N": 2, "C": 2, "O": 3, "H": 4, "W": 5}, constraints=from_two)
 def conv3x3(B, x, w):
     return correlate(x, w)
 
@@ -83,6 +93,9 @@ def conv3x3(B, x, w):
 @conv3x3.defvjp
 def conv3x3_vjp(B, x, w, dy):
     return input_grad(dy, w), kernel_grad(dy, pad(x))
+
+
+conv3x3.every_size("vjp[x]", "vjp[w]")
 
 
 @op(inputs={"x": ("N", "C", "H", "W"), "w": ("O", "C")}, output=("N", "O", "H", "W"),
@@ -165,7 +178,7 @@ conv_transpose2d.every_size("vjp[x]", "vjp[w]")
 
 @op(inputs={"x": ("N", "C", "H", "W"), "w": ("C", 3, 3)}, output=("N", "C", "H", "W"),
     dims=[{"N": 1, "C": 1, "H": 2, "W": 2}, {"N": 1, "C": 2, "H": 3, "W": 2}],
-    check_dims={"N": 2, "C": 3, "H": 4, "W": 5})
+    check_dims={"N": 2, "C": 3, "H": 4, "W": 5}, constraints=from_two)
 def depthwise_conv2d(B, x, w):
     H, W = x.shape[2], x.shape[3]
     xp = pad(x)
@@ -189,6 +202,9 @@ def depthwise_kernel_grad(dy, xp, k=3, tap=lambda i, j: (i, j)):
 @depthwise_conv2d.defvjp
 def depthwise_conv2d_vjp(B, x, w, dy):
     return depthwise_input_grad(dy, w), depthwise_kernel_grad(dy, pad(x))
+
+
+depthwise_conv2d.every_size("vjp[x]", "vjp[w]")
 
 
 

@@ -418,6 +418,32 @@ def test_constraints_that_are_not_a_multiple_of_a_size_are_refused():
     assert "n = 3*n_3 (a multiple of 3)" in cert.assumptions
 
 
+def test_constraints_from_a_least_size_on_are_a_shifted_size_and_nothing_below_is_an_instance():
+    """n >= 3 (a 3 x 3 convolution's H >= 2, in small): the statement is over n = n0 + 2, n0 >= 1, says
+    so, and a size below it is never read as an instance of it."""
+    from vjpcert.symbolic.every_size.dims import dim_forms
+    from vjpcert.symbolic.every_size.instance import instance_of
+    o = _softmax_like("t12_from_three", lambda B, x, dy: (_right(B, x, dy),),
+                      constraints=lambda d: None if d["n"] >= 3 else "n >= 3")
+    assert dim_forms(o)["n"] == (1, "n0", 3) and dim_forms(o)["rows"] == (1, "rows", 1)
+    cert = prove_general(o, "vjp[x]", budget=120)
+    assert cert.verdict == "proved-general" and cert.dims["n"] == "n0+2", cert.evidence.get("reason")
+    assert "n = n0 + 2 (at least 3)" in cert.assumptions and "n0 >= 1 (an integer)" in cert.assumptions
+    assert instance_of(o, {"rows": 1, "n": 2}) is not None and instance_of(o, {"rows": 1, "n": 3}) is None
+
+
+def test_a_stride_one_convolution_is_proved_for_every_size_from_two_and_its_mutant_is_not():
+    """The 3 x 3 depthwise convolution, stride 1, padding 1: proved for every batch, channel count and
+    H, W >= 2; the kernel not flipped in dx fails for every size."""
+    o = OPS["depthwise_conv2d"]
+    cert = prove_general(o, "vjp[x]", budget=300)
+    assert cert.verdict == "proved-general", cert.evidence.get("reason")
+    assert cert.dims == {"C": "C", "H": "H0+1", "N": "N", "W": "W0+1"}
+    assert "H = H0 + 1 (at least 2)" in cert.assumptions
+    wrong = o.with_mutant(next(m for m in o.mutants if m.name == "kernel_not_flipped_in_dx"))
+    assert prove_general(wrong, "vjp[x]", budget=300).verdict == "failed"
+
+
 def test_a_structural_param_and_a_symbolic_one_reach_the_trace():
     @op(name="t12_scaled", inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}],
         params={"c": Param(2), "k": Param(3, symbolic=False)})

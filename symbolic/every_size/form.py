@@ -107,7 +107,8 @@ class GeneralBuilder:
         self.dim_exprs: dict[str, sp.Expr] = {}      # spec dim name -> expression in the dim symbols
         self.dim_symbols: list[sp.Symbol] = []
         self.even: dict[str, sp.Symbol] = {}         # dim name -> the symbol it is a multiple of
-        self.multiple: dict[str, int] = {}            # dim name -> k (d = k * sub)
+        self.multiple: dict[str, int] = {}            # dim name -> k (d = k * sub + least - k)
+        self.least: dict[str, int] = {}               # dim name -> its least size (k unless declared)
         self.ranges: dict[sp.Symbol, tuple] = {}
         self.check_dims: list[dict] | None = None
         self._names: set[str] = set()
@@ -134,13 +135,16 @@ class GeneralBuilder:
             self.dim_exprs[name] = self._new_dim(name)
         return self.dim_exprs[name]
 
-    def multiple_dim(self, name: str, k: int, sub: str) -> sp.Expr:
-        """A dimension ``name`` = k * ``sub`` with sub >= 1 (k = 2: RoPE's even head width d = 2h)."""
+    def multiple_dim(self, name: str, k: int, sub: str, least: int | None = None) -> sp.Expr:
+        """A dimension ``name`` = k * ``sub`` + least - k with sub >= 1: every multiple of k from ``least``
+        (default k) on (k = 2: RoPE's even head width d = 2h; k = 1, least = 2: H = H' + 1 >= 2)."""
         if name not in self.dim_exprs:
+            least = int(k) if least is None else int(least)
             s = self._new_dim(sub)
             self.even[name] = s
             self.multiple[name] = int(k)
-            self.dim_exprs[name] = int(k) * s
+            self.least[name] = least
+            self.dim_exprs[name] = int(k) * s + (least - int(k))
         return self.dim_exprs[name]
 
     def even_dim(self, name: str, half: str) -> sp.Expr:
@@ -317,7 +321,7 @@ class Statement:
 
     @property
     def dims(self) -> dict:
-        return {name: str(expr).replace("*", "") for name, expr in sorted(self.G.dim_exprs.items())}
+        return {name: str(expr).replace("*", "").replace(" ", "") for name, expr in sorted(self.G.dim_exprs.items())}
 
 
 def build_statement(op: Op, claim: str, builder: Callable, display: bool = False) -> Statement:
@@ -429,10 +433,17 @@ def render(stmt: Statement, builder: Callable) -> dict:
     return out
 
 
+def _form_in_words(k: int, least: int) -> str:
+    kind = "" if k == 1 else "even" if k == 2 else f"a multiple of {k}"
+    if least == k:
+        return kind
+    return f"{kind}, at least {least}" if kind else f"at least {least}"
+
+
 def assumptions_of(stmt: Statement) -> list[str]:
     G, op = stmt.G, stmt.op
     out = [f"{s} >= 1 (an integer)" for s in G.dim_symbols]
-    out += [f"{name} = {expr} ({'even' if G.multiple[name] == 2 else f'a multiple of {G.multiple[name]}'})"
+    out += [f"{name} = {expr} ({_form_in_words(G.multiple[name], G.least[name])})"
             for name, expr in G.dim_exprs.items() if name in G.even]
     at = op.get_law(stmt.claim).params if stmt.kind == "law" else {}
     for name, p in op.params.items():

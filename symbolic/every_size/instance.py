@@ -34,7 +34,7 @@ _KEPT = ("statement", "formula", "law", "normalisation", "derived_from", "scope"
 
 def instance_of(op: Op, dims: dict) -> str | None:
     """Why ``dims`` are not an instance of the op's every-size statement, or None when they are: each
-    dim k * sub with sub >= 1 (``dim_forms``), so a multiple of k and at least k."""
+    dim k * sub + least - k with sub >= 1 (``dim_forms``), so a multiple of k and at least ``least``."""
     try:
         forms = dim_forms(op)
     except DerivationRefused as exc:
@@ -42,9 +42,9 @@ def instance_of(op: Op, dims: dict) -> str | None:
     for name, value in dims.items():
         if name not in forms:             # a structural parameter, not a size
             continue
-        k = forms[name][0]
-        if not isinstance(value, int) or value < k or value % k:
-            return f"{name} = {value!r} is not a size of the every-size statement (a multiple of {k}, >= {k})"
+        k, _, least = forms[name]
+        if not isinstance(value, int) or value < least or value % k:
+            return f"{name} = {value!r} is not a size of the every-size statement (a multiple of {k}, >= {least})"
     return None
 
 

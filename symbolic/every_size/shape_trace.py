@@ -35,7 +35,7 @@ The trace is made of ``sizes`` (``Dim``, size arithmetic, where a refusal happen
 statement and the driver).
 
 Public API: ``derive(op, claim) -> builder`` (a ``GeneralBuilder -> G.vjp(...) | G.law(...)``),
-``dim_forms(op) -> {dim: (k, sub)}``, ``DerivationRefused``.
+``dim_forms(op) -> {dim: (k, sub, least)}``, ``DerivationRefused``.
 """
 from __future__ import annotations
 
@@ -58,11 +58,11 @@ __all__ = ["DerivationRefused", "derive", "dim_forms", "source_of", "spec_line"]
 
 # ============================================================================ dims of the statement
 def declare_dims(G, op: Op) -> None:
-    for name, (k, sub) in dim_forms(op).items():
-        if k == 1:
+    for name, (k, sub, least) in dim_forms(op).items():
+        if k == 1 and least == 1:
             G.dim(name)
         else:
-            G.multiple_dim(name, k, sub)
+            G.multiple_dim(name, k, sub, least)
 
 
 # ============================================================================ the derivation
