@@ -432,6 +432,7 @@ def test_constraints_from_a_least_size_on_are_a_shifted_size_and_nothing_below_i
     assert instance_of(o, {"rows": 1, "n": 2}) is not None and instance_of(o, {"rows": 1, "n": 3}) is None
 
 
+@pytest.mark.slow                   # two every-size proofs of a convolution (~1 min): the reports hold them too
 def test_a_stride_one_convolution_is_proved_for_every_size_from_two_and_its_mutant_is_not():
     """The 3 x 3 depthwise convolution, stride 1, padding 1: proved for every batch, channel count and
     H, W >= 2; the kernel not flipped in dx fails for every size."""
