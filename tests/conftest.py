@@ -17,6 +17,8 @@ def representative(name, claim) -> bool:
     checker, and each mutant standing for it still goes red; that every claim of every op holds is
     what the committed certificates say, which CI verifies are current (same spec, same checker
     code), all passing, and replays a sample of."""
+    if heavy(name):
+        return False        # its family stands for it (see HEAVY_COMPOSITES and HEAVY_LEAVES)
     return claim == next(c for c in OPS[name].claims() if c.startswith("vjp["))
 
 
@@ -31,12 +33,23 @@ def op_mutants(proof=None):
 
 
 # Composites whose first compositional proof in a fresh process costs 15 s or more (their nodes'
-# every-size proofs come first): their mutants run with --slow, and in the committed kill matrix.
-HEAVY_COMPOSITES = ("gpt2_block",)
-# Leaf ops whose mutants each cost half a minute in a fresh process (the 3x3 max-pool: nine taps per
-# window, and the value on its kinks probed input by input): --slow and the committed kill matrix,
-# like the heavy composites; max_pool2d's mutants stand for the family in the default run.
-HEAVY_LEAVES = ("max_pool2d_3x3s2",)
+# every-size proofs come first), or whose every check costs seconds where a smaller member of their
+# family costs a fraction (ConvNeXt's 7x7 depthwise branch; multi-head attention, whose heads are
+# attention's): their claims and mutants run with --slow, and in the committed certificates and kill
+# matrix; the ResNet and MobileNet blocks, and attention, stand for them in the default run.
+HEAVY_COMPOSITES = ("gpt2_block", "convnext_block", "mhsa")
+# Leaf ops whose mutants each cost seconds to half a minute in a fresh process (the 3x3 max-pool: nine
+# taps per window, and the value on its kinks probed input by input; the 7x7 depthwise convolution:
+# 49 taps): --slow and the committed kill matrix, like the heavy composites; max_pool2d and
+# depthwise_conv2d stand for their families in the default run.
+HEAVY_LEAVES = ("max_pool2d_3x3s2", "depthwise_conv7x7")
+
+
+def heavy(name) -> bool:
+    """An op the default run's per-claim and per-mutant matrices leave to --slow: a heavy composite
+    or leaf, or a stack of blocks (its checks are its blocks', which stand for it)."""
+    o = OPS[name]
+    return name in HEAVY_COMPOSITES or name in HEAVY_LEAVES or any(node.nodes for node in o.nodes.values())
 
 
 def standing_mutants(name) -> set[str]:
@@ -49,9 +62,7 @@ def standing_mutants(name) -> set[str]:
     below any finite precision). --slow runs them all, and the committed kill matrix, which CI checks
     is current, holds every mutant in every tier."""
     o = OPS[name]
-    if o.nodes and any(node.nodes for node in o.nodes.values()):
-        return set()         # a stack of blocks: its checks are its blocks', which stand for it
-    if name in HEAVY_COMPOSITES or name in HEAVY_LEAVES:
+    if heavy(name):
         return set()
     if o.nodes and "monolithic" not in o.proofs:
         return {o.mutants[0].name} if o.mutants else set()

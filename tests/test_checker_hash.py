@@ -74,18 +74,24 @@ def test_comment_and_docstring_edits_of_every_checker_file_and_of_core_change_no
     assert _hashes(root) == before
 
 
+# each case copies the package and hashes every checker in a fresh process (2 s): the default run
+# keeps one prover alone, the ladder, a kernel file found at run time and the frontends; --slow all
+SLOW = pytest.mark.slow
+
+
 @pytest.mark.parametrize("path, stale", [
     # the every-size prover, and composition, whose nodes rest on every-size proofs where they have one
-    ("symbolic/every_size/normal.py", {"symbolic:general", "symbolic:compositional"}),
+    pytest.param("symbolic/every_size/normal.py", {"symbolic:general", "symbolic:compositional"}, marks=SLOW),
     ("symbolic/modular/arith.py", {"symbolic:modular"}),                # the modular test only
     # the value on a kink: its own check, and composition, whose composites rest on their nodes' checks
-    ("symbolic/fixed/kinks.py", {"symbolic:at_the_kink", "symbolic:compositional"}),
+    pytest.param("symbolic/fixed/kinks.py", {"symbolic:at_the_kink", "symbolic:compositional"}, marks=SLOW),
     # the ladder (and the numeric tier, whose `checked` it holds against exact normalisation): not the
     # value on a kink, which the ladder hands to that check by name
     ("symbolic/fixed/prover.py", {"symbolic:None", "symbolic:compositional", "symbolic:general", "numeric"}),
     ("cuda_kernels/softmax.py", {"kernel"}),                             # a kernel file, found at run time
-    ("core/trace.py", {"symbolic:None", "symbolic:compositional", "symbolic:general", "symbolic:modular",
-                       "symbolic:at_the_kink", "numeric", "kernel", "triton", "frontend-ops"}),  # machinery every checker runs on
+    pytest.param("core/trace.py", {"symbolic:None", "symbolic:compositional", "symbolic:general", "symbolic:modular",
+                                   "symbolic:at_the_kink", "numeric", "kernel", "triton", "frontend-ops"},
+                 marks=SLOW),                                           # machinery every checker runs on
     ("frontends/values.py", {"frontend-ops"}),                          # framework ops only, not the specs'
     ("vjpcert/__init__.py", {"symbolic:None", "symbolic:compositional", "symbolic:general", "symbolic:modular",
                              "symbolic:at_the_kink", "numeric", "kernel", "triton", "frontend-ops"}),

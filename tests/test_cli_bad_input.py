@@ -29,7 +29,8 @@ SPIN_AT_IMPORT = 'while True:\n    pass\n'
 
 
 def _tree(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    """What a command wrote there, Python's own bytecode cache of an imported spec file aside."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if "__pycache__" not in p.parts)
 
 
 def _refused(capsys, argv, code=2, *, cwd_tree: Path):

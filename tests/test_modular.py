@@ -347,7 +347,10 @@ def _vjp_mutants():
         for m in o.mutants:
             if m.refused or not any(c.startswith("vjp[") for c in m.kills):
                 continue
-            small = name in ("vit_block", "llama_block", "gpt2_block", "linear", "layernorm", "gelu_erf")
+            # every mutant of the ViT block and of three leaves; the first of the Llama and GPT-2 blocks'
+            # (the rest are the ViT block's bug families again, a second each: --slow)
+            small = name in ("vit_block", "linear", "layernorm", "gelu_erf") \
+                or (name in ("llama_block", "gpt2_block") and m is o.mutants[0])
             out.append(pytest.param(name, m.name, id=f"{name}~{m.name}", marks=() if small else pytest.mark.slow))
     return out
 

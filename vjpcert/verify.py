@@ -56,6 +56,10 @@ def verify(root: Path, ops: dict[str, Op], expected: list[Path] | None = None,
         ours = None
     problems: list[Problem] = []
     seen = set()
+    # an op's identity and a checker's hash are the same for each of its certificates: computed once
+    # per op and per (tier, method, claim) (the files cannot change under one call)
+    identities: dict[str, str] = {}
+    checkers: dict[tuple, str] = {}
     for path in sorted((root / "certificates").rglob("*.json")):
         rel = path.relative_to(root)
         if skip_prefix and rel.parts[1].startswith(skip_prefix):
@@ -91,16 +95,18 @@ def verify(root: Path, ops: dict[str, Op], expected: list[Path] | None = None,
             continue
         why = []
         from vjpcert.core.sources import current_sha256, recorded_sha256
-        code = op.identity_sha256
+        code = identities.get(op.name) or identities.setdefault(op.name, op.identity_sha256)
         now, changed = current_sha256(code, op, record["sources"])
         if record["spec_sha256"] != now:
             if recorded_sha256(code, record["sources"]) != record["spec_sha256"]:
                 why.append("spec changed (" + ", ".join(p.name for p in op.source_files) + ")")
             if changed:
                 why.append("data changed (" + ", ".join(changed) + ")")
+        key = (record["tier"], (record.get("options") or {}).get("method"), record["claim"])
         try:
-            if record["checker_sha256"] != checker_sha256(record["tier"], (record.get("options") or {}).get("method"),
-                                                          record["claim"]):
+            if key not in checkers:
+                checkers[key] = checker_sha256(*key)
+            if record["checker_sha256"] != checkers[key]:
                 why.append(f"{record['tier']} checker code changed")
         except ImportError:
             why.append(f"the {record['tier']} checker cannot be imported here")
