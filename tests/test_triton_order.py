@@ -56,7 +56,9 @@ def test_the_race_is_seen_wherever_a_row_has_more_than_one_program(dims):
     assert cert.verdict == ("failed" if racy else "kernel-match"), cert.evidence.get("witness")
 
 
-@pytest.mark.parametrize("dims", [{"rows": 5, "n": 33}, {"rows": 2, "n": 1025}], ids=lambda d: f"{d['rows']}x{d['n']}")
+# 5 x 33 is already three programs a row; 1,025 (65 programs a row, 4 s in the interpreter): --slow
+@pytest.mark.parametrize("dims", [{"rows": 5, "n": 33}, pytest.param({"rows": 2, "n": 1025}, marks=pytest.mark.slow)],
+                         ids=lambda d: f"{d['rows']}x{d['n']}")
 def test_the_two_pass_twin_gives_the_same_bits_in_every_order(dims):
     cert = _check(CONTROLS_MODULE.TWINS["softmax_split_two_pass"], dims)
     assert cert.verdict == "kernel-match", cert.evidence.get("witness")
