@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from vjpcert.core.certificate import atomic_write, checker_code_sha256
 STAMPS = "stamps.json"
 
 
-def _version(dist: str) -> str | None:
+@lru_cache(maxsize=None)
+def _version(dist: str) -> str | None:      # once per process: the library it loaded
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -29,6 +31,11 @@ def _sha(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
+@lru_cache(maxsize=1)
+def _plots_code_sha256() -> str:
+    return checker_code_sha256("vjpcert.numeric.plots")
+
+
 def plot_inputs(op, seed: int) -> str:
     """Everything an op's finite-difference plot is drawn from: the op's code and its mutants' (the
     dashed lines), the numeric tier's code (numeric/plots.py included), the seed, and the versions of
@@ -37,7 +44,7 @@ def plot_inputs(op, seed: int) -> str:
     mutants = sorted(code_files(functions=[m.fn for m in getattr(op, "mutants", ()) if getattr(m, "fn", None)]))
     return _sha({"op": op.base_name, "spec": op.spec_sha256, "mutants": files_sha256(mutants),
                  "mutant_names": sorted(m.name for m in getattr(op, "mutants", ())),
-                 "numeric": checker_code_sha256("vjpcert.numeric.plots"), "seed": seed,
+                 "numeric": _plots_code_sha256(), "seed": seed,
                  "versions": {d: _version(d) for d in ("numpy", "mpmath", "scipy", "matplotlib", "vjpcert")}})
 
 
