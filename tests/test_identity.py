@@ -132,3 +132,28 @@ def test_the_fixture_the_session_and_the_cli_plan_the_same_claims(name):
     for tiers, command in ((("symbolic",), "prove"), (("numeric",), "check")):
         cli, _ = _plan(build_parser().parse_args([command, name]), tiers)
         assert sorted(map(key, plan_op(name, tiers))) == sorted(map(key, cli))
+
+
+@pytest.mark.parametrize("edited", ["helpers.py", "my_ops.py"])
+def test_an_edit_in_the_second_of_the_last_import_is_not_run_from_old_bytecode(tmp_path, edited):
+    """Python trusts a cached .pyc while the source keeps its size and its modification time in whole
+    seconds: an edit in the same second to the same length (2 * x to 3 * x) made the rerun prove the
+    old code under a certificate hashing the new (a false proof). Reproduced without a race: the old
+    bytecode is compiled, the file edited, and its old modification time put back."""
+    import os
+    import py_compile
+    f = _project(tmp_path)
+    reports = tmp_path / "reports"
+    assert main(["prove", str(f), "--reports", str(reports), "--quiet"]) == 0
+    target = tmp_path / edited
+    for source in (tmp_path / "helpers.py", f):
+        py_compile.compile(str(source), doraise=True)   # the bytecode of the code that was proved
+    before = target.stat()
+    text = target.read_text()
+    # the helper's gain, or the spec's forward (x + x: its backward 2 x dy is then wrong), same length
+    wrong = text.replace("2 * x", "3 * x") if edited == "helpers.py" else text.replace("x * x", "x + x")
+    assert wrong != text and len(wrong) == len(text)
+    target.write_text(wrong)
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert main(["prove", str(f), "--reports", str(reports), "--quiet"]) == 1
+    assert _verdicts(reports)["vjp[x]"] == "failed"

@@ -80,7 +80,7 @@ def cmd_verify(args) -> int:
     import os
 
     from vjpcert.specs import builtin_ops
-    from vjpcert.core.registry import load_file
+    from vjpcert.ops import load_file
     from vjpcert.plan import task_relpath
     from vjpcert.verify import NotAReportDir, Problem, verify
 
@@ -171,7 +171,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_render(args) -> int:
-    from vjpcert.core.registry import load_file
+    from vjpcert.ops import load_file
     from vjpcert.reports import write_reports
     root = Path(args.reports)
     if not (root / "certificates").is_dir():

@@ -7,7 +7,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vjpcert.specs import builtin_ops, resolve_op
-from vjpcert.core.registry import Op, SpecError, load_file
+from vjpcert.core.registry import Op, SpecError
+from vjpcert.core.registry import load_file as _load_file
+
+
+def load_file(path) -> list[Op]:
+    """The ops of a user's spec file, loaded from the source on disk now (``core.registry.load_file``),
+    with the bytecode Python cached for it and for the user modules it imports dropped first. Python
+    trusts a cached ``.pyc`` while the source's modification time, in whole seconds, and its size are
+    unchanged: a file edited in the second it was imported, to the same length (``2 * x`` to
+    ``3 * x``), would run its old code under a certificate that hashes the new one."""
+    _drop_cached_bytecode(Path(path))
+    return _load_file(path)
+
+
+def _drop_cached_bytecode(path: Path) -> None:
+    """Remove the cached bytecode of a spec file and of every user module it imports, transitively
+    (the files ``core.sources`` counts as the op's code): importing them compiles what is on disk."""
+    from importlib.util import cache_from_source
+
+    from vjpcert.core.reads import is_spec_code
+    from vjpcert.core.sources import _module_of_file, _parse_imports
+    seen, todo = set(), [path.resolve()]
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            Path(cache_from_source(str(p))).unlink(missing_ok=True)
+        except (OSError, NotImplementedError, ValueError):
+            pass                       # a cache that cannot be removed was not written here either
+        todo.extend(q for q in _parse_imports(p, _module_of_file(p)) if is_spec_code(q) and q not in seen)
 
 FRAMEWORKS = ("torch", "jax")
 
