@@ -45,7 +45,7 @@ def verify(root: Path, ops: dict[str, Op], expected: list[Path] | None = None,
            skip_prefix: str | None = None) -> list[Problem]:
     """Every problem in a report directory; certificates of ops named ``skip_prefix...`` are not
     looked at (a framework that is not installed here)."""
-    from vjpcert.tiers import checker_sha256
+    from vjpcert.plan import checker_sha256
     root = Path(root)
     if not root.is_dir() or not (root / "certificates").is_dir():
         raise NotAReportDir(f"{root} is not a report directory (it has no certificates/ folder)")
@@ -56,10 +56,9 @@ def verify(root: Path, ops: dict[str, Op], expected: list[Path] | None = None,
         ours = None
     problems: list[Problem] = []
     seen = set()
-    # an op's identity and a checker's hash are the same for each of its certificates: computed once
-    # per op and per (tier, method, claim) (the files cannot change under one call)
+    # an op's identity is the same for each of its certificates: computed once per op (the files
+    # cannot change under one call); checker hashes are once per process (vjpcert.plan)
     identities: dict[str, str] = {}
-    checkers: dict[tuple, str] = {}
     for path in sorted((root / "certificates").rglob("*.json")):
         rel = path.relative_to(root)
         if skip_prefix and rel.parts[1].startswith(skip_prefix):
@@ -95,18 +94,18 @@ def verify(root: Path, ops: dict[str, Op], expected: list[Path] | None = None,
             continue
         why = []
         from vjpcert.core.sources import current_sha256, recorded_sha256
-        code = identities.get(op.name) or identities.setdefault(op.name, op.identity_sha256)
+        if op.name not in identities:
+            identities[op.name] = op.identity_sha256
+        code = identities[op.name]
         now, changed = current_sha256(code, op, record["sources"])
         if record["spec_sha256"] != now:
             if recorded_sha256(code, record["sources"]) != record["spec_sha256"]:
                 why.append("spec changed (" + ", ".join(p.name for p in op.source_files) + ")")
             if changed:
                 why.append("data changed (" + ", ".join(changed) + ")")
-        key = (record["tier"], (record.get("options") or {}).get("method"), record["claim"])
         try:
-            if key not in checkers:
-                checkers[key] = checker_sha256(*key)
-            if record["checker_sha256"] != checkers[key]:
+            if record["checker_sha256"] != checker_sha256(record["tier"], (record.get("options") or {}).get("method"),
+                                                          record["claim"]):
                 why.append(f"{record['tier']} checker code changed")
         except ImportError:
             why.append(f"the {record['tier']} checker cannot be imported here")
