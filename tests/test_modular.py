@@ -479,17 +479,47 @@ def test_a_backward_recomputing_a_different_value_is_never_served_the_forward_s(
     assert wrong["claims"]["vjp[x]"]["status"] == "nonzero"
 
 
-def test_the_backward_reuses_the_forward_s_values():
-    """The cache is used: one trial of a softmax computes each exp once, though its backward recomputes
-    the probabilities."""
+def _matmuls_of_one_trial(o, dims, cache: bool) -> int:
     import random
     from vjpcert.symbolic.modular import check as M
-    o = OPS["softmax"]
-    point = M._Point(o, {"rows": 2, "n": 3}, {}, random.Random(0), M.draw_prime(random.Random(1)), {})
-    calls = []
+    point = M._Point(o, dims, {}, random.Random(0), M.draw_prime(random.Random(1)), {})
     F = point.field()
-    orig = F._atom_value
-    F._atom_value = lambda kind, v: calls.append(kind) or orig(kind, v)
+    calls = []
+    matmul, value = F.matmul, F.value
+    F.matmul = lambda a, b: calls.append(1) or matmul(a, b)
+    if not cache:
+        F.value = lambda sid, compute, keep=False: compute()
     point.field = lambda: F
-    M.vjp_residual(o, {"rows": 2, "n": 3}, point, ["x"])
-    assert calls.count("exp") == 1
+    R = M.vjp_residual(o, dims, point, list(o.inputs))[0]
+    assert R == 0
+    return len(calls)
+
+
+def test_the_backward_reuses_the_forward_s_matmul_products():
+    """The cache is used: attention's backward recomputes the scores Q K^T and the probabilities, and
+    the products come from the forward's trial cache instead of new matmuls (d = 4: 1 / sqrt(d) needs
+    no root mod p)."""
+    dims = {"m": 3, "d": 4}
+    assert _matmuls_of_one_trial(OPS["attention"], dims, True) < _matmuls_of_one_trial(OPS["attention"], dims, False)
+
+
+def test_the_trial_cache_holds_products_and_keeps_entrywise_values_only_while_held():
+    import gc
+    import random
+    from vjpcert.symbolic.modular import check as M
+    F = M._Point(OPS["softmax"], {"rows": 2, "n": 3}, {}, random.Random(0), M.draw_prime(random.Random(1)),
+                 {}).field()
+    computed = []
+
+    def compute(x):
+        return lambda: computed.append(x) or np.full(4, x, dtype=np.int64)
+    with F:
+        held = F.value("entrywise", compute(1))
+        assert F.value("entrywise", compute(2)) is held and computed == [1]      # reused while held
+        del held
+        gc.collect()
+        assert F.value("entrywise", compute(3))[0] == 3                      # dropped, computed again
+        F.value("product", compute(4), keep=True)
+        gc.collect()
+        assert F.value("product", compute(5))[0] == 4 and computed == [1, 3, 4]   # held for the trial
+    assert F.value("product", compute(6))[0] == 6                           # the trial's end drops it

@@ -48,7 +48,7 @@ LIMBS = 3                                   # 3 x 20 bits = 60 bits: residues mo
 MAX_CONTRACTION = (1 << 53) // (LIMBS << (2 * LIMB_BITS))   # 2730: 3 K limb products < 2^40 sum < 2^53
 # Karatsuba: sums of two limbs are < 2^21, their products < 2^42, K of them < 2^53 for K <= 2048
 KARATSUBA_MAX_CONTRACTION = (1 << 53) >> (2 * (LIMB_BITS + 1))
-KARATSUBA_MIN_CONTRACTION = 256             # below it the output's extra recombination costs more
+KARATSUBA_MIN_CONTRACTION = 32              # below it the output's extra recombination costs about as much
 PRIME_LO_BITS = 59                          # primes in [2^59, 2^60)
 BLOCK = 1 << 20                             # entries of one operand's block in a matmul (``_contract``)
 

@@ -196,60 +196,58 @@ def _inner(F: Field, a, b):
 
 def vjp_residual(op: Op, dims: dict, point: _Point, seeded) -> tuple[int, int, int, tuple]:
     """(R, lhs, rhs, bound of R) at one point with the inputs ``seeded`` carrying tangents."""
-    F = point.field()
-    B = ModularBackend(F)
-    values = point.values(F, seeded)
-    y = _as_mod(_run(op, op.forward, "forward", values, B), "the forward", op, F, op.shape(op.output, dims))
-    plain = point.values(F, ())
-    dy = ModArray(F, point.dy, None, LEAF, None)
-    dy.sid = derive("leaf", "dy")
-    cots = _run(op, op.vjp, "backward", {**plain, "dy": dy}, B)
-    names = list(op.inputs)
-    if not isinstance(cots, (tuple, list)) or len(cots) != len(names):
-        raise SpecError(op.name, f"the backward must return one cotangent per differentiable input {names}")
-    lhs, lhs_b = 0, None
-    for name, cot in zip(names, cots):
-        cot = _as_mod(cot, f"the backward's cotangent for {name}", op, F, values[name].shape)
-        cot.used()
-        if name in seeded:
-            lhs = (lhs + _inner(F, cot.v, point.t[name])) % F.p
-            lhs_b = bnd.add(lhs_b, bnd.sum_axes(bnd.mul(cot.b, LEAF, cot.ndim), cot.shape, range(cot.ndim)), 0)
-    jt = y.t if y.t is not None else np.zeros(y.shape, np.int64)
-    rhs = _inner(F, point.dy, jt)
-    rhs_b = bnd.sum_axes(bnd.mul(LEAF, y.tb, y.ndim), y.shape, range(y.ndim))
-    total = bnd.add(lhs_b, rhs_b, 0)
-    F.end_trial()
-    return (lhs - rhs) % F.p, lhs, rhs, None if total is None else total.numbers(), F
+    with point.field() as F:          # the trial's cached values dropped however it ends
+        B = ModularBackend(F)
+        values = point.values(F, seeded)
+        y = _as_mod(_run(op, op.forward, "forward", values, B), "the forward", op, F, op.shape(op.output, dims))
+        plain = point.values(F, ())
+        dy = ModArray(F, point.dy, None, LEAF, None)
+        dy.sid = derive("leaf", "dy")
+        cots = _run(op, op.vjp, "backward", {**plain, "dy": dy}, B)
+        names = list(op.inputs)
+        if not isinstance(cots, (tuple, list)) or len(cots) != len(names):
+            raise SpecError(op.name, f"the backward must return one cotangent per differentiable input {names}")
+        lhs, lhs_b = 0, None
+        for name, cot in zip(names, cots):
+            cot = _as_mod(cot, f"the backward's cotangent for {name}", op, F, values[name].shape)
+            cot.used()
+            if name in seeded:
+                lhs = (lhs + _inner(F, cot.v, point.t[name])) % F.p
+                lhs_b = bnd.add(lhs_b, bnd.sum_axes(bnd.mul(cot.b, LEAF, cot.ndim), cot.shape, range(cot.ndim)), 0)
+        jt = y.t if y.t is not None else np.zeros(y.shape, np.int64)
+        rhs = _inner(F, point.dy, jt)
+        rhs_b = bnd.sum_axes(bnd.mul(LEAF, y.tb, y.ndim), y.shape, range(y.ndim))
+        total = bnd.add(lhs_b, rhs_b, 0)
+        return (lhs - rhs) % F.p, lhs, rhs, None if total is None else total.numbers(), F
 
 
 def law_residual(op: Op, claim: str, dims: dict, point: _Point):
     """(index of the first entry where the law's sides differ or None, lhs, rhs, bound, F)."""
     law = op.get_law(claim)
-    F = point.field()
-    B = ModularBackend(F)
-    values = point.values(F, ())
-    if law.needs_dy:
-        values["dy"] = ModArray(F, point.dy, None, LEAF, None)
-        values["dy"].sid = derive("leaf", "dy")
-    out = _run(op, law.fn, f"law {law.name}", values, B)
-    if isinstance(out, tuple):
-        if len(out) != 2:
-            raise SpecError(op.name, f"law {law.name} returned a tuple of {len(out)}")
-        lhs, rhs = (_as_mod(v, f"law {law.name}", op, F, None) for v in out)
-    else:
-        lhs = _as_mod(out, f"law {law.name}", op, F, None)
-        rhs = B.zeros(lhs.shape)
-    lv, rv = np.broadcast_arrays(lhs.v, rhs.v)
-    if lv.size == 0:
-        raise SpecError(op.name, f"law {law.name} returned an empty array")
-    diff = np.argwhere(lv != rv)
-    first = tuple(int(i) for i in diff[0]) if len(diff) else None
-    at = first if first is not None else ()
-    lhs.used(), rhs.used()
-    diff_b = bnd.add(lhs.b, rhs.b, lv.ndim)
-    F.end_trial()
-    return first, int(lv[at]) if first is not None else 0, int(rv[at]) if first is not None else 0, \
-        None if diff_b is None else diff_b.numbers(), F
+    with point.field() as F:          # the trial's cached values dropped however it ends
+        B = ModularBackend(F)
+        values = point.values(F, ())
+        if law.needs_dy:
+            values["dy"] = ModArray(F, point.dy, None, LEAF, None)
+            values["dy"].sid = derive("leaf", "dy")
+        out = _run(op, law.fn, f"law {law.name}", values, B)
+        if isinstance(out, tuple):
+            if len(out) != 2:
+                raise SpecError(op.name, f"law {law.name} returned a tuple of {len(out)}")
+            lhs, rhs = (_as_mod(v, f"law {law.name}", op, F, None) for v in out)
+        else:
+            lhs = _as_mod(out, f"law {law.name}", op, F, None)
+            rhs = B.zeros(lhs.shape)
+        lv, rv = np.broadcast_arrays(lhs.v, rhs.v)
+        if lv.size == 0:
+            raise SpecError(op.name, f"law {law.name} returned an empty array")
+        diff = np.argwhere(lv != rv)
+        first = tuple(int(i) for i in diff[0]) if len(diff) else None
+        at = first if first is not None else ()
+        lhs.used(), rhs.used()
+        diff_b = bnd.add(lhs.b, rhs.b, lv.ndim)
+        return first, int(lv[at]) if first is not None else 0, int(rv[at]) if first is not None else 0, \
+            None if diff_b is None else diff_b.numbers(), F
 
 
 # ------------------------------------------------------------------------------ the bound
@@ -329,6 +327,39 @@ def _points(op, dims, params, salt, seed, trials, overrides=None, roots: set | N
         yield _Point(op, dims, params, rng, p, overrides or {}, frozenset(roots or ()))
 
 
+def _roots_at_small_dims(op: Op, params: dict, residual, overrides: dict | None = None) -> set:
+    """The constant square roots the spec's code takes (GELU's sqrt(2/pi) needs sqrt(2) mod p), learned
+    by running ``residual(small_dims, point)`` at the op's smallest dims before the first trial at
+    production dims: a prime without one of them is then refused before any work, not midway through a
+    trial that is thrown away (a GPT-2 block's first trial met sqrt(2) after its attention and MLP, a
+    third of the trial's time lost). Constants are exact, so most roots are the same at every size; one
+    that depends on a size (1 / sqrt(d)) can differ: a root the production dims need and these did not
+    still redraws the prime midway, and one they do not need conditions the prime all the same -- the
+    bound counts every root a trial's field takes (``false_pass_bound``), so it is never understated.
+    The structural params (heads) are the production ones where the op's constraints allow them at the
+    small dims, else the defaults. A spec error there is left to the trials to report."""
+    small = dict(op.dims[0])
+    try:
+        small_dims, small_params = split_dims(op, {**small, **params})
+    except SpecError:
+        small_dims, small_params = op.resolve_dims(small), {}
+    roots: set = set()
+    for point in _points(op, small_dims, small_params, _salt(op, small_dims, small_params, "roots"), 0, 1,
+                          overrides, roots=roots):
+        try:
+            F = residual(small_dims, point)
+        except SpecError:
+            break
+        except Pole:
+            continue
+        except NeedAnotherPrime as exc:
+            _learn_roots(roots, exc)
+            continue
+        _learn_roots(roots, F=F)
+        break
+    return roots
+
+
 def _learn_roots(roots: set, exc: NeedAnotherPrime | None = None, F: Field | None = None):
     if exc is not None and exc.root is not None:
         roots.add(exc.root)
@@ -346,7 +377,8 @@ def check_vjps(op: Op, dims: dict, params: dict | None = None, *, seed: int = 0,
     salt = _salt(op, dims, params, "vjp")
     outcome = {f"vjp[{x}]": {"status": "zero"} for x in names}
     alive = list(names)
-    primes, fields, bound, done, seconds, poles, roots, needed = [], [], None, 0, [], 0, 0, set()
+    needed = _roots_at_small_dims(op, params, lambda d, point: vjp_residual(op, d, point, names)[-1])
+    primes, fields, bound, done, seconds, poles, refused, lost = [], [], None, 0, [], 0, 0, 0
     for point in _points(op, dims, params, salt, seed, trials, roots=needed):
         start = time.perf_counter()
         try:
@@ -355,7 +387,9 @@ def check_vjps(op: Op, dims: dict, params: dict | None = None, *, seed: int = 0,
             poles += 1
             continue
         except NeedAnotherPrime as exc:
-            roots += 1
+            # a root already known refuses the prime before any work; a new one, midway
+            refused += exc.root in needed
+            lost += exc.root not in needed
             _learn_roots(needed, exc)
             continue
         _learn_roots(needed, F=F)
@@ -376,7 +410,8 @@ def check_vjps(op: Op, dims: dict, params: dict | None = None, *, seed: int = 0,
         if not alive or _enough(bound, fields, done, trials):
             break
     return {"claims": outcome, "primes": primes, "trials": done, "fields": fields, "bound": bound,
-            "seconds_per_trial": seconds, "poles_resampled": poles, "primes_redrawn_for_roots": roots}
+            "seconds_per_trial": seconds, "poles_resampled": poles, "primes_refused_for_roots": refused,
+            "trials_thrown_away": lost + poles}
 
 
 def _join_numbers(a, b):
@@ -421,7 +456,9 @@ def check_law(op: Op, claim: str, dims: dict, params: dict | None = None, *, see
     params = dict(params or {})
     law = op.get_law(claim)
     salt = _salt(op, dims, params, claim)
-    primes, fields, bound, done, seconds, needed = [], [], None, 0, [], set()
+    needed = _roots_at_small_dims(op, params, lambda d, point: law_residual(op, claim, d, point)[-1],
+                                  law.params)
+    primes, fields, bound, done, seconds = [], [], None, 0, []
     for point in _points(op, dims, params, salt, seed, trials, law.params, roots=needed):
         start = time.perf_counter()
         try:

@@ -100,7 +100,7 @@ def _matmul(a: ModArray, b: ModArray) -> ModArray:
         refuse("matmul with a scalar operand")
     K = a.shape[-1]
     sid = derive("matmul", None, a, b)
-    v = F.value(sid, lambda: F.matmul(a.v, b.v))
+    v = F.value(sid, lambda: F.matmul(a.v, b.v), keep=True)
     pairs = ([(a.t, b.v)] if a.t is not None else []) + ([(a.v, b.t)] if b.t is not None else [])
     t = None
     if pairs and a.ndim >= 2 and b.ndim >= 2:

@@ -2,6 +2,7 @@
 counts the false-pass bound reads (``symbolic.modular.backend`` describes the semantics)."""
 from __future__ import annotations
 
+import weakref
 from fractions import Fraction
 
 import flint
@@ -43,25 +44,45 @@ class Field(ModP):
         self.sqrt_atoms: dict = {}             # source -> the values of one B.sqrt call's atoms
         self.atoms_seen: set = set()           # (kind, id of the argument's computation) counted
         self._roots: dict[int, int] = {}
-        self._values: dict = {}                # computation id -> its residues (``value``)
+        self._kept: dict = {}                  # computation id -> its residues, held (``value``)
+        self._alive = weakref.WeakValueDictionary()   # ... while some array still holds them
 
     def end_trial(self):
         """Drop what only the trial itself needs -- its cached values and the matmuls' work arrays,
         GBs at production dims -- keeping the counts the bound reads (the trials' fields are kept)."""
-        self._values.clear()
+        self._kept.clear()
+        self._alive.clear()
         self._buffers.clear()
 
-    def value(self, sid, compute):
-        """The residues of the computation ``sid``, computed once per trial: the backward recomputes
-        forward values (an attention's scores and probabilities, an MLP's hidden layer), and those are
-        most of a block's matmuls after the tangents'. A sid names the operation, its structural
-        details and every operand's sid and shape (``derive``), so one sid is one value -- the same
-        identity ``atom`` already counts atoms by. None (a value of unknown provenance): computed."""
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.end_trial()
+        return False
+
+    def value(self, sid, compute, keep: bool = False):
+        """The residues of the computation ``sid``, computed once per trial where it pays: the backward
+        recomputes forward values (an attention's scores and probabilities, an MLP's hidden layer), and
+        those are most of a block's matmuls after the tangents'. A sid names the operation, its
+        structural details and every operand's sid and shape (``derive``), so one sid is one value --
+        the same identity ``atom`` already counts atoms by. ``keep``: held for the rest of the trial (a
+        matmul's product, K multiply-adds an entry); else held only while some array still holds it (an
+        entrywise product is cheaper to compute again than to keep: holding every one of them held the
+        whole trial's temporaries, six times PyTorch's memory on a GPT-2 block). Values are never
+        written in place (a write copies: ``views``), so a value found is the value computed. None (a
+        value of unknown provenance): computed."""
         if sid is None:
             return compute()
-        v = self._values.get(sid)
+        v = self._kept.get(sid)
         if v is None:
-            v = self._values[sid] = compute()
+            v = self._alive.get(sid)
+        if v is None:
+            v = compute()
+            if keep or not isinstance(v, np.ndarray):      # a numpy scalar has no weak reference
+                self._kept[sid] = v
+            else:
+                self._alive[sid] = v
         return v
 
     @property
