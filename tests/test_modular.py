@@ -523,3 +523,62 @@ def test_the_trial_cache_holds_products_and_keeps_entrywise_values_only_while_he
         gc.collect()
         assert F.value("product", compute(5))[0] == 4 and computed == [1, 3, 4]   # held for the trial
     assert F.value("product", compute(6))[0] == 6                           # the trial's end drops it
+
+
+def _values_without_ids(o) -> list[str]:
+    """Where one trial of ``o`` at its smallest dims made an array whose computation id is unknown,
+    found where a later operation meets it: a value without an id is never taken from the trial's
+    cache (the backward computes it again) and its atoms are counted again."""
+    import traceback
+    from vjpcert.symbolic.modular import array as ma
+    from vjpcert.symbolic.modular import check as M
+    from vjpcert.symbolic.modular import computation_ids as ci
+    born, found = {}, []
+    init, derive = ma.ModArray.__init__, ci.derive
+
+    def tracked_init(self, *args, **kw):
+        init(self, *args, **kw)
+        born[id(self)] = [f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}" for f in traceback.extract_stack(limit=5)[:-1]]
+
+    def tracked_derive(kind, detail, *operands):
+        found.extend(f"{kind} of a value made at {born.get(id(x))}" for x in operands
+                     if isinstance(x, ci.TracedArray) and x.sid is None)
+        return derive(kind, detail, *operands)
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(ma.ModArray, "__init__", tracked_init)
+        for module in __import__("sys").modules.values():
+            if getattr(module, "__name__", "").startswith("vjpcert.symbolic.modular") and \
+                    getattr(module, "derive", None) is derive:
+                mp.setattr(module, "derive", tracked_derive)
+        d, params = split_dims(o, dict(o.dims[0]))
+        M.check_vjps(o, d, params, trials=1)
+    finally:
+        mp.undo()
+    return found
+
+
+@pytest.mark.parametrize("name", ["llama_block", "rope_half", "vit_block", "resnet_bottleneck", "swiglu_mlp",
+                                  pytest.param("every other op", marks=pytest.mark.slow)])
+def test_every_value_a_spec_computes_has_a_computation_id(name):
+    """RoPE's angles (a constant to an array of rational powers) once had none: every matmul after a
+    Llama block's attention was computed again by its backward."""
+    names = [name] if name in OPS else [n for n in OPS if n != "attention_tape"]   # the tape: not on this backend
+    assert {n: _values_without_ids(OPS[n])[:3] for n in names} == {n: [] for n in names}
+
+
+def test_a_value_without_an_id_is_found():
+    """The negative control of the test above: RoPE's angles made without their id again are reported."""
+    from vjpcert.symbolic.modular import array as ma
+    powers = ma._pow_exact_array
+
+    def without_id(base, ks):
+        out = powers(base, ks)
+        out.sid = None
+        return out
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(ma, "_pow_exact_array", without_id)
+        assert _values_without_ids(OPS["rope_half"])
+    finally:
+        mp.undo()

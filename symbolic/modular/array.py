@@ -537,7 +537,9 @@ def _pow_exact_array(base: ModArray, ks) -> ModArray:
         else:
             flat.append(int(cpow(F, q, k).v))
     v = np.array(flat, dtype=np.int64).reshape(np.shape(ks))
-    return _new(F, v, None, ATOM, None)
+    out = _new(F, v, None, ATOM, None)
+    out.sid = derive("pow-exact", (repr(q), repr(np.asarray(ks, dtype=object).tolist())))   # constants of (q, k)
+    return out
 
 
 def exact_const(F: Field, exact) -> ModArray:
@@ -555,7 +557,9 @@ def cpow(F: Field, base: Fraction, k: Fraction) -> ModArray:
     """An algebraic constant base^k (k not an integer or 1/2): one atom, keyed by (base, k)."""
     key = int.from_bytes(hashlib.sha256(f"{base}^{k}".encode()).digest()[:7], "big")   # stable across runs
     v = F.atom("cpow", np.int64(key), None)
-    return _new(F, v, None, ATOM, None)
+    out = _new(F, v, None, ATOM, None)
+    out.sid = derive("cpow", f"{base}^{k}")          # one constant of (base, k): the atom is keyed by them
+    return out
 
 
 def _used(*arrays):
