@@ -275,9 +275,7 @@ class Normaliser(SumForms):
             if base >= 0:
                 return base ** sp.Rational(1, q)
             raise NormalFormError(f"root of a negative constant {base}")
-        a = sp.cancel(sp.together(self.atomise(base)))
-        num, den = sp.fraction(a)
-        num, den = sp.expand(num), sp.expand(den)
+        num, den = self._radicand(base)
         c_num, num = num.as_content_primitive()
         c_den, den = den.as_content_primitive()
         c = sp.Rational(c_num) / sp.Rational(c_den)
@@ -293,6 +291,18 @@ class Normaliser(SumForms):
             den = sp.Integer(1)
         rad = self.restore(num / den)
         return out * (Root(rad, q) if rad != 1 else 1)
+
+    def _radicand(self, base) -> tuple:
+        """(numerator, denominator) of a radicand, expanded and without a common factor. A polynomial
+        in its atoms (numbers as its only denominators: a variance, the usual case) is only expanded:
+        its content split below does what cancelling it would (the same roots on every every-size
+        proof of the built-in ops), and putting it over one denominator and cancelling cost most of
+        a LayerNorm law's cross-check."""
+        a = self.atomise(base)
+        if a.is_polynomial(*a.free_symbols):
+            return sp.expand(a), sp.Integer(1)
+        num, den = sp.fraction(sp.cancel(sp.together(a)))
+        return sp.expand(num), sp.expand(den)
 
     def _positive(self, s) -> bool:
         return bool(getattr(s, "is_positive", False)) and isinstance(s, (sp.Symbol, sp.NumberSymbol))
