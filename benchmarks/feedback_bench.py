@@ -14,8 +14,8 @@
    block's forward + backward in PyTorch, float64, on one thread (`benchmarks/torch_blocks.py`), each in
    its own process, with its peak resident memory.
 5. The test suite: collecting it (`pytest --collect-only`, median of 3, pytest's own figure and the
-   process's), then README's test command itself (`pytest -n auto`, once: minutes), each in a fresh
-   process with what this machine has installed.
+   process's), then README's test command itself (`pytest -n auto`, once: minutes, with its slowest
+   tests listed), each in a fresh process with what this machine has installed.
 
 Every command runs with Python's bytecode cache on (see ``_as_installed``).
 
@@ -174,7 +174,7 @@ def _pytest(args: list[str]) -> dict:
     tail = [ln for ln in out["stdout"].splitlines() if " in " in ln and ("passed" in ln or "collected" in ln)]
     said = re.search(r" in ([0-9.]+)s", tail[-1]) if tail else None
     return {"wall_s": out["wall_s"], "cpu_s": out["cpu_s"], "code": out["code"], "summary": tail[-1] if tail else "",
-            "pytest_s": float(said.group(1)) if said else None}
+            "pytest_s": float(said.group(1)) if said else None, "slowest": _slowest(out["stdout"])}
 
 
 def suite() -> dict:
@@ -182,9 +182,22 @@ def suite() -> dict:
     runs = [_pytest(["--collect-only"]) for _ in range(3)]
     collection = min(runs, key=lambda r: abs(r["pytest_s"] - statistics.median(x["pytest_s"] for x in runs)))
     print(f"  collection: {collection['pytest_s']} s", flush=True)
-    run = _pytest(["-n", "auto"])
+    run = _pytest(["-n", "auto", f"--durations={SLOWEST}"])
     print(f"  suite: {run['summary']}", flush=True)
     return {"collection": collection, "run": run}
+
+
+SLOWEST = 15          # the suite's slowest tests, listed in the report: where a contributor looks first
+
+
+def _slowest(stdout: str) -> list[dict]:
+    """pytest's --durations lines ("12.34s call     tests/test_x.py::test_y[...]")."""
+    rows = []
+    for line in stdout.splitlines():
+        m = re.match(r"^([0-9.]+)s (call|setup|teardown) +(\S+)", line)
+        if m:
+            rows.append({"seconds": float(m.group(1)), "phase": m.group(2), "test": m.group(3)})
+    return rows[:SLOWEST]
 
 
 def render(data: dict) -> str:
@@ -210,6 +223,10 @@ def render(data: dict) -> str:
                   f"{col['cpu_s']} | <= {TARGETS['collection_s']} s |",
                   f"| README's test command (`pytest -n auto`): {run['summary'].strip('= ')} | **{run['pytest_s']}** | "
                   f"{run['wall_s']} | {run['cpu_s']} | <= {TARGETS['suite_s']:.0f} s |", ""]
+        if run.get("slowest"):
+            lines += [f"Its {len(run['slowest'])} slowest tests (pytest's `--durations`, on one of the workers):", "",
+                      "| s | phase | test |", "|---|---|---|"]
+            lines += [f"| {t['seconds']} | {t['phase']} | `{t['test']}` |" for t in run["slowest"]] + [""]
     r = data.get("reach")
     if r:
         lines += ["## The exact tier's reach", "", "| op | claim | dims | verdict (method) | CPU s | target | steps |",
