@@ -135,7 +135,8 @@ class _Point:
         self.probe_seed = rng.getrandbits(64)
 
     def field(self) -> Field:
-        """This trial's field, with the constant roots earlier trials needed taken first: a prime
+        """This trial's field, with the constant roots known so far taken first (those the run at the
+        op's smallest dims met, ``_roots_at_small_dims``, and those earlier trials met): a prime
         without one is refused here (NeedAnotherPrime), before a block's worth of work, not midway.
         The primes accepted are the same as when the refusal comes midway -- and the bound counts
         every root in ``F._roots`` as conditioning the prime (``false_pass_bound``)."""
