@@ -529,6 +529,7 @@ def _values_without_ids(o) -> list[str]:
     """Where one trial of ``o`` at its smallest dims made an array whose computation id is unknown,
     found where a later operation meets it: a value without an id is never taken from the trial's
     cache (the backward computes it again) and its atoms are counted again."""
+    import sys
     import traceback
     from vjpcert.symbolic.modular import array as ma
     from vjpcert.symbolic.modular import check as M
@@ -547,7 +548,7 @@ def _values_without_ids(o) -> list[str]:
     mp = pytest.MonkeyPatch()
     try:
         mp.setattr(ma.ModArray, "__init__", tracked_init)
-        for module in __import__("sys").modules.values():
+        for module in list(sys.modules.values()):
             if getattr(module, "__name__", "").startswith("vjpcert.symbolic.modular") and \
                     getattr(module, "derive", None) is derive:
                 mp.setattr(module, "derive", tracked_derive)
