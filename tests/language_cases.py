@@ -309,6 +309,9 @@ def _copy_not_view(B, x, y):
 simple("where", "mask_two_arrays", lambda B, x, y: np.where(mask_of(x.shape), x, y))
 simple("where", "mask_const", lambda B, x, y: np.where(mask_of(x.shape), x, 0) + y)
 simple("where", "broadcast_mask", lambda B, x, y: np.where(_cols(x.shape), x * y, B.c(1, 2)))
+# a mask padded with False (a padded image's inside, as max-pooling with padding builds it)
+simple("where", "padded_mask", lambda B, x, y: np.where(
+    np.pad(np.ones((x.shape[0], x.shape[1] - 1), dtype=bool), ((0, 0), (1, 0))), x, y))
 simple("shape", "attribute", lambda B, x, y: x * B.c(x.shape[1]) + y)
 simple("shape", "np", lambda B, x, y: B.zeros(np.shape(x)) + x * B.c(np.shape(y)[0]))
 simple("ndim", "attribute", lambda B, x, y: x * B.c(x.ndim))

@@ -283,6 +283,53 @@ def run_every_size(case, shape_pair):
     return out, equal(out, want)
 
 
+def run_every_size_symbolic(case, shape_pair):
+    """The every-size tier with symbolic sizes, as it proves an op: each axis longer than 1 is a dim
+    (one per distinct length, so equal lengths stay equal and a broadcast axis of 1 stays 1), the
+    statement derived once for every size and then written out at these lengths. What the column
+    above, with constant shapes, never meets: sizes that are symbols (np.ones of a dim, a pad of a
+    mask, a slice cut at n - 1)."""
+    from vjpcert.symbolic.every_size.concrete import _dim_values
+    want = truth(case, shape_pair) if case.refusal is None else None
+    lengths = sorted({n for shape in shape_pair for n in shape if n > 1})
+    name = {n: "abcdefgh"[k] for k, n in enumerate(lengths)}
+    symbolic = {k: tuple(name.get(n, n) for n in shape) for k, shape in zip(("x", "y"), shape_pair)}
+    fn = case.fn
+
+    def forward(B, x, y):
+        return fn(B, x, y)
+    op = Op(forward, name="language_case", inputs=symbolic, output=(1,) if want is None else want.shape,
+            nondiff=None, params=None, dims=[{name[n]: n for n in lengths}], large_dims=None, check_dims=None,
+            assumptions=(), constraints=None)
+
+    def value(B, x, y):
+        return fn(B, x, y)
+    op.law(value, name="value")
+    take_refusals()
+    try:
+        stmt = build_statement(op, "value", derive_every_size(op, "value"))
+    except DerivationRefused as exc:
+        reason = str(exc.args[0]) if exc.args else str(exc)
+        raise Refused(reason.split("law value: ", 1)[-1]) from None
+    except SpecError as exc:
+        raise Refused(exc.problem) from None
+    finally:
+        take_refusals()
+    if want is None:
+        return stmt, None
+    x, y = inputs(shape_pair)
+    rational = np.vectorize(lambda q: sp.Rational(q.numerator, q.denominator), otypes=[object])
+    got = instantiate(stmt.law, want.shape, _dim_values(stmt.G, {name[n]: n for n in lengths}),
+                      {"x": rational(x), "y": rational(y)})
+    out = np.empty(got.shape, dtype=object)
+    for idx in np.ndindex(*got.shape):
+        v = sp.nsimplify(got[idx]) if not sp.sympify(got[idx]).is_Rational else sp.sympify(got[idx])
+        if not v.is_Rational:
+            return got, f"entry {idx} is {got[idx]}, not a rational number"
+        out[idx] = Fraction(int(v.p), int(v.q))
+    return out, equal(out, want)
+
+
 INTERPRETERS = {
     "trace": run_trace,
     "mpmath": run_mpmath,
@@ -290,6 +337,7 @@ INTERPRETERS = {
     "float32": lambda c, s: run_float(F32, c, s),
     "modular": run_modular,
     "every_size": run_every_size,
+    "every_size_symbolic": run_every_size_symbolic,
 }
 
 

@@ -74,8 +74,8 @@ def diff(a, n=1, axis=-1):
 
 
 def pad(a, pad_width, mode="constant", constant_values=0):
-    """np.pad with zeros and constant widths: a concatenation of zero blocks and the array, axis by axis
-    (numpy's broadcasting of ``pad_width`` to (ndim, 2))."""
+    """np.pad with zeros (False for a mask) and constant widths: a concatenation of zero blocks and the
+    array, axis by axis (numpy's broadcasting of ``pad_width`` to (ndim, 2))."""
     A = lift(a)
     if mode != "constant" or not (isinstance(constant_values, numbers.Integral) and constant_values == 0):
         refuse("np.pad other than with zeros (mode='constant', constant_values=0)")
@@ -90,7 +90,9 @@ def pad(a, pad_width, mode="constant", constant_values=0):
         for w in (before, after):
             shape = list(A._shape)
             shape[ax] = sp.Integer(w)
-            parts.append(SymArray.full(tuple(shape), lambda idx: sp.Integer(0)) if w else None)
+            # a mask padded with False stays a mask (a padded image's inside, as max-pooling with
+            # padding builds it)
+            parts.append(SymArray.full(tuple(shape), lambda idx: sp.Integer(0), A.boolean) if w else None)
         blocks = [p for p in (parts[0], A, parts[1]) if p is not None]
         A = concatenate(blocks, ax) if len(blocks) > 1 else A
     return A
