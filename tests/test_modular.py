@@ -583,3 +583,32 @@ def test_a_value_without_an_id_is_found():
         assert _values_without_ids(OPS["rope_half"])
     finally:
         mp.undo()
+
+
+# a prime without sqrt(2) mod p (p = 3 mod 8) and one with it (p = 1 mod 8), in [2^59, 2^60)
+WITHOUT_SQRT2, WITH_SQRT2 = 576460752303423619, 576460752303423649
+
+
+def _gelu_tanh_run(monkeypatch, learn_first: bool) -> dict:
+    """check_vjps of gelu_tanh (sqrt(2/pi) needs sqrt(2)) with primes drawn alternately without and
+    with sqrt(2), the first without: every run that learns the root meets that prime first."""
+    from vjpcert.symbolic.modular import check as M
+    draws = iter([WITHOUT_SQRT2, WITH_SQRT2] * 10)
+    monkeypatch.setattr(M, "draw_prime", lambda rng: next(draws))
+    if not learn_first:
+        monkeypatch.setattr(M, "_roots_at_small_dims", lambda *a, **k: set())
+    return M.check_vjps(OPS["gelu_tanh"], {"rows": 2, "n": 3}, {}, trials=1)
+
+
+def test_a_constant_root_is_learned_before_the_trial_so_none_is_thrown_away(monkeypatch):
+    run = _gelu_tanh_run(monkeypatch, learn_first=True)
+    assert run["claims"]["vjp[x]"]["status"] == "zero"
+    assert (run["trials_thrown_away"], run["primes_refused_for_roots"]) == (0, 1)
+    assert run["primes"] == [str(WITH_SQRT2)]
+
+
+def test_without_learning_the_root_first_the_trial_is_thrown_away(monkeypatch):
+    """The negative control of the test above: the same primes, the root met midway."""
+    run = _gelu_tanh_run(monkeypatch, learn_first=False)
+    assert (run["trials_thrown_away"], run["primes_refused_for_roots"]) == (1, 0)
+    assert run["primes"] == [str(WITH_SQRT2)]
