@@ -242,18 +242,26 @@ def run_modular(case, shape_pair):
     return got, equal(got, expected)
 
 
-def run_every_size(case, shape_pair):
-    """The every-size tier at concrete sizes, through its public path: the function as a law of an
-    op with concrete shapes, ``derive`` (the shape-polymorphic trace), ``build_statement`` and
-    ``instantiate`` at the rational point."""
+def run_every_size(case, shape_pair, symbolic: bool = False):
+    """The every-size tier through its public path: the function as a law of an op, ``derive`` (the
+    shape-polymorphic trace), ``build_statement`` and ``instantiate`` at the rational point. With
+    ``symbolic``, as it proves an op: each axis longer than 1 is a dim (one per distinct length, so
+    equal lengths stay equal and a broadcast axis of 1 stays 1), the statement derived once for every
+    size and written out at these lengths -- where sizes are symbols (np.ones of a dim, a pad of a
+    mask, a slice cut at n - 1), which constant shapes never meet."""
+    from vjpcert.symbolic.every_size.concrete import _dim_values
     want = truth(case, shape_pair) if case.refusal is None else None
+    lengths = sorted({n for shape in shape_pair for n in shape if n > 1}) if symbolic else []
+    name = {n: "abcdefgh"[k] for k, n in enumerate(lengths)}
+    shapes = {k: tuple(name.get(n, n) for n in shape) for k, shape in zip(("x", "y"), shape_pair)}
+    sizes = {name[n]: n for n in lengths}
     fn = case.fn
 
     def forward(B, x, y):
         return fn(B, x, y)
-    op = Op(forward, name="language_case", inputs={"x": shape_pair[0], "y": shape_pair[1]},
-            output=(1,) if want is None else want.shape, nondiff=None, params=None, dims=[{}], large_dims=None, check_dims=None,
-            assumptions=(), constraints=None)
+    op = Op(forward, name="language_case", inputs=shapes, output=(1,) if want is None else want.shape,
+            nondiff=None, params=None, dims=[sizes], large_dims=None, check_dims=None, assumptions=(),
+            constraints=None)
 
     def value(B, x, y):
         return fn(B, x, y)
@@ -273,53 +281,7 @@ def run_every_size(case, shape_pair):
         return stmt, None
     x, y = inputs(shape_pair)
     rational = np.vectorize(lambda q: sp.Rational(q.numerator, q.denominator), otypes=[object])
-    got = instantiate(stmt.law, want.shape, {}, {"x": rational(x), "y": rational(y)})
-    out = np.empty(got.shape, dtype=object)
-    for idx in np.ndindex(*got.shape):
-        v = sp.nsimplify(got[idx]) if not sp.sympify(got[idx]).is_Rational else sp.sympify(got[idx])
-        if not v.is_Rational:
-            return got, f"entry {idx} is {got[idx]}, not a rational number"
-        out[idx] = Fraction(int(v.p), int(v.q))
-    return out, equal(out, want)
-
-
-def run_every_size_symbolic(case, shape_pair):
-    """The every-size tier with symbolic sizes, as it proves an op: each axis longer than 1 is a dim
-    (one per distinct length, so equal lengths stay equal and a broadcast axis of 1 stays 1), the
-    statement derived once for every size and then written out at these lengths. What the column
-    above, with constant shapes, never meets: sizes that are symbols (np.ones of a dim, a pad of a
-    mask, a slice cut at n - 1)."""
-    from vjpcert.symbolic.every_size.concrete import _dim_values
-    want = truth(case, shape_pair) if case.refusal is None else None
-    lengths = sorted({n for shape in shape_pair for n in shape if n > 1})
-    name = {n: "abcdefgh"[k] for k, n in enumerate(lengths)}
-    symbolic = {k: tuple(name.get(n, n) for n in shape) for k, shape in zip(("x", "y"), shape_pair)}
-    fn = case.fn
-
-    def forward(B, x, y):
-        return fn(B, x, y)
-    op = Op(forward, name="language_case", inputs=symbolic, output=(1,) if want is None else want.shape,
-            nondiff=None, params=None, dims=[{name[n]: n for n in lengths}], large_dims=None, check_dims=None,
-            assumptions=(), constraints=None)
-
-    def value(B, x, y):
-        return fn(B, x, y)
-    op.law(value, name="value")
-    take_refusals()
-    try:
-        stmt = build_statement(op, "value", derive_every_size(op, "value"))
-    except DerivationRefused as exc:
-        reason = str(exc.args[0]) if exc.args else str(exc)
-        raise Refused(reason.split("law value: ", 1)[-1]) from None
-    except SpecError as exc:
-        raise Refused(exc.problem) from None
-    finally:
-        take_refusals()
-    if want is None:
-        return stmt, None
-    x, y = inputs(shape_pair)
-    rational = np.vectorize(lambda q: sp.Rational(q.numerator, q.denominator), otypes=[object])
-    got = instantiate(stmt.law, want.shape, _dim_values(stmt.G, {name[n]: n for n in lengths}),
+    got = instantiate(stmt.law, want.shape, _dim_values(stmt.G, sizes) if sizes else {},
                       {"x": rational(x), "y": rational(y)})
     out = np.empty(got.shape, dtype=object)
     for idx in np.ndindex(*got.shape):
@@ -337,7 +299,7 @@ INTERPRETERS = {
     "float32": lambda c, s: run_float(F32, c, s),
     "modular": run_modular,
     "every_size": run_every_size,
-    "every_size_symbolic": run_every_size_symbolic,
+    "every_size_symbolic": lambda c, s: run_every_size(c, s, symbolic=True),
 }
 
 
