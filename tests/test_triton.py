@@ -299,14 +299,16 @@ def test_the_fixture_checks_a_user_triton_kernel(tmp_path):
 @needs_liger
 def test_the_committed_liger_report_has_a_verdict_for_every_kernel_and_size_and_is_current():
     """reports/liger/ (regenerate: `vjpcert triton --liger --out reports/liger`): a row for every Liger
-    kernel at every size, none "did not run", every certificate from the current checker and specs."""
+    kernel at every size of its own and of the gate's, none "did not run", every certificate from the current checker and specs."""
     import jsonschema
     from vjpcert.core.certificate import CERTIFICATE_SCHEMA
     from vjpcert.specs import resolve_op
-    from vjpcert.triton_kernels.check import CHECKER_SHA256
+    from vjpcert.triton_kernels.check import CHECKER_SHA256, triton_dims
     data = json.loads((ROOT / "reports" / "liger" / "liger.json").read_text())
     rows = {(r["kernel"], json.dumps(r["dims"], sort_keys=True)): r for r in data["rows"]}
-    expected = {(k.name, json.dumps(d, sort_keys=True)) for k in _registered("liger-kernel") for d in k.sizes}
+    # every kernel at its own sizes and the gate's (drawn from the kernel's code: new code, new sizes)
+    expected = {(k.name, json.dumps(d, sort_keys=True)) for k in _registered("liger-kernel")
+                for d in triton_dims(k, "interpreter")}
     assert set(rows) == expected
     assert all(r["verdict"] in ("kernel-match", "failed") for r in rows.values())
     text = (ROOT / "reports" / "liger" / "README.md").read_text()
@@ -385,7 +387,10 @@ def test_the_command_checks_a_file_with_its_own_spec_and_no_driver(tmp_path):
     f.write_text(OWN_SPEC_FILE.replace("FACTOR", "1.0"))
     assert main(["triton", str(f), "--out", str(tmp_path / "o")]) == 0
     rows = json.loads((tmp_path / "o" / "triton.json").read_text())["rows"]
-    assert [(r["op"], r["verdict"]) for r in rows] == [("scale", "kernel-match")]
+    assert {(r["op"], r["verdict"]) for r in rows} == {("scale", "kernel-match")}
+    # the kernel's one size first, then the gate's: a power of two, a multiple of 32, two drawn
+    assert rows[0]["dims"] == {"rows": 3, "n": 33} and len(rows) == 5
+    assert {r["dims"]["n"] for r in rows[1:3]} == {64, 96}
 
 
 def test_a_partial_backward_must_name_the_cotangents_it_returns(tmp_path):

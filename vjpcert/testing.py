@@ -195,9 +195,12 @@ def assert_triton_matches(op, launcher, *, kind: str = "backward", dims=None, se
     without a GPU): ``launcher`` takes the spec's argument names as numpy arrays (``dy`` for a backward,
     and the op's params) and returns numpy arrays; allocate with ``vjpcert.triton_kernels.harness``
     (``device_tensor``, ``empty``) so inputs are fenced and outputs NaN-poisoned. ``dims``: one dims
-    dict or a list (default: the op's check dims). Returns the certificates; raises with the witness."""
+    dict or a list (default: the op's check dims), to which the gate adds its own sizes (edge sizes,
+    and sizes drawn from your kernel's code and ``seed``). Returns the certificates; raises with the
+    witness."""
     __tracebackhide__ = _hide_certification_failures
     from vjpcert.triton_kernels.check import check_triton_claim, unavailable_reason
+    from vjpcert.triton_kernels.gate import gate_sizes
     from vjpcert.triton_kernels.registry import TritonKernel
     why = unavailable_reason()
     if why:
@@ -208,7 +211,8 @@ def assert_triton_matches(op, launcher, *, kind: str = "backward", dims=None, se
     outputs = ("y",) if kind == "forward" else tuple(f"d{n}" for n in op.inputs)
     kernel = TritonKernel(name or getattr(launcher, "__name__", "user_kernel"), op.base_name, kind, outputs,
                           launcher, tuple(laws), source="your kernel")
-    ladder = [dims] if isinstance(dims, dict) else list(dims or [op.check_dims])
+    # your sizes, then the gate's (sizes your kernel cannot choose: triton_kernels/gate.py)
+    ladder = gate_sizes(kernel, op, seed, declared=[dims] if isinstance(dims, dict) else list(dims or [op.check_dims]))
     certs = [check_triton_claim(op, kernel.claim, d, seed=seed, kernel=kernel, cases=cases) for d in ladder]
     if not all(c.verdict == "kernel-match" for c in certs):
         raise CertificationError("Triton kernel does not match the spec:\n" + _explain(certs))

@@ -59,7 +59,7 @@ def run(kernels, *, seed: int = 0, progress=print) -> list[dict]:
     from vjpcert.triton_kernels.check import check_triton_claim, triton_dims
     rows = []
     for k in kernels:
-        for dims in triton_dims(k):
+        for dims in triton_dims(k, seed=seed):
             t0 = time.perf_counter()
             try:
                 cert = check_triton_claim(k.op, k.claim, dims, seed=seed, kernel=k)
@@ -94,7 +94,7 @@ def write(rows: list[dict], out: Path, *, title: str, intro: str, total_seconds:
         atomic_write(certs / f"{r['kernel']}__{'_'.join(f'{k}{v}' for k, v in r['dims'].items())}.json", c.to_json())
     lines = [f"# {title}", "", intro, "",
              f"Mode: **{mode}**. Whole run: **{total_seconds:.1f} s** on this machine's CPU "
-             f"({len(rows)} checks, every input case of `core/input_cases.py` each).", "",
+             f"({len(rows)} checks, every input case of `core/input_cases.py` and the gate's each).", "",
              "| op | kernel | kind | dims | verdict | worst error / bound per output (input case) | s |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -1,0 +1,202 @@
+"""The Triton tier cannot be gamed: each cheat of tests/triton/cheats.py goes red by the defence built
+for it, each shown to pass where that defence is left out (the kernel's own sizes, the cases without
+the gate's, the kernel's own sampler), and the honest kernels -- one whose bits vary from call to call
+among them -- pass. The gate's sizes are unit-tested without Triton."""
+from __future__ import annotations
+
+import ast
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import optional
+
+from vjpcert.specs import resolve_op
+from vjpcert.triton_kernels import gate
+from vjpcert.triton_kernels.registry import INTERPRETER_SIZES, TritonKernel
+
+ROOT = Path(__file__).resolve().parents[1]
+CHEATS_FILE = ROOT / "tests" / "triton" / "cheats.py"
+CHEATS = optional.from_file(CHEATS_FILE, "triton_cheats")
+
+
+def _cheat_names() -> list[str]:
+    tree = ast.parse(CHEATS_FILE.read_text(encoding="utf-8"))
+    table = next(n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "CHEATS")
+    return [k.value for k in table.keys]
+
+
+def _needs_triton():
+    for name in ("torch", "triton"):
+        optional.importorskip(name, reason="the Triton tier needs torch and triton: pip install -e '.[triton]'").__version__
+
+
+def _check(kernel, dims, cases=None):
+    _needs_triton()
+    from vjpcert.triton_kernels.check import check_triton_claim
+    return check_triton_claim(kernel.op, kernel.claim, dims, kernel=kernel, cases=cases)
+
+
+def _gate_only(kernel) -> list[dict]:
+    _needs_triton()
+    from vjpcert.triton_kernels.check import triton_dims
+    dims = triton_dims(kernel, "interpreter")
+    assert dims[:len(kernel.sizes)] == [dict(d) for d in kernel.sizes]
+    return dims[len(kernel.sizes):]
+
+
+def test_the_table_names_every_cheat():
+    assert _cheat_names() == list(CHEATS.CHEATS)
+
+
+@pytest.mark.parametrize("name", _cheat_names())
+def test_every_cheat_goes_red_by_the_check_built_for_it(name):
+    kernel, check = CHEATS.CHEATS[name]
+    sizes = _gate_only(kernel) if name in ("listed_sizes_only", "skips_block_when_32_divides") else [{"rows": 3, "n": 33}]
+    certs = [_check(kernel, d) for d in sizes]
+    red = [c for c in certs if c.verdict == "failed"]
+    assert red, f"{name} passed every size: {[c.dims for c in certs]}"
+    assert red[0].evidence["witness"]["check"] == check, red[0].evidence["witness"]
+
+
+@pytest.mark.parametrize("name", ["listed_sizes_only", "skips_block_when_32_divides"])
+def test_a_size_cheat_passes_at_the_sizes_it_declares_so_the_gate_s_sizes_are_what_catch_it(name):
+    kernel, _ = CHEATS.CHEATS[name]
+    assert _check(kernel, {"rows": 5, "n": 33}).verdict == "kernel-match"
+    dims = _gate_only(kernel)
+    assert {"rows": 2, "n": 64} in dims and {"rows": 3, "n": 96} in dims
+
+
+def test_the_moderate_offset_cheat_passes_every_case_but_the_offset_sweep():
+    from vjpcert.triton_kernels.check import CASES
+    kernel, _ = CHEATS.CHEATS["wrong_at_moderate_offsets"]
+    others = tuple(c for c in CASES if c != gate.OFFSET_SWEEP)
+    assert _check(kernel, {"rows": 3, "n": 33}, cases=others).verdict == "kernel-match"
+    w = _check(kernel, {"rows": 3, "n": 33}).evidence["witness"]
+    assert w["case"] == gate.OFFSET_SWEEP
+
+
+@pytest.mark.parametrize("name", ["truth_from_gc", "truth_from_stack"])
+def test_the_truth_finding_cheats_work_wherever_the_truth_exists_while_the_kernel_runs(name, monkeypatch):
+    """Why their red is the ordering's doing: with a float64 result alive during each run (as when the
+    reference was computed before the kernel), both cheats find it and match."""
+    _needs_triton()
+    from vjpcert.core import kernel_checks
+    from vjpcert.triton_kernels import check
+    run = check._run
+
+    def run_with_the_truth_alive(kernel, op, inputs, dy, params, **kw):
+        ref64 = [kernel_checks.reference(op, kernel.kind, inputs, dy, np.float64, kernel.params)[0]]  # noqa: F841
+        return run(kernel, op, inputs, dy, params, **kw)
+    monkeypatch.setattr(check, "_run", run_with_the_truth_alive)
+    kernel, _ = CHEATS.CHEATS[name]
+    assert _check(kernel, {"rows": 3, "n": 33}).verdict == "kernel-match"
+
+
+def test_a_kernel_that_writes_into_its_input_is_named_with_the_entry():
+    kernel, _ = CHEATS.CHEATS["writes_its_input"]
+    w = _check(kernel, {"rows": 3, "n": 33}).evidence["witness"]
+    assert w["check"] == "input written" and w["input"] == "dy" and w["after"] == 0.0 and w["before"] != 0.0
+    assert w["changed"] == w["of"] == 99
+
+
+def test_a_kernel_s_own_sampler_of_a_differentiable_input_adds_a_case_and_replaces_none():
+    kernel, _ = CHEATS.CHEATS["own_sampler_of_x"]
+    # alone, its own sampler is all it would be checked on: zeros in, zeros out, right
+    assert _check(kernel, {"rows": 3, "n": 33}, cases=(gate.KERNEL_SAMPLERS,)).verdict == "kernel-match"
+    cert = _check(kernel, {"rows": 3, "n": 33})
+    assert cert.verdict == "failed" and cert.evidence["witness"]["case"] == "random"
+    assert cert.evidence["cases"][-1] == gate.KERNEL_SAMPLERS
+    assert any("then the kernel's own sampler as one more case" in a for a in cert.assumptions)
+
+
+def test_a_sampler_of_something_that_is_not_an_input_is_bad_input():
+    from vjpcert.core.registry import SpecError
+    kernel, _ = CHEATS.CHEATS["own_sampler_of_x"]
+    bad = TritonKernel("bad_sampler", "gelu_tanh", "forward", ("y",), kernel.launcher,
+                       samplers={"z": lambda rng, shape, params: np.zeros(shape)})
+    with pytest.raises(SpecError, match="not inputs of the spec"):
+        _check(bad, {"rows": 1, "n": 2})
+
+
+def test_an_honest_kernel_whose_bits_vary_between_calls_matches_and_the_variation_is_recorded():
+    kernel = CHEATS.HONEST["softmax_random_block_order"]
+    CHEATS.ORDER_CALLS["n"] = 0
+    cert = _check(kernel, {"rows": 2, "n": 1025}, cases=("random", "large_offset"))
+    assert cert.verdict == "kernel-match", cert.evidence.get("witness")
+    det = cert.evidence["determinism"]
+    assert det["bitwise_identical"] is False and det["differing"] > 0 and det["largest_difference"] < 1e-6
+    assert cert.evidence["program_orders"]["compared"].startswith("tolerance")
+
+
+def test_a_kernel_whose_bits_vary_but_whose_first_two_runs_agree_is_not_called_a_fence_read(monkeypatch):
+    """Its first two runs give the same bits by chance (the same order twice, here), the run with other
+    fences other bits: more runs with the same fences show the bits vary, so it is not a read outside
+    its tensors -- and each run is held to the rule."""
+    kernel = CHEATS.HONEST["softmax_random_block_order"]
+    monkeypatch.setitem(CHEATS.ORDER_CALLS, "n", 0)
+    monkeypatch.setitem(CHEATS.ORDER_CALLS, "seeds", [7, 7, 8, 9, 10, 11, 12, 13])
+    cert = _check(kernel, {"rows": 2, "n": 1025}, cases=("random",))
+    assert cert.verdict == "kernel-match", cert.evidence.get("witness")
+    assert cert.evidence["determinism"]["bitwise_identical"] is False and cert.evidence["determinism"]["runs"] == 3
+
+
+def test_a_kernel_whose_bits_vary_is_held_to_the_rule_in_every_run():
+    """The control of the one above: the same kernel, 0.1% off on every second call."""
+    cert = _check(CHEATS.HONEST_CONTROL, {"rows": 2, "n": 1025}, cases=("random",))
+    assert cert.verdict == "failed" and cert.evidence["witness"]["check"] == "tolerance"
+
+
+def test_our_reference_kernels_match_at_the_gate_s_sizes():
+    from vjpcert.triton_kernels.registry import discover
+    for name in ("vjpcert_softmax_bwd", "vjpcert_gelu_tanh_fwd"):
+        kernel = discover()[0][name]
+        for dims in _gate_only(kernel):
+            cert = _check(kernel, dims)
+            assert cert.verdict == "kernel-match", (name, dims, cert.evidence.get("witness"))
+
+
+# --- the gate's sizes, without Triton ---------------------------------------------------------------
+
+def _module_kernel(tmp_path, text: str, name="k"):
+    path = tmp_path / f"{name}.py"
+    path.write_text(text)
+    module = optional.from_file(path, f"gate_{name}")
+
+    def launcher(x):
+        return module.f(x)
+    launcher.__module__ = f"gate_{name}"
+    module.f  # noqa: B018  (import it: the digest reads the module's source)
+    return TritonKernel(name, "softmax", "forward", ("y",), launcher)
+
+
+def test_the_drawn_sizes_follow_the_kernel_s_code_and_replay(tmp_path):
+    op = resolve_op("softmax")
+    a = _module_kernel(tmp_path, "def f(x):\n    return x\n", "a")
+    b = _module_kernel(tmp_path, "def f(x):\n    return x + 0\n", "b")
+    sizes_a, sizes_b = gate.gate_sizes(a, op), gate.gate_sizes(b, op)
+    assert sizes_a == gate.gate_sizes(a, op)                      # a rerun draws the same: replayable
+    assert sizes_a[:len(INTERPRETER_SIZES)] == list(INTERPRETER_SIZES)
+    assert sizes_a[len(INTERPRETER_SIZES):][:2] == [{"rows": 2, "n": 64}, {"rows": 3, "n": 96}]
+    assert sizes_a[-2:] != sizes_b[-2:]                            # other code, other sizes
+    assert sizes_a[-2:] != gate.gate_sizes(a, op, seed=1)[-2:]     # and another seed
+    for d in sizes_a[-2:]:
+        assert gate.DRAWN_NARROW[0] <= d["rows"] <= gate.DRAWN_NARROW[1]
+        assert gate.DRAWN_WIDE[0] <= d["n"] <= gate.DRAWN_WIDE[1]
+
+
+def test_the_drawn_sizes_keep_to_the_op_s_constraints():
+    op = types.SimpleNamespace(constraints=lambda d: "d must be even" if d["d"] % 2 else None)
+    kernel = TritonKernel("rope", "rope_half", "forward", ("y",), np.negative,
+                          sizes=({"rows": 1, "d": 2}, {"rows": 2, "d": 130}))
+    sizes = gate.gate_sizes(kernel, op)
+    assert len(sizes) == 2 + 2 + gate.DRAWN_SIZES and all(d["d"] % 2 == 0 for d in sizes)
+
+
+def test_the_offset_sweep_spans_the_moderate_regime():
+    rng = np.random.default_rng(0)
+    x = gate.offset_sweep(rng, rng.standard_normal((400, 64)))
+    ratio = np.abs(x.mean(1)) / x.std(1)
+    assert ratio.min() < 1 and ratio.max() > 100 and ((ratio > 3) & (ratio < 100)).mean() > 0.3
