@@ -54,6 +54,53 @@ def sample_inputs(op: Op, dims: dict, seed: int, with_dy: bool, case: str = FIRS
     return inputs, dy
 
 
+class InputWritten(Exception):
+    """A launcher changed an array it was handed: ``witness`` says which, where and how."""
+
+    def __init__(self, witness: dict):
+        self.witness = witness
+        super().__init__(str(witness))
+
+
+def handed(args: dict) -> dict:
+    """What a launcher is given: copies of the checker's arrays, so that it cannot reach them (and
+    whatever it writes into them is seen by ``no_input_written``)."""
+    return {k: np.array(v, copy=True) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+
+
+def no_input_written(given: dict, copies: dict) -> None:
+    """Raise InputWritten where a launcher changed an array it was handed (a bit of it, a NaN's payload
+    included): a caller's input or gradient would be corrupted."""
+    for name, original in given.items():
+        after = copies[name]
+        if not isinstance(original, np.ndarray):
+            continue
+        if not isinstance(after, np.ndarray) or after.shape != original.shape or after.dtype != original.dtype:
+            raise InputWritten({"input": name, "explanation": "the launcher replaced the array's shape or dtype"})
+        if not original.size:
+            continue
+        changed = bits_differ(original, after)
+        if changed.any():
+            idx = [int(i) for i in np.argwhere(changed)[0]] if changed.ndim else []
+            raise InputWritten({"input": name, "index": idx, "before": finite_or_text(original[tuple(idx)]),
+                                "after": finite_or_text(after[tuple(idx)]), "changed": int(changed.sum()),
+                                "of": int(changed.size),
+                                "explanation": "the launcher wrote into an array it was handed: a caller's "
+                                               "input (or its gradient) would be corrupted"})
+
+
+def bits_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per entry of two arrays of one shape and dtype: whether any bit differs."""
+    def per_entry(x):
+        return np.ascontiguousarray(x).reshape(-1).view(np.uint8).reshape(x.size, -1)
+    return (per_entry(a) != per_entry(b)).any(axis=1).reshape(a.shape)
+
+
+def finite_or_text(v) -> float | str:
+    v = float(v)
+    return v if np.isfinite(v) else str(v)
+
+
 def launcher_params(op: Op, overrides: dict | None = None) -> dict:
     """The op's params as a launcher takes them: floats for symbolic ones (eps), else as declared."""
     out = {}

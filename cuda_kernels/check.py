@@ -2,13 +2,15 @@
 
 For one (op, kernel claim, dims[, launch configuration]) and each input case of
 ``core/input_cases.py`` (random, large magnitudes, near-constant rows, a large offset, mixed
-magnitudes): sample float32 inputs (seeded, recorded), evaluate the spec in float64 (the reference)
-and in float32 (the sanity floor) at those same inputs, evaluate the kernel's error model there, and
-run the kernel with every output poisoned with NaN before each launch. In the first case the kernel
-runs twice, the first time under the shared-memory race detector in the simulator. Then, in order,
-each of these can fail the claim:
+magnitudes): sample float32 inputs (seeded, recorded), run the kernel on copies of them with every
+output poisoned with NaN before each launch, and only then evaluate the spec in float64 (the
+reference) and in float32 (the sanity floor) at those same inputs, and the kernel's error model there
+(while the kernel runs, no float64 result of its inputs exists for it to find). In the first case
+the kernel runs twice, the first time under the shared-memory race detector in the simulator. Then,
+in order, each of these can fail the claim:
   1. the kernel raised (an out-of-bounds index, more static shared memory or threads than a GPU
-     has, in the simulator) or the race detector fired,
+     has, in the simulator) or the race detector fired, or the launcher wrote into an array it was
+     handed (``input written``: a caller's input or gradient would be corrupted),
   2. NaN poison: an output element the kernel never wrote (or wrote as NaN/Inf) where the spec is finite,
   3. determinism: the two runs differ in any bit,
   4. tolerance: per element, the bound of ``cuda_kernels.settings`` (the kernel's error model, the
@@ -112,10 +114,15 @@ _as_tuple = _shared.as_tuple
 
 
 def run_kernel(spec, op: Op, inputs: dict, dy, params: dict) -> tuple:
+    """One call of the launcher, on copies of the checker's arrays (a write into them raises
+    ``InputWritten``); its outputs copied out, so that nothing the launcher keeps can change them."""
     args = dict(inputs)
     if spec.kind == "backward":
         args["dy"] = dy
-    return tuple(np.asarray(o) for o in _as_tuple(spec.launcher(**args, **params)))
+    copies = _shared.handed(args)
+    outs = tuple(np.array(o, copy=True) for o in _as_tuple(spec.launcher(**copies, **params)))
+    _shared.no_input_written(args, copies)
+    return outs
 
 
 class KernelRaised(Exception):
@@ -250,15 +257,6 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
             state["case"] = case
             inputs, dy = sample_inputs(op, dims, seed, spec.kind == "backward", case)
             state["inputs"], state["dy"] = inputs, dy
-            ref64 = reference(op, spec.kind, inputs, dy, np.float64)
-            ref32 = reference(op, spec.kind, inputs, dy, np.float32)
-            models = model_bounds(spec, op, cfg, inputs, dy, params, case, ref64)
-            for name, (_, dev) in zip(spec.outputs, models):
-                if not dev <= 1:
-                    evidence["reason"] = (f"the error model of {spec.name} does not reproduce the spec at output "
-                                          f"{name} (case {case}): its value deviates {dev:.3g} x what float64 "
-                                          f"rounding explains")
-                    return certificate("inconclusive")
 
             # 1. the runs: in the first case two (the first under the race detector in the simulator)
             runs = []
@@ -282,6 +280,20 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
                     runs.append(_launch_checked(lambda: run_kernel(spec, op, inputs, dy, params)))
             except KernelRaised as exc:
                 return failed("kernel raised", error=str(exc))
+            except _shared.InputWritten as exc:
+                return failed("input written", **exc.witness)
+
+            # the truth and the error model, only now: while the kernel ran, no float64 result of these
+            # inputs existed for it to find (the garbage collector's objects, its callers' frames)
+            ref64 = reference(op, spec.kind, inputs, dy, np.float64)
+            ref32 = reference(op, spec.kind, inputs, dy, np.float32)
+            models = model_bounds(spec, op, cfg, inputs, dy, params, case, ref64)
+            for name, (_, dev) in zip(spec.outputs, models):
+                if not dev <= 1:
+                    evidence["reason"] = (f"the error model of {spec.name} does not reproduce the spec at output "
+                                          f"{name} (case {case}): its value deviates {dev:.3g} x what float64 "
+                                          f"rounding explains")
+                    return certificate("inconclusive")
             if len(runs[0]) != len(ref64):
                 raise SpecError(op.name, f"kernel {spec.name} returned {len(runs[0])} outputs; "
                                          f"the spec has {len(ref64)}")
@@ -347,9 +359,12 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
                     entry = check_law(op, spec, law, inputs, dy, kernels)
                 except KernelRaised as exc:
                     return failed("kernel raised", law=law.name, error=str(exc))
+                except _shared.InputWritten as exc:
+                    return failed("input written", law=law.name, **exc.witness)
                 laws[law.name] = entry
                 if not entry["ok"]:
                     return failed("law", law=law.name, **{k: v for k, v in entry.items() if k != "ok"})
+            del ref64, ref32, models        # gone before the next case's kernel runs
     evidence["nan_poison"] = "outputs NaN-filled before every launch; every element written and finite"
     return certificate("kernel-match")
 

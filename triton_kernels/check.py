@@ -140,14 +140,6 @@ class KernelRaised(Exception):
     pass
 
 
-class InputWritten(Exception):
-    """The launcher changed an array it was handed: what the witness says."""
-
-    def __init__(self, witness: dict):
-        self.witness = witness
-        super().__init__(str(witness))
-
-
 class OrderUnknown(Exception):
     pass
 
@@ -164,7 +156,7 @@ def _run(kernel, op: Op, inputs: dict, dy, params: dict, fence: str = "nan", ord
         args["dy"] = dy
     # the launcher gets copies, compared after it returns: it cannot reach the checker's arrays, and
     # a launcher that writes into the arrays it is handed (a caller's x or dy) is reported
-    handed = {k: np.array(v, copy=True) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    handed = _shared.handed(args)
     # numpy's overflow warnings inside the interpreter (exp of a large logit) are the kernel's business:
     # an overflow that matters shows as a non-finite output or an error over the bound
     with faithful(kernel.modules or _modules_of(kernel), order=order, order_seed=order_seed) as launches, \
@@ -185,27 +177,8 @@ def _run(kernel, op: Op, inputs: dict, dy, params: dict, fence: str = "nan", ord
                                          "before triton, or run with TRITON_INTERPRET=1") from exc
             raise KernelRaised(f"{type(exc).__name__}: {str(exc)[:500]}") from exc
         outs = tuple(np.array(o if isinstance(o, np.ndarray) else harness.to_numpy(o), copy=True) for o in outs)
-        _no_input_written(args, handed)
+        _shared.no_input_written(args, handed)
         return (outs, arena.violations(), launches) if record else (outs, arena.violations())
-
-
-def _no_input_written(given: dict, handed: dict) -> None:
-    for name, original in given.items():
-        after = handed[name]
-        if not isinstance(original, np.ndarray):
-            continue
-        if not isinstance(after, np.ndarray) or after.shape != original.shape or after.dtype != original.dtype:
-            raise InputWritten({"input": name, "explanation": "the launcher replaced the array's shape or dtype"})
-        if not original.size:
-            continue
-        changed = (_bytes_per_entry(original) != _bytes_per_entry(after)).any(axis=1).reshape(original.shape)
-        if changed.any():
-            idx = [int(i) for i in np.argwhere(changed)[0]] if changed.ndim else []
-            raise InputWritten({"input": name, "index": idx, "before": _value(original[tuple(idx)]),
-                                "after": _value(after[tuple(idx)]), "changed": int(changed.sum()),
-                                "of": int(changed.size),
-                                "explanation": "the launcher wrote into an array it was handed: a caller's "
-                                               "input (or its gradient) would be corrupted"})
 
 
 def _modules_of(kernel) -> tuple:
@@ -295,7 +268,7 @@ def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
         return certificate("inconclusive")
     try:
         return _check_cases(op, spec, kernel, dims, cases, params, mode, evidence, state, failed, certificate)
-    except InputWritten as exc:
+    except _shared.InputWritten as exc:
         return failed("input written", **exc.witness)
     except OrderUnknown as exc:
         evidence["reason"] = (f"Triton's interpreter did not run the programs the way the program-order patch "
@@ -452,7 +425,7 @@ def _nondeterminism(spec, runs) -> dict:
             return {"output": name, "differing": "shape or dtype"}
         if not a.size:
             continue
-        diff = (_bytes_per_entry(a) != _bytes_per_entry(b)).any(axis=1).reshape(a.shape)
+        diff = _shared.bits_differ(a, b)
         if a.dtype.kind == "f":
             diff &= ~(np.isnan(a) & np.isnan(b))
         if diff.any():
@@ -471,14 +444,7 @@ def order_seed(seed: int, spec, dims: dict, case: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
 
 
-def _bytes_per_entry(a: np.ndarray) -> np.ndarray:
-    """Each entry's bits (a NaN's payload counts: a launcher that writes a NaN over a NaN wrote)."""
-    return np.ascontiguousarray(a).reshape(-1).view(np.uint8).reshape(a.size, -1)
-
-
-def _value(v) -> float | str:
-    v = float(v)
-    return v if np.isfinite(v) else str(v)
+_value = _shared.finite_or_text
 
 
 def _program_orders(spec, op, inputs, dy, params, dims, case, evidence, failed, grid_outs, grid_launches,
