@@ -4,7 +4,7 @@
     vjpcert all     [OP|FILE ...]   every tier for every op (the README's main job)
     vjpcert prove   [OP|FILE ...]   the symbolic tier: exact proofs
     vjpcert check   [OP|FILE ...]   the numeric tier: mpmath checks with digits
-    vjpcert kernels [OP ...]        the kernel tier: CUDA kernels against the specs
+    vjpcert kernels [OP ...|FILE]   the kernel tier: CUDA kernels (ours, or your file's KERNELS) against the specs
     vjpcert triton  [FILE ...|--liger]  the Triton tier: your TRITON_KERNELS, or Liger-Kernel's (reports/liger/)
     vjpcert verify  [REPORTS]       are the committed certificates (and the pages) still current?
     vjpcert render  [REPORTS]       re-render the pages from the certificates (runs no checks)
@@ -66,6 +66,14 @@ def cmd_check(args) -> int:
 
 
 def cmd_kernels(args) -> int:
+    from vjpcert.cuda_report import is_kernel_file
+    files = [t for t in args.targets if is_kernel_file(t)]
+    if files:
+        # your own kernel files (they assign KERNELS): the whole kernel tier, its report in <reports>/cuda
+        if len(files) != len(args.targets):
+            raise SpecError(None, "give kernel files (assigning KERNELS) or ops and spec files, not both")
+        from vjpcert.cuda_report import main as cuda_main
+        return cuda_main(files, out=Path(args.reports) / "cuda", seed=args.seed)
     tasks, ops = _plan(args, ("kernel",))
     if not tasks:
         # a file whose ops have no kernels asked for a check that cannot happen: not a pass
