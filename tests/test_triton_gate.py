@@ -202,3 +202,25 @@ def test_the_offset_sweep_spans_the_moderate_regime():
     x = gate.offset_sweep(rng, rng.standard_normal((400, 64)))
     ratio = np.abs(x.mean(1)) / x.std(1)
     assert ratio.min() < 1 and ratio.max() > 100 and ((ratio > 3) & (ratio < 100)).mean() > 0.3
+
+
+def test_the_committed_adversarial_report_catches_every_cheat_and_passes_the_honest_kernel():
+    """reports/adversarial/ (regenerate: `vjpcert triton tests/triton/cheats.py --out reports/adversarial`):
+    every kernel of the file at its sizes and the gate's, from the current checker."""
+    import json
+    _needs_triton()
+    from vjpcert.triton_kernels.check import CHECKER_SHA256
+    data = json.loads((ROOT / "reports" / "adversarial" / "triton.json").read_text())
+    verdicts: dict = {}
+    for r in data["rows"]:
+        verdicts.setdefault(r["kernel"], []).append(r["verdict"])
+    names = [f"cheat_{n}" for n in _cheat_names()] + ["honest_softmax_random_block_order",
+                                                      "control_softmax_random_order_then_off"]
+    assert list(verdicts) == names
+    for name, vs in verdicts.items():
+        assert ("failed" in vs) != name.startswith("honest_"), (name, vs)
+        assert set(vs) <= {"kernel-match", "failed"} and len(vs) == 8
+    certs = sorted((ROOT / "reports" / "adversarial" / "certificates").glob("*.json"))
+    assert len(certs) == len(data["rows"])
+    assert all(json.loads(c.read_text())["checker_sha256"] == CHECKER_SHA256 for c in certs), \
+        "stale: regenerate the adversarial report"

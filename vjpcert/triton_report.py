@@ -40,6 +40,13 @@ def load_user_kernels(path: str) -> list:
     return list(kernels)
 
 
+def file_intro(path: str) -> str:
+    """A user's kernel file's own docstring, the report's introduction (read, not run again)."""
+    import ast
+    doc = ast.get_docstring(ast.parse(Path(path).read_text(encoding="utf-8")))
+    return f"From `{Path(path).name}`:\n\n```text\n{doc}\n```" if doc else ""
+
+
 def _worst(cert) -> dict:
     """Per output: the worst error over the cases, with its bound, and the case it came from."""
     out: dict = {}
@@ -107,6 +114,7 @@ def write(rows: list[dict], out: Path, *, title: str, intro: str, total_seconds:
         summary.setdefault(r["verdict"], 0)
         summary[r["verdict"]] += 1
     lines += ["", "Verdicts: " + ", ".join(f"{v} {n}" for v, n in sorted(summary.items())) + ".", ""]
+    lines += _per_kernel(rows)
     if findings:
         lines += [findings, ""]
     atomic_write(out / "README.md", "\n".join(lines))
@@ -114,6 +122,20 @@ def write(rows: list[dict], out: Path, *, title: str, intro: str, total_seconds:
             "rows": [{k: v for k, v in r.items() if k != "cert"} for r in rows]}
     atomic_write(out / "liger.json" if "Liger" in title else out / "triton.json",
                  json.dumps(data, indent=1, sort_keys=True, default=str))
+
+
+def _per_kernel(rows: list[dict]) -> list[str]:
+    """Per kernel: at how many of its sizes it matched, and the first check it failed (a kernel right
+    at some sizes and wrong at others shows here at once)."""
+    out = ["## Per kernel", "", "| kernel | sizes | kernel-match | failed | first failure |", "|---|---|---|---|---|"]
+    for name in dict.fromkeys(r["kernel"] for r in rows):
+        mine = [r for r in rows if r["kernel"] == name]
+        bad = [r for r in mine if r["verdict"] == "failed"]
+        first = (f"{bad[0]['witness']['check']} at {_dims(bad[0]['dims'])} ({bad[0]['witness']['case']})"
+                 if bad else "")
+        out.append(f"| `{name}` | {len(mine)} | {sum(r['verdict'] == 'kernel-match' for r in mine)} | {len(bad)} | "
+                   f"{first} |")
+    return out + [""]
 
 
 def main(argv=None) -> int:
@@ -152,7 +174,8 @@ def main(argv=None) -> int:
         write(rows, out, title="Liger-Kernel against vjpcert specs", intro=INTRO(mode), total_seconds=total,
               mode=mode, findings=FINDINGS(rows))
     else:
-        write(rows, out, title="Triton kernels against vjpcert specs", intro="", total_seconds=total, mode=mode)
+        write(rows, out, title="Triton kernels against vjpcert specs",
+              intro="\n\n".join(filter(None, (file_intro(f) for f in args.files))), total_seconds=total, mode=mode)
     failed = [r for r in rows if r["verdict"] != "kernel-match"]
     print(f"{len(rows) - len(failed)}/{len(rows)} kernel-match in {total:.1f} s; report: {out / 'README.md'}")
     return 1 if failed else 0

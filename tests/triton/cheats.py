@@ -23,6 +23,10 @@ Honest kernels:
                                its bits vary from call to call, each within the tolerance rule
     softmax_random_order_then_off  the same, 0.1% off on every second call: held to the rule in
                                every run, so it goes red (the control of the one above)
+
+Their report, every kernel at its sizes and the gate's: reports/adversarial/ (regenerate with
+`vjpcert triton tests/triton/cheats.py --out reports/adversarial`). Every cheat and the control
+fail at one size at least; the honest kernel matches at every size.
 """
 from __future__ import annotations
 
@@ -174,8 +178,8 @@ def softmax_random_order_then_off(x):
     return (y * (1 + OFF)).astype(np.float32) if _CALLS["n"] % 2 == 0 else y
 
 
-def _k(name, op, kind, launcher, **kw):
-    return TritonKernel(f"cheat_{name}", op, kind, ("y",) if kind == "forward" else ("dx",), launcher,
+def _k(name, op, kind, launcher, role="cheat", **kw):
+    return TritonKernel(f"{role}_{name}", op, kind, ("y",) if kind == "forward" else ("dx",), launcher,
                         source="tests/triton/cheats.py", **kw)
 
 
@@ -197,6 +201,11 @@ CHEATS = {
 }
 
 HONEST = {
-    "softmax_random_block_order": _k("softmax_random_block_order", "softmax", "forward", softmax_random_block_order),
+    "softmax_random_block_order": _k("softmax_random_block_order", "softmax", "forward", softmax_random_block_order,
+                                     role="honest"),
 }
-HONEST_CONTROL = _k("softmax_random_order_then_off", "softmax", "forward", softmax_random_order_then_off)
+HONEST_CONTROL = _k("softmax_random_order_then_off", "softmax", "forward", softmax_random_order_then_off,
+                    role="control")
+
+# the report of these kernels (reports/adversarial/): vjpcert triton tests/triton/cheats.py --out reports/adversarial
+TRITON_KERNELS = [k for k, _ in CHEATS.values()] + list(HONEST.values()) + [HONEST_CONTROL]
