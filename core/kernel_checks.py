@@ -23,6 +23,22 @@ from vjpcert.core.certificate import dims_slug
 from vjpcert.core.registry import Op, SpecError
 
 FIRST_CASE = "random"           # the case run twice for determinism (and under the race detector)
+
+# Input cases only the kernel tiers draw: what a kernel's blocking and reductions get wrong, and a
+# spec's own numeric checks have no reason to sample.
+#   offset_sweep        each row (the first axis) offset by +-10^e standard deviations, the exponents
+#                       stratified over OFFSET_DECADES: a draw's rows span |mean| / std from 0.3 to
+#                       300 (three rows or more: one in every decade slice), the regime between the
+#                       near-constant and large-offset cases where a one-pass variance or an unshifted
+#                       exponential starts to lose digits, which no single-offset case samples
+#   huge_in_last_block  standard normal, with HUGE_VALUE added to the last entry of every row (the last axis):
+#                       in a row's last, partial block, where a reduction over full blocks only (a row
+#                       maximum that skips the tail) misses it, and exp(HUGE_VALUE - max) overflows
+OFFSET_SWEEP = "offset_sweep"
+HUGE_IN_LAST_BLOCK = "huge_in_last_block"
+KERNEL_CASES = (OFFSET_SWEEP, HUGE_IN_LAST_BLOCK)
+OFFSET_DECADES = (-0.5, 2.5)
+HUGE_VALUE = 100.0              # float32's exp overflows past 88.7
 WITNESS_INPUTS_MAX = 256        # store the inputs themselves in a witness up to this many entries
 
 
@@ -38,13 +54,14 @@ def sample_inputs(op: Op, dims: dict, seed: int, with_dy: bool, case: str = FIRS
     """float32 inputs (differentiable: the input case, as in the numeric tier; others: the spec's
     sampler or standard normal) and, for a backward, a float32 standard-normal cotangent (signed,
     never constant)."""
-    if case not in _input_cases.ALL_CASES:
-        raise SpecError(op.name, f"unknown input case {case!r}; cases: {', '.join(_input_cases.ALL_CASES)}")
+    known = (*_input_cases.ALL_CASES, *KERNEL_CASES)
+    if case not in known:
+        raise SpecError(op.name, f"unknown input case {case!r}; cases: {', '.join(known)}")
     rng = _rng(seed, base_name(op), dims_slug(dims), case)
     inputs = {}
     for name, decl in op.inputs.items():
         shape = op.shape(decl, dims)
-        v = op.sample[name](rng, shape) if name in op.sample else _input_cases.case_values(case, rng, shape)
+        v = op.sample[name](rng, shape) if name in op.sample else kernel_case_values(case, rng, shape)
         inputs[name] = np.asarray(v).astype(np.float32)
     for name, decl in op.nondiff.items():
         shape = op.shape(decl, dims)
@@ -99,6 +116,25 @@ def bits_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def finite_or_text(v) -> float | str:
     v = float(v)
     return v if np.isfinite(v) else str(v)
+
+
+def kernel_case_values(case: str, rng: np.random.Generator, shape) -> np.ndarray:
+    """float64 values of an input case: the shared ones of ``core/input_cases.py``, or a kernel case."""
+    if case not in KERNEL_CASES:
+        return _input_cases.case_values(case, rng, shape)
+    z = rng.standard_normal(shape)
+    if z.ndim == 0:
+        return z
+    if case == OFFSET_SWEEP:
+        # stratified: row i's exponent in the i-th of k equal slices of the decades, rows shuffled, so
+        # k rows always cover the sweep (three rows: one offset in each of [0.3, 3], [3, 30], [30, 300])
+        k = z.shape[0]
+        lo, hi = OFFSET_DECADES
+        exponents = lo + (hi - lo) * (rng.permutation(k) + rng.uniform(size=k)) / k
+        offsets = rng.choice([-1.0, 1.0], k) * 10.0 ** exponents
+        return z + offsets.reshape((k,) + (1,) * (z.ndim - 1))
+    z[..., -1] += HUGE_VALUE          # HUGE_VALUE + a normal draw: no two rows tie by construction
+    return z
 
 
 def launcher_params(op: Op, overrides: dict | None = None) -> dict:

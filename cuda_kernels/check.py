@@ -2,7 +2,8 @@
 
 For one (op, kernel claim, dims[, launch configuration]) and each input case of
 ``core/input_cases.py`` (random, large magnitudes, near-constant rows, a large offset, mixed
-magnitudes): sample float32 inputs (seeded, recorded), run the kernel on copies of them with every
+magnitudes) and the kernel cases of ``core/kernel_checks.py`` (an offset sweep over rows, a huge
+entry in each row's last block): sample float32 inputs (seeded, recorded), run the kernel on copies of them with every
 output poisoned with NaN before each launch, and only then evaluate the spec in float64 (the
 reference) and in float32 (the sanity floor) at those same inputs, and the kernel's error model there
 (while the kernel runs, no float64 result of its inputs exists for it to find). In the first case

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from vjpcert.core import input_cases as _cases
+from vjpcert.core import kernel_checks as _kernel_cases
 from vjpcert.core import tolerance as _rule
 
 UNIT_ROUNDOFF = _rule.unit_roundoff(np.float32)        # u = 2^-24
@@ -49,6 +50,10 @@ MODEL_FOR_CASE = {
     "near_constant": "deterministic",
     "large_offset": "deterministic",
     "on_kinks": "deterministic",
+    # the kernel cases (core/kernel_checks.py): rows far from zero, like the large offset; one huge
+    # entry a row, whose exponentials and squares dominate their sums: no averaging is claimed
+    "offset_sweep": "deterministic",
+    "huge_in_last_block": "deterministic",
 }
 
 # Library functions as a GPU computes them (numba-cuda lowers math.* on float32 to libdevice; the
@@ -83,7 +88,7 @@ MODEL_VALUE_OF_BOUND = 2.0 ** -10
 # at every case. Differentiable inputs follow the case; non-differentiable inputs use the spec's own
 # samplers (RoPE positions are integers in [0, 4096)); the cotangent is standard normal (signed,
 # never constant: an all-ones cotangent makes softmax's correct VJP identically zero).
-CASES = _cases.CASES
+CASES = (*_cases.CASES, *_kernel_cases.KERNEL_CASES)     # and the cases only the kernel tiers draw
 KINK_CASES = (_cases.ON_KINKS,)   # added for an op with kinks: exact zeros and ties
 FIRST_CASE = "random"          # the case run under the race detector and twice for determinism
 # The GPU's own launch configuration in the simulator (blocks of 256 simulated threads) runs the

@@ -266,6 +266,7 @@ CONTROL_CASES = [
     ("nondeterministic", "gelu_erf", {"rows": 7, "n": 33}, None, None, "determinism", None),
     # overflow and cancellation, which standard-normal inputs never show
     ("softmax_no_max", "softmax", {"rows": 7, "n": 33}, None, ("random", "large_offset"), "NaN poison", "large_offset"),
+    ("softmax_max_over_full_blocks", "softmax", {"rows": 7, "n": 33}, None, None, "NaN poison", "huge_in_last_block"),
     ("flash_fwd_no_running_max", "attention", {"m": 7, "d": 3}, None, None, "NaN poison", "large_magnitude"),
     ("layernorm_one_pass_variance", "layernorm", {"rows": 7, "n": 33}, None, None, "tolerance", "large_offset"),
     # what only the GPU's launch configuration shows
@@ -320,6 +321,13 @@ def test_the_adversarial_kernel_faults_hide_from_what_the_checks_were_before():
     cert = check_kernel_claim(OPS["softmax"], "kernel:softmax_fwd", {"rows": 7, "n": 33},
                               kernel=CONTROLS["softmax_no_max"], cases=("random",))
     assert cert.verdict == "kernel-match"
+    # the maximum that skips the tail: right in every case but the one with a huge entry there
+    from vjpcert.core.kernel_checks import HUGE_IN_LAST_BLOCK
+    for dims in ({"rows": 7, "n": 33}, {"rows": 3, "n": 1025}):
+        cert = check_kernel_claim(OPS["softmax"], "kernel:softmax_fwd", dims,
+                                  kernel=CONTROLS["softmax_max_over_full_blocks"],
+                                  cases=[c for c in tol.CASES if c != HUGE_IN_LAST_BLOCK])
+        assert cert.verdict == "kernel-match", cert.evidence.get("witness")
     dq = CONTROLS["flash_dq_accumulator_too_small"]
     for dims in kernel_dims("attention", "simulator"):
         cert = check_kernel_claim(OPS["attention"], dq.claim, dims, kernel=dq, cases=("random",))

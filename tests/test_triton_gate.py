@@ -70,12 +70,13 @@ def test_a_size_cheat_passes_at_the_sizes_it_declares_so_the_gate_s_sizes_are_wh
 
 
 def test_the_moderate_offset_cheat_passes_every_case_but_the_offset_sweep():
+    from vjpcert.core.kernel_checks import OFFSET_SWEEP
     from vjpcert.triton_kernels.check import CASES
     kernel, _ = CHEATS.CHEATS["wrong_at_moderate_offsets"]
-    others = tuple(c for c in CASES if c != gate.OFFSET_SWEEP)
+    others = tuple(c for c in CASES if c != OFFSET_SWEEP)
     assert _check(kernel, {"rows": 3, "n": 33}, cases=others).verdict == "kernel-match"
     w = _check(kernel, {"rows": 3, "n": 33}).evidence["witness"]
-    assert w["case"] == gate.OFFSET_SWEEP
+    assert w["case"] == OFFSET_SWEEP
 
 
 @pytest.mark.parametrize("name", ["truth_from_gc", "truth_from_stack"])
@@ -143,6 +144,19 @@ def test_a_kernel_whose_bits_vary_but_whose_first_two_runs_agree_is_not_called_a
     assert cert.evidence["determinism"]["bitwise_identical"] is False and cert.evidence["determinism"]["runs"] == 3
 
 
+def test_a_kernel_whose_bits_vary_only_after_its_first_runs_is_not_called_a_race(monkeypatch):
+    """Its two runs and the run with other fences agree by chance (the same order three times), the
+    first other program order gives other bits: grid order run again varies too, so it is not a race,
+    and every order is held to the rule."""
+    kernel = CHEATS.HONEST["softmax_random_block_order"]
+    monkeypatch.setitem(CHEATS.ORDER_CALLS, "n", 0)
+    monkeypatch.setitem(CHEATS.ORDER_CALLS, "seeds", [7, 7, 7] + list(range(8, 40)))
+    cert = _check(kernel, {"rows": 4, "n": 1025}, cases=("random",))
+    assert cert.verdict == "kernel-match", cert.evidence.get("witness")
+    orders = cert.evidence["program_orders"]
+    assert orders["varies_in_grid_order"] and orders["compared"].startswith("tolerance rule")
+
+
 def test_a_kernel_whose_bits_vary_is_held_to_the_rule_in_every_run():
     """The control of the one above: the same kernel, 0.1% off on every second call."""
     cert = _check(CHEATS.HONEST_CONTROL, {"rows": 2, "n": 1025}, cases=("random",))
@@ -198,10 +212,17 @@ def test_the_drawn_sizes_keep_to_the_op_s_constraints():
 
 
 def test_the_offset_sweep_spans_the_moderate_regime():
-    rng = np.random.default_rng(0)
-    x = gate.offset_sweep(rng, rng.standard_normal((400, 64)))
+    from vjpcert.core.kernel_checks import OFFSET_SWEEP, kernel_case_values
+    x = kernel_case_values(OFFSET_SWEEP, np.random.default_rng(0), (400, 64))
     ratio = np.abs(x.mean(1)) / x.std(1)
     assert ratio.min() < 1 and ratio.max() > 100 and ((ratio > 3) & (ratio < 100)).mean() > 0.3
+
+
+def test_the_huge_value_sits_in_every_row_s_last_block():
+    from vjpcert.core.kernel_checks import HUGE_IN_LAST_BLOCK, HUGE_VALUE, kernel_case_values
+    x = kernel_case_values(HUGE_IN_LAST_BLOCK, np.random.default_rng(0), (3, 33))
+    assert (np.abs(x[:, -1] - HUGE_VALUE) < 10).all() and np.abs(x[:, :-1]).max() < 10
+    assert len(set(x[:, -1])) == 3 and np.isinf(np.exp(np.float32(x[:, -1].min())))   # no ties; exp overflows
 
 
 def test_the_committed_adversarial_report_catches_every_cheat_and_passes_the_honest_kernel():

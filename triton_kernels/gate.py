@@ -1,4 +1,5 @@
-"""What the Triton tier draws for itself, so that a kernel cannot choose what it is checked on.
+"""What the Triton tier draws for itself, so that a kernel cannot choose what it is checked on (its
+input cases, the kernel cases among them, are those of ``core/kernel_checks.py``).
 
 A kernel declares sizes (``TritonKernel.sizes``) and may declare samplers; both are *added* to what
 the gate draws here, never replacing it:
@@ -9,10 +10,6 @@ the gate draws here, never replacing it:
              a seed that hashes the kernel's own code with the checker's seed. The drawn sizes change
              whenever the kernel's code changes, so a kernel cannot be written to be right at them
              alone; they are recorded in the certificate's dims, so a run replays.
-  offsets    the case ``offset_sweep``: each row (the first axis) offset by +-10^U(OFFSET_DECADES)
-             standard deviations, so the rows of one draw span |mean| / std from 0.3 to 300: the
-             regime between the near-constant and large-offset cases, where a one-pass variance or an
-             unshifted exponential starts to lose digits, and which no single-offset case samples.
   samplers   a kernel's sampler for a non-differentiable input (integer labels for a cross-entropy
              kernel that takes nothing else) is a stated restriction of the claim, used in every case;
              one for a differentiable input is one more case (``kernel_samplers``), after the gate's.
@@ -34,8 +31,6 @@ GATE_MULTIPLE = 96          # 3 x 32: a multiple of a 32-wide block, not of 64
 DRAWN_SIZES = 2
 DRAWN_WIDE = (2, 300)       # inclusive bounds of a drawn wide dim: past several blocks of 32 and 64
 DRAWN_NARROW = (1, 6)
-OFFSET_DECADES = (-0.5, 2.5)
-OFFSET_SWEEP = "offset_sweep"
 KERNEL_SAMPLERS = "kernel_samplers"
 
 
@@ -84,16 +79,3 @@ def _allowed(op, dims: dict) -> bool:
         return not op.constraints(dims)
     except Exception:       # a constraint that raises rejects the size
         return False
-
-
-def offset_sweep(rng: np.random.Generator, values: np.ndarray) -> np.ndarray:
-    """Standard-normal ``values`` with each row (first-axis slice) offset by +-10^U(OFFSET_DECADES)."""
-    v = np.asarray(values, dtype=np.float64)
-    if v.ndim == 0:
-        return v + _offsets(rng, 1)[0]
-    shape = (v.shape[0],) + (1,) * (v.ndim - 1)
-    return v + _offsets(rng, v.shape[0]).reshape(shape)
-
-
-def _offsets(rng: np.random.Generator, k: int) -> np.ndarray:
-    return rng.choice([-1.0, 1.0], k) * 10.0 ** rng.uniform(*OFFSET_DECADES, k)

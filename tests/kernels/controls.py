@@ -20,6 +20,8 @@ controls_tiled.py (linear's matmul, attention).
 Faults real kernels have shipped with, each invisible to simpler checks (standard-normal inputs
 only, the simulator's launch configuration only, a tolerance of k x numpy's float32 error):
     softmax_no_max        exp(x) without the row maximum: NaN at a large offset  -> NaN poison
+    softmax_max_over_full_blocks  the row maximum skips the last, partial block: NaN
+                          only when the row's largest entry lies there           -> NaN poison (huge_in_last_block)
     flash_fwd_no_running_max  flash forward without its running max: NaN for
                           logits of a few hundred (large magnitudes)             -> NaN poison
     layernorm_one_pass_variance  E[x^2] - E[x]^2: cancels at |mean| >> std      -> tolerance (large offset)
@@ -80,6 +82,8 @@ CONTROLS = {
     "softmax_bwd_no_dot": _spec("softmax_bwd", rows.softmax_bwd_no_dot, "softmax_bwd~no_dot"),
     # faults real kernels have shipped with
     "softmax_no_max": _spec("softmax_fwd", rows.softmax_no_max, "softmax_fwd~no_max"),
+    "softmax_max_over_full_blocks": _spec("softmax_fwd", rows.softmax_max_over_full_blocks,
+                                          "softmax_fwd~max_over_full_blocks"),
     "flash_fwd_no_running_max": _spec("flash_attention_fwd", tiled.flash_attention_fwd_no_max,
                                       "flash_attention_fwd~no_running_max"),
     "layernorm_one_pass_variance": _spec("layernorm_fwd", rows.layernorm_one_pass, "layernorm_fwd~one_pass_variance"),
