@@ -158,7 +158,8 @@ def write(rows: list[dict], res: dict | None, out: Path, *, total_seconds: float
         atomic_write(certs / f"{r['kernel']}__{slug}.json", r["cert"].to_json())
     lines = ["# Your CUDA kernels against vjpcert specs", "",
              f"Files: {', '.join(f'`{Path(f).name}`' for f in files)}. Mode: **{mode}**. Whole run: "
-             f"**{total_seconds:.1f} s** ({len(rows)} checks, every input case of `core/input_cases.py` each, "
+             f"**{total_seconds:.1f} s** ({len(rows)} checks, every input case of `core/input_cases.py` and "
+             f"`core/kernel_checks.py` each, "
              f"each kernel held to its own rounding-error model per element).", "",
              "| op | kernel | kind | dims | launch | verdict | worst error / bound per output | race detector | s |",
              "|---|---|---|---|---|---|---|---|---|"]

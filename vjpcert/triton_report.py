@@ -101,7 +101,7 @@ def write(rows: list[dict], out: Path, *, title: str, intro: str, total_seconds:
         atomic_write(certs / f"{r['kernel']}__{'_'.join(f'{k}{v}' for k, v in r['dims'].items())}.json", c.to_json())
     lines = [f"# {title}", "", intro, "",
              f"Mode: **{mode}**. Whole run: **{total_seconds:.1f} s** on this machine's CPU "
-             f"({len(rows)} checks, every input case of `core/input_cases.py` and the gate's each).", "",
+             f"({len(rows)} checks, every input case of `core/input_cases.py` and `core/kernel_checks.py` each).", "",
              "| op | kernel | kind | dims | verdict | worst error / bound per output (input case) | s |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
