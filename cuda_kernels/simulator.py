@@ -1,5 +1,5 @@
-"""Instrumentation of Numba's CUDA simulator: a barrier scheduler, device limits and a shared-memory
-race detector.
+"""Instrumentation of Numba's CUDA simulator: a barrier scheduler (whose thread order can be reversed),
+device limits and a shared-memory race detector.
 
 Why: the simulator runs kernel code as Python, one simulated thread per CUDA thread, in an order
 that (measured here) rarely shows a missing ``syncthreads``. So the detector does not look at
@@ -103,6 +103,11 @@ class _Abort(BaseException):
 _installed = False
 _unavailable_reason: str | None = None
 _detect_depth = 0            # > 0 while a race_detector() context is open
+# The order a block's threads are run in, round-robin: "grid" (thread 0 first, the stock order) or
+# "reversed" (``thread_order``). A GPU guarantees no order between two threads' accesses to global
+# memory before a barrier; a kernel whose outputs change when the order does is racing there.
+THREAD_ORDERS = ("grid", "reversed")
+_thread_order = contextvars.ContextVar("vjpcert_thread_order", default="grid")
 
 
 class RaceError(AssertionError):
@@ -363,7 +368,7 @@ def install() -> bool:
         if swap_math:
             kernel_globals["math"] = _GPU_MATH
         try:
-            self._vj_run(threads, by_warp)
+            self._vj_run(threads[::-1] if _thread_order.get() == "reversed" else threads, by_warp)
         finally:
             if swap_math:
                 kernel_globals["math"] = math
@@ -382,7 +387,9 @@ def install() -> bool:
         runnable = {t: None for t in threads}          # thread -> the value its park returns
         waiting: dict = {}                             # thread -> its shuffle call, while parked at one
         barrier: list = []
+        rank = {t: i for i, t in enumerate(threads)}   # every round runs in the order ``threads`` gives
         while runnable:
+            runnable = dict(sorted(runnable.items(), key=lambda item: rank[item[0]]))
             for t, value in runnable.items():
                 try:
                     parked = t.switch(value) if value is not None else t.switch()
@@ -485,6 +492,18 @@ def install() -> bool:
 
 
 _stats = {"accesses": 0, "blocks": 0}
+
+
+@contextlib.contextmanager
+def thread_order(order: str):
+    """Within this context every simulated block runs its threads in ``order`` (THREAD_ORDERS)."""
+    if order not in THREAD_ORDERS:
+        raise ValueError(f"thread order {order!r}; orders: {THREAD_ORDERS}")
+    token = _thread_order.set(order)
+    try:
+        yield
+    finally:
+        _thread_order.reset(token)
 
 
 @contextlib.contextmanager

@@ -20,6 +20,8 @@ controls_tiled.py (linear's matmul, attention).
 Faults real kernels have shipped with, each invisible to simpler checks (standard-normal inputs
 only, the simulator's launch configuration only, a tolerance of k x numpy's float32 error):
     softmax_no_max        exp(x) without the row maximum: NaN at a large offset  -> NaN poison
+    softmax_global_total_racy  the row's sum by atomic adds into global memory, zeroed by thread 0
+                          with nothing ordering the store before the adds        -> determinism (threads reversed)
     softmax_max_over_full_blocks  the row maximum skips the last, partial block: NaN
                           only when the row's largest entry lies there           -> NaN poison (huge_in_last_block)
     flash_fwd_no_running_max  flash forward without its running max: NaN for
@@ -82,6 +84,8 @@ CONTROLS = {
     "softmax_bwd_no_dot": _spec("softmax_bwd", rows.softmax_bwd_no_dot, "softmax_bwd~no_dot"),
     # faults real kernels have shipped with
     "softmax_no_max": _spec("softmax_fwd", rows.softmax_no_max, "softmax_fwd~no_max"),
+    "softmax_global_total_racy": _spec("softmax_fwd", rows.softmax_global_total_racy,
+                                       "softmax_fwd~global_total_racy"),
     "softmax_max_over_full_blocks": _spec("softmax_fwd", rows.softmax_max_over_full_blocks,
                                           "softmax_fwd~max_over_full_blocks"),
     "flash_fwd_no_running_max": _spec("flash_attention_fwd", tiled.flash_attention_fwd_no_max,

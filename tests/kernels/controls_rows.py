@@ -174,6 +174,31 @@ def _fault_row_kernels(block: int):
             for j in range(t, n, BLOCK):
                 y[r, j] = float32(math.exp(x[r, j] - mx)) / total
 
+    @kernel("void(float32[:, ::1], float32[:, ::1], float32[::1])", threads=BLOCK)
+    def softmax_global_total_racy(x, y, total):
+        """softmax whose row sum goes to global memory: thread 0 zeroes total[r] with a plain store while
+        every thread atomically adds its partial sum, nothing ordering the store before the adds. Right
+        when thread 0 runs first (the simulator's order); on a GPU, or with the threads in another
+        order, the store can erase partial sums already added."""
+        sm = cuda.shared.array(NWARP, float32)
+        t = cuda.threadIdx.x
+        n = x.shape[1]
+        for r in range(cuda.blockIdx.x, x.shape[0], cuda.gridDim.x):
+            mx = NEG_INF
+            for j in range(t, n, BLOCK):
+                if x[r, j] > mx:
+                    mx = x[r, j]
+            mx = block_max(sm, t, mx)
+            acc = float32(0)
+            for j in range(t, n, BLOCK):
+                acc += float32(math.exp(x[r, j] - mx))
+            if t == 0:
+                total[r] = float32(0)                            # BUG: no barrier before the adds
+            cuda.atomic.add(total, r, acc)
+            cuda.syncthreads()
+            for j in range(t, n, BLOCK):
+                y[r, j] = float32(math.exp(x[r, j] - mx)) / total[r]
+
     @kernel("void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], float32)", threads=BLOCK)
     def layernorm_one_pass(x, gamma, beta, y, eps):
         """LayerNorm with the one-pass variance E[x^2] - E[x]^2: cancels to nothing when |mean| >> std."""
@@ -215,6 +240,7 @@ def _fault_row_kernels(block: int):
 
     _FAULTS[("rows", block)] = ns = type("FaultRows", (), {"softmax_no_max": softmax_no_max,
                                                            "softmax_max_over_full_blocks": softmax_max_over_full_blocks,
+                                                           "softmax_global_total_racy": softmax_global_total_racy,
                                                            "layernorm_one_pass": layernorm_one_pass,
                                                            "rmsnorm_sequential": rmsnorm_sequential})
     return ns
@@ -238,6 +264,18 @@ def softmax_max_over_full_blocks(x, *, poison=True):
     def dev(d_x):
         d_y = empty(d_x.shape, poison)
         launch(k, row_grid(d_x.shape[0], cfg), cfg.block, d_x, d_y)
+        return d_y
+    return call(dev, (x,))
+
+
+def softmax_global_total_racy(x, *, poison=True):
+    cfg = config()
+    k = _fault_row_kernels(cfg.block).softmax_global_total_racy
+
+    def dev(d_x):
+        d_y = empty(d_x.shape, poison)
+        total = empty((d_x.shape[0],), poison)
+        launch(k, row_grid(d_x.shape[0], cfg), cfg.block, d_x, d_y, total)
         return d_y
     return call(dev, (x,))
 
