@@ -63,14 +63,15 @@ def _default_size(name, dims) -> bool:
 def _slow(name, dims, launch) -> bool:
     """In the simulator (one Python thread per CUDA thread) the default run checks each kernel at one
     size that crosses a warp (attention at m = 7: m x m scores) and each op's forward kernels at the
-    GPU's launch (a backward there is seconds of simulated block reductions); --slow at every size
+    GPU's launch (a backward there is seconds of simulated block reductions; linear's contraction of
+    1024 there is its negative control's size, red by default); --slow at every size
     and launch (the committed kernel certificates hold every size)."""
     if MODE == "gpu":
         return False
     if launch:      # plain attention at the GPU's launch is m x m threads: its flash twin stands for it,
         # at its narrower head width (the wider one is the same tiles, twice the simulated threads)
         return name.endswith("_bwd") or (KERNELS[name].op.startswith("attention") and not name.startswith("flash")) \
-            or (name.startswith("flash") and dims.get("d", 0) > 64)
+            or (name.startswith("flash") and dims.get("d", 0) > 64) or dims.get("n_in", 0) >= 1024
     if KERNELS[name].op.startswith("attention"):
         return dims.get("m") != 7
     return not _default_size(name, dims)
