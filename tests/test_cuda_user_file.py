@@ -175,3 +175,11 @@ def test_a_user_kernel_file_gets_the_sm90_resource_table(tmp_path):
     table = resources(path, module)
     assert not table.get("error"), table
     assert set(table["kernels"]) >= {"my_relu_fwd", "my_relu_bwd"} and table["problems"] == []
+
+
+def test_the_fixture_checks_a_user_kernel_file_and_raises_with_the_witness(tmp_path):
+    from vjpcert.testing import CertificationError, assert_cuda_kernels_match
+    certs = assert_cuda_kernels_match(_file(tmp_path))
+    assert [c.verdict for c in certs] == ["kernel-match", "kernel-match"]
+    with pytest.raises(CertificationError, match="input written"):
+        assert_cuda_kernels_match(_file(tmp_path, "broken", INPUT_WRITE="dy[...] = 0"))

@@ -5,6 +5,7 @@
         vjpcert.checked("my_ops.py::my_softmax", dps=30)
         vjpcert.matches_spec("softmax", my_softmax_kernel, kind="forward")
         vjpcert.triton_matches("softmax", my_triton_softmax_launcher, kind="forward")
+        vjpcert.cuda_kernels_match("my_kernels.py")      # a file assigning KERNELS, with error models
 
 Proofs and checks are kept in a cache folder (by default in pytest's own cache, so ``--cache-clear``
 empties it too) and reused while current; ``--vjpcert-cache DIR`` or the ini option ``vjpcert_cache``
@@ -77,6 +78,12 @@ class _Certifier:
         __tracebackhide__ = _hide
         from vjpcert.testing import assert_triton_matches
         return assert_triton_matches(op, launcher, **kwargs)
+
+    @staticmethod
+    def cuda_kernels_match(path, **kwargs):
+        __tracebackhide__ = _hide
+        from vjpcert.testing import assert_cuda_kernels_match
+        return assert_cuda_kernels_match(path, **kwargs)
 
 
 def pytest_addoption(parser):

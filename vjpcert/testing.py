@@ -219,6 +219,27 @@ def assert_triton_matches(op, launcher, *, kind: str = "backward", dims=None, se
     return certs
 
 
+def assert_cuda_kernels_match(path, *, seed: int = 0):
+    """Every Numba CUDA kernel of your kernel file (``KERNELS``, with error models; ``SIZES`` optional:
+    ``vjpcert/cuda_report.py``) through the kernel tier -- error model per element, input cases, race
+    detector in the simulator, determinism with the threads reversed, laws -- at its sizes. Returns
+    the certificates; raises with the witness of each that is not ``kernel-match``."""
+    __tracebackhide__ = _hide_certification_failures
+    from vjpcert.core.registry import SpecError
+    from vjpcert.cuda_kernels.check import detect_mode
+    from vjpcert.cuda_report import load_kernel_file, run
+    if detect_mode() == "none":
+        raise CertificationError("no CUDA to run kernels on: install numba-cuda (the simulator needs no GPU)")
+    try:
+        kernels, sizes, _ = load_kernel_file(path)
+    except SpecError as exc:
+        raise CertificationError(str(exc)) from None
+    certs = [r["cert"] for r in run(kernels, sizes, seed=seed, progress=lambda *a: None)]
+    if not all(c.verdict == "kernel-match" for c in certs):
+        raise CertificationError("CUDA kernel does not match the spec:\n" + _explain(certs))
+    return certs
+
+
 def _check_forward(op, impl, dims, dtype, seed, params=None):
     """The forward against the spec: the reference is the spec in mpmath (50 digits) rounded to
     float64, the baseline the spec at ``dtype`` (as for backwards)."""
