@@ -13,8 +13,9 @@ in order, each of these can fail the claim:
      has, in the simulator) or the race detector fired, or the launcher wrote into an array it was
      handed (``input written``: a caller's input or gradient would be corrupted),
   2. NaN poison: an output element the kernel never wrote (or wrote as NaN/Inf) where the spec is finite,
-  3. determinism: the two runs differ in any bit (in the simulator the second runs each block's
-     threads in reverse order: a kernel whose threads race on global memory gives other bits),
+  3. determinism: the two runs differ in any bit (in the simulator the second runs the blocks, and
+     each block's threads, in reverse order: a kernel whose threads race on global memory gives
+     other bits),
   4. tolerance: per element, the bound of ``cuda_kernels.settings`` (the kernel's error model, the
      float32 spec's error as a floor),
   5. laws: each runtime law of the kernel (registry), evaluated in float64 on the kernel's outputs,
@@ -128,10 +129,10 @@ def run_kernel(spec, op: Op, inputs: dict, dy, params: dict) -> tuple:
 
 
 def _run_in_order(spec, op: Op, inputs: dict, dy, params: dict, *, reversed_threads: bool) -> tuple:
-    """One run; with ``reversed_threads`` every simulated block runs its threads last to first, so a
-    determinism run that differs from the first shows an order-dependent access to global memory
-    (a store and an atomic add with nothing between them), which the shared-memory race detector
-    does not watch."""
+    """One run; with ``reversed_threads`` every simulated launch runs its blocks, and every block its
+    threads, last to first, so a determinism run that differs from the first shows an order-dependent
+    access to global memory (a store and an atomic add with nothing between them; a buffer one block
+    clears while others write it), which the shared-memory race detector does not watch."""
     if not reversed_threads:
         return run_kernel(spec, op, inputs, dy, params)
     from vjpcert.cuda_kernels.simulator import thread_order
@@ -334,7 +335,7 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
                         return failed("determinism", output=name, index=idx, run1=float(a[tuple(idx)]),
                                       run2=float(b[tuple(idx)]), differing=int(diff.sum()))
                 evidence["determinism"] = (f"{tol.DETERMINISM_RUNS} runs bitwise identical (case {case})"
-                                           + (", the second with each block's threads in reverse order"
+                                           + (", the second with the blocks and their threads in reverse order"
                                               if mode == "simulator" else ""))
 
             # 4. tolerance, per element

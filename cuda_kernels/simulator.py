@@ -103,9 +103,10 @@ class _Abort(BaseException):
 _installed = False
 _unavailable_reason: str | None = None
 _detect_depth = 0            # > 0 while a race_detector() context is open
-# The order a block's threads are run in, round-robin: "grid" (thread 0 first, the stock order) or
-# "reversed" (``thread_order``). A GPU guarantees no order between two threads' accesses to global
-# memory before a barrier; a kernel whose outputs change when the order does is racing there.
+# The order a launch's blocks and a block's threads are run in: "grid" (block 0 and thread 0 first,
+# the stock order) or "reversed" (``thread_order``). A GPU guarantees no order between two threads'
+# accesses to global memory before a barrier, nor any between blocks; a kernel whose outputs change
+# when the order does is racing there.
 THREAD_ORDERS = ("grid", "reversed")
 _thread_order = contextvars.ContextVar("vjpcert_thread_order", default="grid")
 
@@ -471,6 +472,7 @@ def install() -> bool:
         return a * b + c
 
     KA.FakeCUDAModule.fma = fma
+    K.np = _BlockOrderNumpy()       # the launch's loop over blocks (np.ndindex) follows thread_order
     K.BlockManager.run = block_run
     K.BlockManager._vj_run = run_threads
     KA.FakeCUDAShared.array = shared_array
@@ -494,9 +496,23 @@ def install() -> bool:
 _stats = {"accesses": 0, "blocks": 0}
 
 
+class _BlockOrderNumpy:
+    """numpy, as the simulator's kernel module sees it, except ``ndindex``: the points of a launch's
+    grid, which it runs one block after another, come last to first under ``thread_order("reversed")``."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def ndindex(*shape):
+        points = list(np.ndindex(*shape))
+        return points[::-1] if _thread_order.get() == "reversed" else points
+
+
 @contextlib.contextmanager
 def thread_order(order: str):
-    """Within this context every simulated block runs its threads in ``order`` (THREAD_ORDERS)."""
+    """Within this context every simulated launch runs its blocks, and every block its threads, in
+    ``order`` (THREAD_ORDERS)."""
     if order not in THREAD_ORDERS:
         raise ValueError(f"thread order {order!r}; orders: {THREAD_ORDERS}")
     token = _thread_order.set(order)

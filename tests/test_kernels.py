@@ -269,6 +269,7 @@ CONTROL_CASES = [
     ("softmax_no_max", "softmax", {"rows": 7, "n": 33}, None, ("random", "large_offset"), "NaN poison", "large_offset"),
     ("softmax_max_over_full_blocks", "softmax", {"rows": 7, "n": 33}, None, None, "NaN poison", "huge_in_last_block"),
     ("softmax_global_total_racy", "softmax", {"rows": 7, "n": 33}, None, None, "determinism", "random"),
+    ("cleared_by_block_0", "gelu_erf", {"rows": 7, "n": 33}, None, None, "determinism", "random"),
     ("flash_fwd_no_running_max", "attention", {"m": 7, "d": 3}, None, None, "NaN poison", "large_magnitude"),
     ("layernorm_one_pass_variance", "layernorm", {"rows": 7, "n": 33}, None, None, "tolerance", "large_offset"),
     # what only the GPU's launch configuration shows
@@ -326,15 +327,16 @@ def test_the_adversarial_kernel_faults_hide_from_what_the_checks_were_before():
     # the racy global total: clean for the shared-memory race detector, and right in the simulator's
     # own thread order (both runs in it: what the determinism check did before it reversed the threads)
     from vjpcert.cuda_kernels import check as kcheck
-    racy = CONTROLS["softmax_global_total_racy"]
     real = kcheck._run_in_order
     try:
         kcheck._run_in_order = lambda *a, reversed_threads: real(*a, reversed_threads=False)
-        cert = check_kernel_claim(OPS["softmax"], "kernel:softmax_fwd", {"rows": 7, "n": 33}, kernel=racy)
+        for control, op in (("softmax_global_total_racy", "softmax"), ("cleared_by_block_0", "gelu_erf")):
+            spec = CONTROLS[control]
+            cert = check_kernel_claim(OPS[op], spec.claim, {"rows": 7, "n": 33}, kernel=spec)
+            assert cert.verdict == "kernel-match", (control, cert.evidence.get("witness"))
+            assert cert.evidence["race_detector"]["clean"]
     finally:
         kcheck._run_in_order = real
-    assert cert.verdict == "kernel-match", cert.evidence.get("witness")
-    assert cert.evidence["race_detector"]["clean"]
     # the maximum that skips the tail: right in every case but the one with a huge entry there
     from vjpcert.core.kernel_checks import HUGE_IN_LAST_BLOCK
     for dims in ({"rows": 7, "n": 33}, {"rows": 3, "n": 1025}):

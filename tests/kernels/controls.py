@@ -11,6 +11,8 @@ controls_tiled.py (linear's matmul, attention).
     half_partials         the tree starts at BLOCK/4: half the partial sums lost -> tolerance at n = 1025
                           (and invisible at n = 7, where only the lower half holds data)
     skips_last            the elementwise loop stops one element short         -> NaN poison
+    cleared_by_block_0    block 0 zeroes the whole output in the launch that writes it: right when
+                          block 0 runs first (the simulator's order)             -> determinism (blocks reversed)
     float64_gelu          a float32 GELU written with float literals (0.5, 1.0) -> .f64 in the PTX
                           (and numerically fine: the simulator alone cannot see it)
     wrong_dK              attention's dK = c dS Q instead of c dS^T Q            -> tolerance
@@ -78,6 +80,8 @@ CONTROLS = {
     "divergent_barrier": _spec("softmax_fwd", rows._softmax_launcher("divergent"), "softmax_fwd~divergent_barrier"),
     "half_partials": _spec("softmax_fwd", rows._softmax_launcher("half_partials"), "softmax_fwd~half_partials"),
     "skips_last": _spec("gelu_erf_fwd", elementwise._gelu_launcher("skips_last"), "gelu_erf_fwd~skips_last"),
+    "cleared_by_block_0": _spec("gelu_erf_fwd", elementwise._gelu_launcher("cleared_by_block_0"),
+                                "gelu_erf_fwd~cleared_by_block_0"),
     "float64_gelu": _spec("gelu_erf_fwd", elementwise._gelu_launcher("float64"), "gelu_erf_fwd~float64"),
     "wrong_dK": _spec("attention_bwd", tiled.attention_bwd_wrong_dK, "attention_bwd~wrong_dK"),
     "nondeterministic": _spec("gelu_erf_fwd", elementwise.gelu_nondeterministic, "gelu_erf_fwd~nondeterministic"),
