@@ -245,3 +245,28 @@ def test_the_committed_adversarial_report_catches_every_cheat_and_passes_the_hon
     assert len(certs) == len(data["rows"])
     assert all(json.loads(c.read_text())["checker_sha256"] == CHECKER_SHA256 for c in certs), \
         "stale: regenerate the adversarial report"
+
+
+def test_a_fresh_seed_draws_other_sizes_and_is_recorded(tmp_path, capsys):
+    """`vjpcert triton FILE --seed fresh`: a seed from the OS, printed, in every certificate; its
+    drawn sizes differ from seed 0's (the same kernel code)."""
+    _needs_triton()
+    from vjpcert.cli import main
+    f = tmp_path / "k.py"
+    f.write_text(Path(CHEATS_FILE).read_text().split("# name -> (kernel")[0]
+                 + "TRITON_KERNELS = [_k('gelu', 'gelu_tanh', 'forward', ref.gelu_tanh_fwd, role='honest', "
+                   "sizes=({'rows': 1, 'n': 2},))]\n")
+    assert main(["triton", str(f), "--out", str(tmp_path / "o"), "--seed", "fresh"]) == 0
+    seed = int(capsys.readouterr().out.split("seed ")[1].split()[0])
+    import json
+    rows = json.loads((tmp_path / "o" / "triton.json").read_text())["rows"]
+    certs = [json.loads(c.read_text()) for c in (tmp_path / "o" / "certificates").glob("*.json")]
+    assert {c["evidence"]["seed"] for c in certs} == {seed}
+    from vjpcert.specs import resolve_op
+    from vjpcert.triton_kernels.gate import gate_sizes
+    kernel = TritonKernel("honest_gelu", "gelu_tanh", "forward", ("y",), np.negative, sizes=({"rows": 1, "n": 2},))
+    assert gate_sizes(kernel, resolve_op("gelu_tanh"), seed)[-2:] != gate_sizes(kernel, resolve_op("gelu_tanh"), 0)[-2:]
+    assert len(rows) == 5
+    with pytest.raises(SystemExit) as bad:           # argparse's exit: status 2, the message on stderr
+        main(["triton", str(f), "--out", str(tmp_path / "o"), "--seed", "soon"])
+    assert bad.value.code == 2 and "an integer or 'fresh'" in capsys.readouterr().err

@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="*", help="Python files defining TRITON_KERNELS")
     p.add_argument("--liger", action="store_true", help="Liger-Kernel's kernels: the report of reports/liger/")
     p.add_argument("--out", default=None, help="report folder (default reports/liger with --liger, else reports/triton)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", default="0", help="seed of the inputs and the drawn sizes (default 0, replayable); "
+                                              "'fresh': a new one, printed and recorded")
     p = sub.add_parser("verify", help="fail, naming each, on stale, edited, malformed or missing certificates")
     p.add_argument("reports", nargs="?", default="reports")
     p.add_argument("--spec", action="append", default=[], metavar="FILE",

@@ -196,8 +196,8 @@ def assert_triton_matches(op, launcher, *, kind: str = "backward", dims=None, se
     and the op's params) and returns numpy arrays; allocate with ``vjpcert.triton_kernels.harness``
     (``device_tensor``, ``empty``) so inputs are fenced and outputs NaN-poisoned. ``dims``: one dims
     dict or a list (default: the op's check dims), to which the gate adds its own sizes (edge sizes,
-    and sizes drawn from your kernel's code and ``seed``). Returns the certificates; raises with the
-    witness."""
+    and sizes drawn from your kernel's code and ``seed``; ``seed="fresh"`` draws a new seed each run,
+    recorded in the certificates). Returns the certificates; raises with the witness."""
     __tracebackhide__ = _hide_certification_failures
     from vjpcert.triton_kernels.check import check_triton_claim, unavailable_reason
     from vjpcert.triton_kernels.gate import gate_sizes
@@ -211,6 +211,9 @@ def assert_triton_matches(op, launcher, *, kind: str = "backward", dims=None, se
     outputs = ("y",) if kind == "forward" else tuple(f"d{n}" for n in op.inputs)
     kernel = TritonKernel(name or getattr(launcher, "__name__", "user_kernel"), op.base_name, kind, outputs,
                           launcher, tuple(laws), source="your kernel")
+    if seed == "fresh":         # a seed no kernel could have known; a failure's witness records it
+        from vjpcert.triton_report import fresh_seed
+        seed = fresh_seed()
     # your sizes, then the gate's (sizes your kernel cannot choose: triton_kernels/gate.py)
     ladder = gate_sizes(kernel, op, seed, declared=[dims] if isinstance(dims, dict) else list(dims or [op.check_dims]))
     certs = [check_triton_claim(op, kernel.claim, d, seed=seed, kernel=kernel, cases=cases) for d in ladder]

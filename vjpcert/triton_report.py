@@ -40,6 +40,22 @@ def load_user_kernels(path: str) -> list:
     return list(kernels)
 
 
+def seed_or_fresh(text: str) -> int | None:
+    """An int, or "fresh" (None: drawn when the run starts)."""
+    if text == "fresh":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a seed is an integer or 'fresh', not {text!r}") from None
+
+
+def fresh_seed() -> int:
+    """A seed no kernel could have known: from the operating system's entropy."""
+    import secrets
+    return secrets.randbits(31)
+
+
 def file_intro(path: str) -> str:
     """A user's kernel file's own docstring, the report's introduction (read, not run again)."""
     import ast
@@ -143,8 +159,13 @@ def main(argv=None) -> int:
     p.add_argument("files", nargs="*", help="Python files defining TRITON_KERNELS")
     p.add_argument("--liger", action="store_true", help="Liger-Kernel's kernels (the committed report)")
     p.add_argument("--out", default=None, help="report folder (default reports/liger with --liger, else reports/triton)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_or_fresh, default=0,
+                   help="seed of the inputs and the drawn sizes (default 0, replayable); 'fresh': a new one, "
+                        "printed and recorded in every certificate")
     args = p.parse_args(argv)
+    if args.seed is None:
+        args.seed = fresh_seed()
+        print(f"seed {args.seed} (fresh; replay with --seed {args.seed})")
     try:
         from vjpcert.triton_kernels.check import detect_mode, unavailable_reason
         why = unavailable_reason()
