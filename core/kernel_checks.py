@@ -174,6 +174,25 @@ def _reference_at(op: Op, kind, arrays, dy, dtype, params):
         return tuple(np.asarray(c) for c in as_tuple(op.bind(op.vjp, B, {**values, "dy": np.asarray(dy, dtype)})))
 
 
+def rounding_bounds(op: Op, kind: str, inputs: dict, dy, params: dict | None = None) -> tuple:
+    """Per output, per element: the running error bound of the spec evaluated in float32 in its own
+    order (``core.rounding``: every rounding of that evaluation, first order, proved), at these
+    inputs. What a float32 evaluation of the formula may be off by; far above the float32 spec's
+    actual error where the inputs are ill-conditioned (a mean of values near 1000, a cancellation)."""
+    from vjpcert.core.rounding import RoundingBackend, values_and_bounds
+    R = RoundingBackend(np.float32)
+    values = {k: R.input(v) for k, v in inputs.items()}
+    for name, p in op.params.items():
+        v = (params or {}).get(name, p.default)
+        values[name] = R.c(v) if p.symbolic else v
+    with np.errstate(all="ignore"):
+        if kind == "forward":
+            outs = (op.bind(op.forward, R, values),)
+        else:
+            outs = as_tuple(op.bind(op.vjp, R, {**values, "dy": R.input(dy)}))
+    return tuple(values_and_bounds(o)[1] for o in outs)
+
+
 def small_inputs(inputs: dict, dy) -> dict | None:
     total = sum(v.size for v in inputs.values()) + (dy.size if dy is not None else 0)
     if total > WITNESS_INPUTS_MAX:

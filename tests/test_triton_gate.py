@@ -248,8 +248,9 @@ def test_the_committed_adversarial_report_catches_every_cheat_and_passes_the_hon
 
 
 def test_a_fresh_seed_draws_other_sizes_and_is_recorded(tmp_path, capsys):
-    """`vjpcert triton FILE --seed fresh`: a seed from the OS, printed, in every certificate; its
-    drawn sizes differ from seed 0's (the same kernel code)."""
+    """`vjpcert triton FILE --seed fresh`: a seed from the OS, printed, in every certificate, and the
+    sizes replayed from it; its drawn sizes differ from seed 0's (the same kernel code). The kernel
+    declares only a row of 2: the row's length is wide all the same."""
     _needs_triton()
     from vjpcert.cli import main
     f = tmp_path / "k.py"
@@ -262,11 +263,12 @@ def test_a_fresh_seed_draws_other_sizes_and_is_recorded(tmp_path, capsys):
     rows = json.loads((tmp_path / "o" / "triton.json").read_text())["rows"]
     certs = [json.loads(c.read_text()) for c in (tmp_path / "o" / "certificates").glob("*.json")]
     assert {c["evidence"]["seed"] for c in certs} == {seed}
-    from vjpcert.specs import resolve_op
-    from vjpcert.triton_kernels.gate import gate_sizes
-    kernel = TritonKernel("honest_gelu", "gelu_tanh", "forward", ("y",), np.negative, sizes=({"rows": 1, "n": 2},))
-    assert gate_sizes(kernel, resolve_op("gelu_tanh"), seed)[-2:] != gate_sizes(kernel, resolve_op("gelu_tanh"), 0)[-2:]
-    assert len(rows) == 5
+    from vjpcert.triton_report import load_user_kernels
+    from vjpcert.triton_kernels.check import triton_dims
+    (kernel,) = load_user_kernels(str(f))
+    assert [r["dims"] for r in rows] == triton_dims(kernel, "interpreter", seed)     # replayed from the seed
+    assert triton_dims(kernel, "interpreter", seed)[-2:] != triton_dims(kernel, "interpreter", 0)[-2:]
+    assert {64, 96} <= {d["n"] for d in triton_dims(kernel, "interpreter", seed)}      # declared tiny, met long
     with pytest.raises(SystemExit) as bad:           # argparse's exit: status 2, the message on stderr
         main(["triton", str(f), "--out", str(tmp_path / "o"), "--seed", "soon"])
     assert bad.value.code == 2 and "an integer or 'fresh'" in capsys.readouterr().err

@@ -14,8 +14,9 @@ the gate draws here, never replacing it:
              kernel that takes nothing else) is a stated restriction of the claim, used in every case;
              one for a differentiable input is one more case (``kernel_samplers``), after the gate's.
 
-A dim is *wide* when the kernel's sizes reach WIDE_FROM in it (a row's length, a head dim); other dims
-(rows) stay small, where the interpreter is slow and a row is a program.
+A dim is *wide* when it is the length of the op's first input's rows (its last axis), or when the
+kernel's sizes reach WIDE_FROM in it (a head dim); other dims (rows) stay small, where the
+interpreter is slow and a row is a program.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def gate_sizes(kernel, op, seed: int = 0, declared=None) -> list[dict]:
     if not declared:
         return declared
     names = list(declared[0])
-    wide = {n for n in names if max(d.get(n, 0) for d in declared) >= WIDE_FROM}
+    wide = {n for n in names if max(d.get(n, 0) for d in declared) >= WIDE_FROM} | _row_length(op, names)
     extra = [{n: GATE_POWER if n in wide else 2 for n in names},
              {n: GATE_MULTIPLE if n in wide else 3 for n in names}]
     rng = np.random.default_rng([seed, int(kernel_code_digest(kernel)[:8], 16)])
@@ -70,6 +71,14 @@ def gate_sizes(kernel, op, seed: int = 0, declared=None) -> list[dict]:
         if d not in out:
             out.append(d)
     return out
+
+
+def _row_length(op, names) -> set:
+    """The dim of the op's first input's last axis (a row's length: where blocks are): wide whatever
+    sizes the kernel declares, so a kernel declaring only tiny sizes still meets long rows."""
+    shape = next(iter(getattr(op, "inputs", {}).values()), ())
+    last = shape[-1] if shape else None
+    return {last} if isinstance(last, str) and last in names else set()
 
 
 def _allowed(op, dims: dict) -> bool:

@@ -93,7 +93,9 @@ def run(kernels, *, seed: int = 0, progress=print) -> list[dict]:
             rows.append({"kernel": k.name, "op": k.op_name, "kind": k.kind, "source": k.source, "doc": k.doc,
                          "params": {n: str(v) for n, v in k.params.items()},
                          "dims": dims, "verdict": cert.verdict, "seconds": round(seconds, 3),
-                         "outputs": _worst(cert), "witness": cert.evidence.get("witness"), "cert": cert})
+                         "outputs": _worst(cert), "cert": cert,
+                         # a failure's witness, or where an inconclusive one was ill-conditioned
+                         "witness": cert.evidence.get("witness") or (cert.evidence.get("ill_conditioned") or [None])[0]})
             progress(f"  {k.name:36s} {json.dumps(dims):26s} {cert.verdict:13s} {seconds:6.2f} s")
     return rows
 
@@ -122,7 +124,8 @@ def write(rows: list[dict], out: Path, *, title: str, intro: str, total_seconds:
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         outs = "; ".join(f"{n}: {_fmt(o['error'])} / {_fmt(o['bound'])} ({o['case']})" for n, o in r["outputs"].items())
-        verdict = r["verdict"] if r["verdict"] != "failed" else f"**failed** ({r['witness']['check']}, {r['witness']['case']})"
+        verdict = (f"**{r['verdict']}** ({r['witness']['check']}, {r['witness']['case']})" if r["witness"]
+                   and r["verdict"] in ("failed", "inconclusive") else r["verdict"])
         lines.append(f"| {r['op']} | `{r['kernel']}` | {r['kind']} | {_dims(r['dims'])} | {verdict} | {outs} | "
                      f"{r['seconds']:.2f} |")
     summary: dict = {}
@@ -143,14 +146,15 @@ def write(rows: list[dict], out: Path, *, title: str, intro: str, total_seconds:
 def _per_kernel(rows: list[dict]) -> list[str]:
     """Per kernel: at how many of its sizes it matched, and the first check it failed (a kernel right
     at some sizes and wrong at others shows here at once)."""
-    out = ["## Per kernel", "", "| kernel | sizes | kernel-match | failed | first failure |", "|---|---|---|---|---|"]
+    out = ["## Per kernel", "", "| kernel | sizes | kernel-match | inconclusive | failed | first failure |",
+           "|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["kernel"] for r in rows):
         mine = [r for r in rows if r["kernel"] == name]
         bad = [r for r in mine if r["verdict"] == "failed"]
         first = (f"{bad[0]['witness']['check']} at {_dims(bad[0]['dims'])} ({bad[0]['witness']['case']})"
                  if bad else "")
-        out.append(f"| `{name}` | {len(mine)} | {sum(r['verdict'] == 'kernel-match' for r in mine)} | {len(bad)} | "
-                   f"{first} |")
+        out.append(f"| `{name}` | {len(mine)} | {sum(r['verdict'] == 'kernel-match' for r in mine)} | "
+                   f"{sum(r['verdict'] == 'inconclusive' for r in mine)} | {len(bad)} | {first} |")
     return out + [""]
 
 
