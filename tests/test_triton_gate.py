@@ -174,6 +174,41 @@ def test_our_reference_kernels_match_at_the_gate_s_sizes(request):
             assert cert.verdict == "kernel-match", (name, dims, cert.evidence.get("witness"))
 
 
+def _sequential_layernorm(x, gamma, beta, eps):
+    """LayerNorm in float32 with one running sum for the mean and one for the variance: the formula's
+    own steps, in the order that rounds worst (a kernel's order is its own)."""
+    n = x.shape[-1]
+    s = np.zeros(x.shape[:-1], np.float32)
+    for j in range(n):
+        s = (s + x[..., j]).astype(np.float32)
+    d = x - (s / np.float32(n))[..., None]
+    v = np.zeros(x.shape[:-1], np.float32)
+    for j in range(n):
+        v = (v + d[..., j] * d[..., j]).astype(np.float32)
+    rstd = np.float32(1) / np.sqrt(v / np.float32(n) + np.float32(eps))
+    return (d * rstd[..., None] * gamma + beta).astype(np.float32)
+
+
+def test_an_honest_kernel_on_ill_conditioned_inputs_is_inconclusive_not_failed(monkeypatch):
+    """Outside the model-free rule at a large offset (numpy's pairwise order is luckier), inside k x the
+    running error bound of the spec's own float32 evaluation: inconclusive, saying where; without that
+    step it would fail. Its control, 1% off, fails."""
+    from vjpcert.triton_kernels import check
+    honest = TritonKernel("sequential_layernorm", "layernorm", "forward", ("y",), _sequential_layernorm)
+    cert = _check(honest, {"rows": 5, "n": 33})
+    assert cert.verdict == "inconclusive" and "ill-conditioned" in cert.evidence["reason"]
+    where = {e["case"]: e for e in cert.evidence["ill_conditioned"]}
+    assert "large_offset" in where and all(e["error"] > e["bound"] and e["error_over_allowed"] <= 1
+                                           for e in where.values())
+    monkeypatch.setattr(check, "_rounding_allowance", lambda *a: None)
+    assert _check(honest, {"rows": 5, "n": 33}).evidence["witness"]["check"] == "tolerance"
+    monkeypatch.undo()
+    off = TritonKernel("layernorm_one_percent_off", "layernorm", "forward", ("y",),
+                       lambda x, gamma, beta, eps: (_sequential_layernorm(x, gamma, beta, eps) * 1.01).astype(np.float32))
+    cert = _check(off, {"rows": 5, "n": 33})
+    assert cert.verdict == "failed" and cert.evidence["witness"]["check"] == "tolerance"
+
+
 # --- the gate's sizes, without Triton ---------------------------------------------------------------
 
 def _module_kernel(tmp_path, text: str, name="k"):
