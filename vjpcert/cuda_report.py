@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib.util
 import json
 import sys
 import tempfile
@@ -27,6 +26,9 @@ from pathlib import Path
 
 from vjpcert.core.certificate import atomic_write
 from vjpcert.core.registry import SpecError
+
+
+USER_MODULE_PREFIX = "vjpcert_user_cuda"
 
 
 def is_kernel_file(path) -> bool:
@@ -48,14 +50,8 @@ def is_kernel_file(path) -> bool:
 def load_kernel_file(path) -> tuple[list, dict, object]:
     """(KERNELS, SIZES, module) of a user's kernel file; bad input is a SpecError naming the file."""
     from vjpcert.cuda_kernels.registry import KernelSpec, Sizes
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError(None, f"{path}: no such file")
-    name = f"vjpcert_user_cuda_{p.stem}"
-    spec = importlib.util.spec_from_file_location(name, p)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    from vjpcert.triton_report import load_user_module
+    module = load_user_module(path, USER_MODULE_PREFIX)
     kernels = list(getattr(module, "KERNELS", None) or [])
     if not kernels:
         raise SpecError(None, f"{path}: defines no KERNELS = [KernelSpec(...), ...] (or fwd_bwd(...))")
@@ -139,7 +135,7 @@ def resources(path, module) -> dict | None:
     from vjpcert.cuda_kernels.resources import problems, resource_report
     with tempfile.TemporaryDirectory() as tmp:
         shim = Path(tmp) / "vjpcert_user_resources.py"
-        shim.write_text(SHIM.format(name=f"vjpcert_user_cuda_{Path(path).stem}", path=str(Path(path).resolve())))
+        shim.write_text(SHIM.format(name=f"{USER_MODULE_PREFIX}_{Path(path).stem}", path=str(Path(path).resolve())))
         try:
             report = resource_report(extra=f"{shim}:ptx_kernels", only_extra=True)
         except Exception as exc:          # no compiler here: say so, do not pass the check silently

@@ -23,17 +23,24 @@ from vjpcert.core.certificate import atomic_write
 from vjpcert.core.registry import SpecError
 
 
-def load_user_kernels(path: str) -> list:
-    """The ``TRITON_KERNELS`` list of a user's Python file (its specs come from ``vjpcert.specs`` or from
-    ops the file itself defines with ``@op``)."""
+def load_user_module(path, prefix: str):
+    """A user's Python file run as the module ``<prefix>_<stem>`` (registered, so its kernels and the
+    tools that import them by name find it); a missing file is bad input."""
     import importlib.util
     p = Path(path)
     if not p.is_file():
         raise SpecError(None, f"{path}: no such file")
-    spec = importlib.util.spec_from_file_location(f"vjpcert_user_triton_{p.stem}", p)
+    spec = importlib.util.spec_from_file_location(f"{prefix}_{p.stem}", p)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
+    return module
+
+
+def load_user_kernels(path: str) -> list:
+    """The ``TRITON_KERNELS`` list of a user's Python file (its specs come from ``vjpcert.specs`` or from
+    ops the file itself defines with ``@op``)."""
+    module = load_user_module(path, "vjpcert_user_triton")
     kernels = getattr(module, "TRITON_KERNELS", None)
     if not kernels:
         raise SpecError(None, f"{path}: defines no TRITON_KERNELS = [TritonKernel(...), ...]")

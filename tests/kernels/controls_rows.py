@@ -246,38 +246,26 @@ def _fault_row_kernels(block: int):
     return ns
 
 
-def softmax_no_max(x, *, poison=True):
-    cfg = config()
-    k = _fault_row_kernels(cfg.block).softmax_no_max
+def _softmax_fault(which: str, *, row_scratch: bool = False):
+    """The launcher of a faulty softmax forward: x (rows, n) -> y, with a per-row global scratch
+    buffer after y where the kernel takes one."""
+    def launcher(x, *, poison=True):
+        cfg = config()
+        k = getattr(_fault_row_kernels(cfg.block), which)
 
-    def dev(d_x):
-        d_y = empty(d_x.shape, poison)
-        launch(k, row_grid(d_x.shape[0], cfg), cfg.block, d_x, d_y)
-        return d_y
-    return call(dev, (x,))
-
-
-def softmax_max_over_full_blocks(x, *, poison=True):
-    cfg = config()
-    k = _fault_row_kernels(cfg.block).softmax_max_over_full_blocks
-
-    def dev(d_x):
-        d_y = empty(d_x.shape, poison)
-        launch(k, row_grid(d_x.shape[0], cfg), cfg.block, d_x, d_y)
-        return d_y
-    return call(dev, (x,))
+        def dev(d_x):
+            d_y = empty(d_x.shape, poison)
+            scratch = (empty((d_x.shape[0],), poison),) if row_scratch else ()
+            launch(k, row_grid(d_x.shape[0], cfg), cfg.block, d_x, d_y, *scratch)
+            return d_y
+        return call(dev, (x,))
+    launcher.__name__ = which
+    return launcher
 
 
-def softmax_global_total_racy(x, *, poison=True):
-    cfg = config()
-    k = _fault_row_kernels(cfg.block).softmax_global_total_racy
-
-    def dev(d_x):
-        d_y = empty(d_x.shape, poison)
-        total = empty((d_x.shape[0],), poison)
-        launch(k, row_grid(d_x.shape[0], cfg), cfg.block, d_x, d_y, total)
-        return d_y
-    return call(dev, (x,))
+softmax_no_max = _softmax_fault("softmax_no_max")
+softmax_max_over_full_blocks = _softmax_fault("softmax_max_over_full_blocks")
+softmax_global_total_racy = _softmax_fault("softmax_global_total_racy", row_scratch=True)
 
 
 def layernorm_one_pass(x, gamma, beta, *, eps=1e-5, poison=True):
