@@ -157,6 +157,22 @@ def test_a_kernel_whose_bits_vary_only_after_its_first_runs_is_not_called_a_race
     assert orders["varies_in_grid_order"] and orders["compared"].startswith("tolerance rule")
 
 
+def test_random_noise_does_not_hide_a_read_past_the_end():
+    """A read past the end (the unmasked-load control) with a random 1-ulp flip on every call: its bits
+    vary, so no bitwise fence comparison is made -- and the run with fences of 3e38 is held to the rule
+    instead, which it is far outside."""
+    controls = optional.from_file(ROOT / "tests" / "triton" / "controls.py", "triton_controls")
+    kernel, dims, _ = controls.CONTROLS["softmax_unmasked_load"]
+
+    def noisy(x):
+        y = kernel.launcher(x)
+        flip = np.random.default_rng().random(y.shape) < 0.5
+        return np.where(flip, np.nextafter(y, np.float32(2)), y).astype(np.float32)
+    cert = _check(TritonKernel("noisy_unmasked_load", "softmax", "forward", ("y",), noisy), dims)
+    assert cert.verdict == "failed" and cert.evidence["witness"]["check"] == "tolerance"
+    assert cert.evidence["determinism"]["bitwise_identical"] is False
+
+
 def test_a_kernel_whose_bits_vary_is_held_to_the_rule_in_every_run():
     """The control of the one above: the same kernel, 0.1% off on every second call."""
     cert = _check(CHEATS.HONEST_CONTROL, {"rows": 2, "n": 1025}, cases=("random",))
