@@ -28,6 +28,8 @@ import contextvars
 
 import numpy as np
 
+from vjpcert.core import low_precision
+
 GUARD = 256                     # elements fenced before and after every buffer
 GUARD_BITS = 0x7FC0DEAD         # a float32 quiet NaN with a payload no arithmetic produces by chance
 FENCE_LARGE = 3.0e38            # near float32's largest: a row max that reads it makes exp(x - max) = 0
@@ -83,7 +85,7 @@ class Arena:
 
     def tensor(self, a, what: str = "input", dtype=None):
         t = torch()
-        src = t.from_numpy(np.array(a, order="C", copy=True))     # 0-d stays 0-d (a loss's cotangent)
+        src = low_precision.from_numpy(a)        # 0-d stays 0-d (a loss's cotangent); bfloat16 through its bits
         if dtype is not None:
             src = src.to(dtype)
         body = self._fenced(src.numel(), src.dtype, None, what, device())
@@ -134,7 +136,7 @@ def empty(shape, dtype=None, what: str = "output"):
 
 
 def to_numpy(x) -> np.ndarray:
-    return x.detach().to("cpu").numpy().copy()
+    return low_precision.to_numpy(x)
 
 
 @contextlib.contextmanager

@@ -27,6 +27,9 @@ wrong in others. The patch wraps ``GridExecutor.__call__`` (one launch: its kern
 index in the run and its number of programs). It records every launch (kernel, grid) and the float
 atomic adds its programs made (``Record``): their rounding legitimately depends on the order.
 
+And it makes bfloat16 blocks compute as compiled Triton's do (``triton_kernels/bfloat16.py``: the
+interpreter computes on their raw bits and truncates conversions to them).
+
 What it does not patch: anything else of the interpreter. Each program still runs whole before the
 next starts, so orders are all it can vary, not interleavings (a lost update whose sums come out the
 same in every order is not seen); blocks are numpy arrays; masked loads return ``other`` (0 by
@@ -41,6 +44,8 @@ import sys
 import threading
 
 import numpy as np
+
+from vjpcert.triton_kernels import bfloat16
 
 INTERPRET_VARIABLE = "TRITON_INTERPRET"
 _LOCK = threading.RLock()
@@ -237,6 +242,7 @@ def faithful(modules=(), *, order: str | None = None, order_seed: int = 0):
         if not getattr(original, "vjpcert_patch", False):
             interp._implicit_cvt = _float_as_fp32(original)
             undo.append(lambda: setattr(interp, "_implicit_cvt", original))
+        bfloat16.patch(interp, undo)
         stubs = _libdevice_stubs()
         for m in modules:
             mod = sys.modules[m] if isinstance(m, str) else m
