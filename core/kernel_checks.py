@@ -17,9 +17,11 @@ import zlib
 import numpy as np
 
 from vjpcert.core import input_cases as _input_cases
+from vjpcert.core import kernel_bounds as _bounds
 from vjpcert.core import tolerance as _rule
 from vjpcert.core.backends import F32, F64
 from vjpcert.core.certificate import dims_slug
+from vjpcert.core.low_precision import is_low, rounded, storage_dtype
 from vjpcert.core.registry import Op, SpecError
 
 FIRST_CASE = "random"           # the case run twice for determinism (and under the race detector)
@@ -174,25 +176,6 @@ def _reference_at(op: Op, kind, arrays, dy, dtype, params):
         return tuple(np.asarray(c) for c in as_tuple(op.bind(op.vjp, B, {**values, "dy": np.asarray(dy, dtype)})))
 
 
-def rounding_bounds(op: Op, kind: str, inputs: dict, dy, params: dict | None = None) -> tuple:
-    """Per output, per element: the running error bound of the spec evaluated in float32 in its own
-    order (``core.rounding``: every rounding of that evaluation, first order, proved), at these
-    inputs. What a float32 evaluation of the formula may be off by; far above the float32 spec's
-    actual error where the inputs are ill-conditioned (a mean of values near 1000, a cancellation)."""
-    from vjpcert.core.rounding import RoundingBackend, values_and_bounds
-    R = RoundingBackend(np.float32)
-    values = {k: R.input(v) for k, v in inputs.items()}
-    for name, p in op.params.items():
-        v = (params or {}).get(name, p.default)
-        values[name] = R.c(v) if p.symbolic else v
-    with np.errstate(all="ignore"):
-        if kind == "forward":
-            outs = (op.bind(op.forward, R, values),)
-        else:
-            outs = as_tuple(op.bind(op.vjp, R, {**values, "dy": R.input(dy)}))
-    return tuple(values_and_bounds(o)[1] for o in outs)
-
-
 def small_inputs(inputs: dict, dy) -> dict | None:
     total = sum(v.size for v in inputs.values()) + (dy.size if dy is not None else 0)
     if total > WITNESS_INPUTS_MAX:
@@ -211,17 +194,22 @@ def _twin(op: Op, forward_fn, backward_fn) -> Op:
     return twin
 
 
-def _impl(op: Op, spec_fn, run, record: list | None):
+def _impl(op: Op, spec_fn, run, record: list | None, dtype=np.float32, stored=None):
     """A function with ``spec_fn``'s signature (so laws bind it by argument name) that runs ``run``
-    on float32 copies of the arrays and returns float64 results (the law's own arithmetic stays in
-    float64, so its residual measures the implementation, not the law's rounding)."""
+    on ``dtype`` copies of the arrays and returns float64 results (the law's own arithmetic stays in
+    float64, so its residual measures the implementation, not the law's rounding); ``stored``: a
+    low-precision dtype its results are rounded to first (the float32 spec as a bfloat16 kernel's
+    baseline)."""
     arrays = set(op.inputs) | set(op.nondiff) | {"dy"}
 
     @functools.wraps(spec_fn)
     def impl(B, **kw):
-        a = {k: np.asarray(v, np.float32) for k, v in kw.items() if k in arrays}
+        # the differentiable inputs and dy in the implementation's dtype; non-differentiable ones (targets,
+        # positions, masks) in float32, as the spec reads them
+        a = {k: np.asarray(v, np.float64).astype(dtype if k in op.inputs or k == "dy" else np.float32)
+             for k, v in kw.items() if k in arrays}
         p = {k: v for k, v in kw.items() if k in op.params}
-        outs = tuple(np.asarray(o, np.float64) for o in as_tuple(run(a, p)))
+        outs = tuple(np.asarray(o, np.float64) if stored is None else rounded(o, stored) for o in as_tuple(run(a, p)))
         if record is not None:
             record.extend(outs)
         return outs if len(outs) > 1 or spec_fn is op.vjp else outs[0]
@@ -266,18 +254,25 @@ def _run_plain(fn):
 
 
 def check_law(op: Op, spec, law, inputs: dict, dy, kernels: dict, *, launch_checked=_run_plain,
-              params: dict | None = None) -> dict:
+              params: dict | None = None, storage="float32", accumulate="float32") -> dict:
     """One runtime law on the kernel's outputs, against the same law on the float32 spec
     (``core.tolerance.law_bound``). ``kernels``: name -> kernel, where a backward kernel's forward is
     found; ``launch_checked`` wraps each run of the kernel (the simulator turns exceptions raised in
     simulated threads into the kernel's failure); ``params``: the op's params where they differ from
-    its defaults (a law's own params still win)."""
+    its defaults (a law's own params still win); ``storage``: the kernel's storage dtype. Outside that
+    rule, the entry says ``ill_conditioned`` (not ok, and not a failure) where the residual is within
+    what outputs each within its any-order bound can give the law (``core.kernel_bounds``)."""
     fwd_spec = kernels.get(spec.forward) if spec.kind == "backward" else spec
     record: list = []
-    k_fwd = _impl(op, op.forward, _kernel_run(fwd_spec) if fwd_spec else _spec_run(op, op.forward, F32), record)
-    k_bwd = _impl(op, op.vjp, _kernel_run(spec) if spec.kind == "backward" else _spec_run(op, op.vjp, F32), record)
-    s_fwd = _impl(op, op.forward, _spec_run(op, op.forward, F32), None)
-    s_bwd = _impl(op, op.vjp, _spec_run(op, op.vjp, F32), None)
+    held = storage_dtype(storage)
+    k_fwd = _impl(op, op.forward, _kernel_run(fwd_spec) if fwd_spec else _spec_run(op, op.forward, F32), record,
+                  held if fwd_spec else np.float32)
+    k_bwd = _impl(op, op.vjp, _kernel_run(spec) if spec.kind == "backward" else _spec_run(op, op.vjp, F32), record,
+                  held if spec.kind == "backward" else np.float32)
+    # the baseline: the same law on the float32 spec's outputs (rounded to a low-precision kernel's dtype)
+    low = held if is_low(held) else None
+    s_fwd = _impl(op, op.forward, _spec_run(op, op.forward, F32), None, stored=low)
+    s_bwd = _impl(op, op.vjp, _spec_run(op, op.vjp, F32), None, stored=low)
     if dy is None and law.needs_dy:
         raise SpecError(op.name, f"law {law.name} needs dy; attach it to a backward kernel")
     values = _law_values(op, law, inputs, dy, params)
@@ -298,7 +293,7 @@ def check_law(op: Op, spec, law, inputs: dict, dy, kernels: dict, *, launch_chec
     scale = max(float(np.max(np.abs(lhs), initial=0)), float(np.max(np.abs(rhs), initial=0)), mag * per_component)
     residual = float(np.max(res_k, initial=0))
     baseline = float(np.max(res_s, initial=0))
-    b = _rule.law_bound(spec.kind == "backward", baseline, scale, np.float32)
+    b = _rule.law_bound(spec.kind == "backward", baseline, scale, held)
     entry = {"residual": residual, "float32_spec_residual": baseline, "bound": b, "scale": scale,
              "params": {k: str(v) for k, v in law.params.items()}, "ok": bool(residual <= b)}
     if not np.isfinite(residual):
@@ -307,7 +302,60 @@ def check_law(op: Op, spec, law, inputs: dict, dy, kernels: dict, *, launch_chec
         idx = int(np.nanargmax(np.where(np.isfinite(res_k), res_k, np.inf)))
         entry["component"] = [int(i) for i in np.unravel_index(idx, res_k.shape)] if res_k.ndim else []
         entry["lhs"], entry["rhs"] = float(lhs.flat[idx]), float(rhs.flat[idx])
+        if np.isfinite(residual):
+            allowance = _law_any_order(op, law, inputs, dy, params, storage, accumulate)
+            if allowance is not None:
+                factor = _bounds.K_REFORMULATION[spec.kind]
+                allowance = np.broadcast_to(allowance, res_k.shape)
+                entry["law_bound_any_order"] = _bounds._finite(allowance.flat[idx])
+                if np.all(res_k <= factor * allowance + _rule.ABSOLUTE_FLOOR):
+                    entry["ill_conditioned"] = {
+                        "law_bound_any_order": entry["law_bound_any_order"], "factor": factor,
+                        "explanation": "the residual is within what outputs each within its any-order rounding "
+                                       "bound can give this law: rounding, at these inputs, may explain it"}
     return entry
+
+
+def _values64(v):
+    """float64 values of an array of Rounded numbers (or of a plain array)."""
+    a = np.array(v, dtype=object if isinstance(v, np.ndarray) and v.dtype == object else None, subok=False)
+    if a.dtype != object:
+        return a
+    return np.array([float(getattr(r, "v", r)) for r in a.ravel()], np.float64).reshape(a.shape)
+
+
+def _law_any_order(op: Op, law, inputs: dict, dy, params: dict | None, storage, accumulate):
+    """Per law component: |residual| + its bound, for the law evaluated in float64 on the spec's outputs
+    each carrying its any-order bound (``core.kernel_bounds.bounded``); None where the analysis does
+    not follow the spec."""
+    from vjpcert.core.any_order import AnyOrderBackend
+    from vjpcert.core.rounding import Rounded, values_and_bounds
+    arrays = set(op.inputs) | set(op.nondiff) | {"dy"}
+
+    def bounded_fn(kind, spec_fn):
+        @functools.wraps(spec_fn)
+        def impl(B, **kw):
+            a = {k: np.asarray(_values64(v), np.float64) for k, v in kw.items() if k in arrays}
+            # a param the law passes on is the exact value it was given (an int, a Fraction), or the
+            # number made of one here from the law's exact params
+            p = {k: exact_params[k] if isinstance(v, Rounded) else v for k, v in kw.items() if k in op.params}
+            outs, _ = _bounds.bounded(op, kind, {k: v for k, v in a.items() if k != "dy"}, a.get("dy"),
+                                      {**(params or {}), **p} or None, storage, accumulate)
+            return outs if len(outs) > 1 or kind == "backward" else outs[0]
+        return impl
+    B64 = AnyOrderBackend(np.float64)
+    exact_params = {k: law.params.get(k, (params or {}).get(k, p.default)) for k, p in op.params.items()}
+    values = {k: B64.input(v) for k, v in _law_values(op, law, inputs, dy, params).items() if k not in op.params}
+    values.update({k: B64.c(v) if op.params[k].symbolic else v for k, v in exact_params.items()})
+    try:
+        with np.errstate(all="ignore"):
+            out = _twin(op, bounded_fn("forward", op.forward), bounded_fn("backward", op.vjp)).bind(law.fn, B64, values)
+            lhs, rhs = out if isinstance(out, tuple) else (out, 0)
+            res = np.asarray(np.asarray(lhs, dtype=object) - np.asarray(rhs, dtype=object), dtype=object)
+            v, e = values_and_bounds(res)
+    except Exception:           # a construct the running error analysis does not follow: no allowance
+        return None
+    return np.abs(v) + e
 
 
 def law_objects(op: Op, spec) -> list:

@@ -79,3 +79,16 @@ def imported(name: str, attr: str):
     call.__name__ = call.__qualname__ = attr
     call.__doc__ = f"{name}.{attr}, imported at its first call"
     return call
+
+
+def needs_triton():
+    """Skip the calling test unless torch and Triton import."""
+    for name in ("torch", "triton"):
+        importorskip(name, reason="the Triton tier needs torch and triton: pip install -e '.[triton]'").__version__
+
+
+def check_triton(kernel, dims, cases=None):
+    """The Triton tier's certificate of ``kernel`` (a TritonKernel) at ``dims`` (skipped without Triton)."""
+    needs_triton()
+    from vjpcert.triton_kernels.check import check_triton_claim
+    return check_triton_claim(kernel.op, kernel.claim, dims, kernel=kernel, cases=cases)

@@ -2,12 +2,12 @@
 
 The same checks as the Numba kernel tier (``cuda_kernels/check.py``), with what both share in
 ``core/kernel_checks.py``. For one (op, kernel claim, dims) and each input case (``core/input_cases.py``,
-and the kernel cases of ``core/kernel_checks.py``): sample float32 inputs (seeded, recorded), run the
-kernel on fenced copies of the inputs with its outputs NaN-poisoned (``triton_kernels.harness``), in
-Triton's interpreter on a CPU (``TRITON_INTERPRET=1``, patched to behave as compiled Triton:
-``triton_kernels.interpreter``) or natively on a GPU, and only then evaluate the spec in float64 (the
-reference) and float32 (the baseline) at those inputs: while the kernel runs, no float64 result of its
-inputs exists for it to find. The launcher is handed copies of the checker's arrays. In the first case
+and the kernel cases of ``core/kernel_checks.py``): sample inputs in the kernel's dtype (float32,
+bfloat16, float16; seeded, recorded), run the kernel on fenced copies of the inputs with its outputs
+NaN-poisoned (``triton_kernels.harness``), in Triton's interpreter on a CPU (``TRITON_INTERPRET=1``,
+patched to behave as compiled Triton: ``triton_kernels.interpreter``) or natively on a GPU, and only
+then evaluate the spec in float64 (the reference) and float32 (the baseline) at those inputs: while the
+kernel runs, no float64 result of its inputs exists for it to find. The launcher is handed copies of the checker's arrays. In the first case
 the kernel runs twice, and once more with other fences. Then, in order, each of these can fail the
 claim:
   1. the kernel raised,
@@ -23,7 +23,12 @@ claim:
      order of check 6,
   5. tolerance: per output, the model-free rule of ``core/tolerance.py`` (FlashAttention's:
      max|kernel - spec_f64| <= k max|spec_f32 - spec_f64| + 4 u max|spec_f64|, k = 2 forward, 3
-     backward); external kernels have no rounding-error model of ours (their arithmetic is theirs),
+     backward; in a low-precision dtype, spec_f32 rounded to it and u its own); external kernels have
+     no rounding-error model of ours (their arithmetic is theirs). Outside the rule, the rounding bound
+     that holds for every summation order decides (``core/kernel_bounds.py``): within k x it at every
+     element, ``inconclusive`` (ill-conditioned, with the condition number), else ``failed`` with the
+     bound. A kernel that documents its casting is held to that casting's bound at every element
+     (``casting``), in every case and whatever the rule says,
   6. program order (in the interpreter, the first case; ``triton_kernels/orders.py``): the case again with each launch's programs
      in every other order of ``interpreter.ORDERS`` (reversed, seeded shuffles; the seed a hash of the
      kernel, dims and case; evidence["program_orders"] records which ran). A GPU runs a launch's
@@ -46,9 +51,11 @@ import time
 import numpy as np
 
 from vjpcert.core import input_cases as _cases
+from vjpcert.core import kernel_bounds as _bounds
 from vjpcert.core import kernel_checks as _shared
 from vjpcert.core import tolerance as _rule
 from vjpcert.core.certificate import Certificate, checker_code_sha256, versions
+from vjpcert.core.low_precision import STORAGE_DTYPES, storage_dtype
 from vjpcert.core.registry import Op, SpecError
 from vjpcert.triton_kernels import gate
 from vjpcert.triton_kernels.interpreter import ORDERS
@@ -62,11 +69,8 @@ DETERMINISM_RUNS = 2
 # (measured on the Liger ladder and our kernels, 104 checks: 37 s without the orders, 40 s with them),
 # and a race shows with any inputs. A shuffle that repeats an order already run (a launch of two
 # programs has two) is not run again.
-DTYPE = np.float32
-
-
-def rule_in_words(kind: str) -> str:
-    return _rule.rule_in_words(kind == "backward", DTYPE) + (
+def rule_in_words(kind: str, dtype="float32") -> str:
+    return _rule.rule_in_words(kind == "backward", storage_dtype(dtype)) + (
         " (per output; the floor's scale is the largest cotangent's, as in `vjpcert check --impl`)"
         if kind == "backward" else " (per output)")
 
@@ -206,6 +210,10 @@ def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
     if unknown:
         raise SpecError(op.name, f"unknown input cases {unknown}; cases: {', '.join(CASES)}"
                                  + (f", {gate.KERNEL_SAMPLERS}" if own["diff"] else ""))
+    for what in ("dtype", "accumulate"):
+        if getattr(spec, what) not in STORAGE_DTYPES:
+            raise SpecError(op.name, f"Triton kernel {spec.name} has {what} {getattr(spec, what)!r}; dtypes: "
+                                     f"{', '.join(STORAGE_DTYPES)}")
     unknown = set(spec.params) - set(op.params)
     if unknown:
         raise SpecError(op.name, f"Triton kernel {spec.name} sets params {sorted(unknown)} the spec does not have")
@@ -215,7 +223,8 @@ def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
     partial = spec.kind == "backward" and len(cotangents_checked(op, spec)) < len(op.inputs)
     evidence: dict = {"mode": mode, "kernel": spec.name, "source": spec.source, "kind": spec.kind,
                       **({"cotangents": list(spec.outputs)} if partial else {}),
-                      "tolerance_rule": rule_in_words(spec.kind), "seed": seed, "cases": list(cases)}
+                      "tolerance_rule": rule_in_words(spec.kind, spec.dtype), "seed": seed, "cases": list(cases),
+                      "dtype": spec.dtype, **({"casting": _casting_words(spec.casting)} if spec.casting else {})}
 
     def certificate(verdict):
         return Certificate.issue(
@@ -225,11 +234,15 @@ def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
                 f"({', '.join('d' + n for n in op.inputs)}): only those are checked"] if partial else [])
             + [f"kernel: {spec.source}",
                f"inputs: the cases {', '.join(cases)} (core/input_cases.py, core/kernel_checks.py), seed {seed}, "
-               f"float32"]
+               f"{_precision_words(spec.dtype)}, sums accumulated in {spec.accumulate}"]
+            + ([f"casting: {_casting_words(spec.casting)}; every element is held to the any-order rounding bound "
+                f"of that casting (core/kernel_bounds.py)"] if spec.casting else [])
             + [f"{n}: drawn by the kernel's own sampler in every case (the claim holds for such {n})"
                for n in own["nondiff"]]
             + [f"{n}: the gate's cases, then the kernel's own sampler as one more case" for n in own["diff"]]
-            + [f"tolerance: {rule_in_words(spec.kind)}"]
+            + [f"tolerance: {rule_in_words(spec.kind, spec.dtype)}; outside it, within "
+               f"{_bounds.K_REFORMULATION[spec.kind]:g} x the any-order rounding bound of every element: inconclusive "
+               f"(ill-conditioned), else failed (core/kernel_bounds.py)"]
             + (["run in Triton's interpreter on the CPU (TRITON_INTERPRET=1): float scalars passed as fp32 and "
                 "libdevice functions evaluated in float64 and rounded once (triton_kernels/interpreter.py); "
                 "a GPU's own libdevice errors are not seen",
@@ -265,6 +278,7 @@ def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
 
 
 def _check_cases(op, spec, kernel, dims, cases, params, mode, evidence, state, failed, certificate):
+    storage = storage_dtype(spec.dtype)
     per_case: dict = {}
     evidence["per_case"] = per_case
     for case in cases:
@@ -318,6 +332,10 @@ def _check_cases(op, spec, kernel, dims, cases, params, mode, evidence, state, f
         checked = cotangents_checked(op, spec)
         ref64, ref32 = ([_shared.reference(op, spec.kind, inputs, dy, dtype, spec.params)[i] for i in checked]
                         for dtype in (np.float64, np.float32))
+        # the baseline at the kernel's precision: its float32 arithmetic, its outputs stored
+        ref32 = [np.asarray(r).astype(storage).astype(np.float64) for r in ref32]
+        if spec.casting is not None:
+            _bounds.check_casting(op, spec.kind, spec.casting, inputs, dy, spec.params)
         if len(runs[0]) != len(ref64):
             raise SpecError(op.name, f"Triton kernel {spec.name} returned {len(runs[0])} outputs; "
                                      f"it declares {len(ref64)} ({', '.join(spec.outputs)})")
@@ -328,8 +346,8 @@ def _check_cases(op, spec, kernel, dims, cases, params, mode, evidence, state, f
             for name, out, r in zip(spec.outputs, run, ref64):
                 if out.shape != r.shape:
                     return failed("shape", output=name, kernel_shape=list(out.shape), spec_shape=list(r.shape))
-                if out.dtype != DTYPE:
-                    return failed("dtype", output=name, kernel_dtype=str(out.dtype), expected=np.dtype(DTYPE).name)
+                if out.dtype != storage:
+                    return failed("dtype", output=name, kernel_dtype=str(out.dtype), expected=spec.dtype)
                 bad = ~np.isfinite(out) & np.isfinite(r)
                 if bad.any():
                     idx = [int(i) for i in np.argwhere(bad)[0]] if bad.ndim else []
@@ -354,12 +372,19 @@ def _check_cases(op, spec, kernel, dims, cases, params, mode, evidence, state, f
         per_case[case] = {"outputs": outs}
         siblings = _floor_scale(spec, ref64)
         held = runs + ([other] if other is not None and state.get("nondeterministic") else [])
-        analysis = None
+        bounds = _Bounds(op, spec, inputs, dy, checked)
         for run in held:
             for i, (name, out, r64, r32) in enumerate(zip(spec.outputs, run, ref64, ref32)):
                 if out.shape != r64.shape:
                     return failed("shape", output=name, kernel_shape=list(out.shape), spec_shape=list(r64.shape))
-                r = _rule.compare(out, r64, r32, backward=spec.kind == "backward", dtype=DTYPE,
+                # a documented casting is a contract: every element within the bound of that casting
+                if spec.casting is not None:
+                    off = _bounds.outside(out, r64, bounds.casting()[i])
+                    if off is not None:
+                        return failed("casting", output=name, casting=_casting_words(spec.casting), **off,
+                                      explanation="outside the rounding the kernel's documented casting allows in "
+                                                  "any summation order: it rounds where its casting says it does not")
+                r = _rule.compare(out, r64, r32, backward=spec.kind == "backward", dtype=storage,
                                   floor_scale=siblings)
                 if name not in outs or r["error"] > outs[name]["error"]:
                     outs[name] = {k: r[k] for k in ("error", "baseline_error", "bound", "scale")}
@@ -367,16 +392,18 @@ def _check_cases(op, spec, kernel, dims, cases, params, mode, evidence, state, f
                     continue
                 idx = [int(j) for j in np.unravel_index(r["worst_index"], r64.shape)] if r64.ndim else []
                 witness = dict(output=name, index=idx, kernel=float(out[tuple(idx)]), spec_f64=float(r64[tuple(idx)]),
-                               spec_f32=float(r32[tuple(idx)]), error=r["error"], bound=r["bound"],
-                               float32_spec_error=r["baseline_error"])
-                # outside the rule, whose baseline is one float32 evaluation in numpy's order: is the
-                # kernel inside what rounding can do to a float32 evaluation of the formula here?
-                if analysis is None:
-                    analysis = _rounding_allowance(op, spec, inputs, dy, checked)
-                within = _within_rounding(out, r64, analysis[i], spec.kind == "backward", siblings) \
-                    if analysis is not None else None
-                if not within:
+                               spec_baseline=float(r32[tuple(idx)]), error=r["error"], bound=r["bound"],
+                               baseline_error=r["baseline_error"])
+                # outside the rule, whose baseline is one float evaluation in numpy's order: is the kernel
+                # inside what rounding can do to any evaluation of the formula at its precision?
+                spec_bound = bounds.spec()
+                if spec_bound is None:
                     return failed("tolerance", **witness)
+                factor = 1.0 if spec.casting is not None else _bounds.K_REFORMULATION[spec.kind]
+                within = _bounds.ill_conditioned(out, r64, spec_bound[i], factor, _rule.unit_roundoff(storage))
+                if not within:
+                    off = _bounds.outside(out, r64, spec_bound[i], factor)
+                    return failed("tolerance", **witness, outside_any_order_bound=off)
                 state.setdefault("ill_conditioned", []).append({"check": "tolerance", "case": case, **witness,
                                                                 **within})
 
@@ -385,7 +412,7 @@ def _check_cases(op, spec, kernel, dims, cases, params, mode, evidence, state, f
         if mode == "interpreter" and first:
             verdict = program_orders(spec, lambda **kw: _run(spec, op, inputs, dy, params, **kw), dims, case,
                                      evidence, failed, runs[0], grid_launches, ref64, ref32, state["seed"],
-                                     dtype=DTYPE, floor_scale=siblings, relaxed=bool(state.get("nondeterministic")))
+                                     dtype=storage, floor_scale=siblings, relaxed=bool(state.get("nondeterministic")))
             if verdict is not None:
                 return verdict
         elif mode == "gpu" and first:
@@ -401,47 +428,72 @@ def _check_cases(op, spec, kernel, dims, cases, params, mode, evidence, state, f
         for law in _shared.law_objects(op, spec):
             try:
                 entry = _shared.check_law(op, _LawKernel(spec, op), law, inputs, dy, law_kernels,
-                                          params=spec.params)
+                                          params=spec.params, storage=spec.dtype,
+                                          accumulate=spec.casting.arithmetic if spec.casting else spec.accumulate)
             except KernelRaised as exc:
                 return failed("kernel raised", law=law.name, error=str(exc))
             laws[law.name] = entry
-            if not entry["ok"]:
+            if entry.get("ill_conditioned"):
+                state.setdefault("ill_conditioned", []).append({"check": "law", "case": case, "law": law.name,
+                                                                **{k: v for k, v in entry.items() if k != "ok"}})
+            elif not entry["ok"]:
                 return failed("law", law=law.name, **{k: v for k, v in entry.items() if k != "ok"})
         del ref64, ref32        # gone before the next case's kernel runs
     evidence["nan_poison"] = ("outputs NaN-filled and every buffer fenced before every launch; every element "
                               "written and finite, no fence touched")
     if state.get("ill_conditioned"):
         evidence["ill_conditioned"] = state["ill_conditioned"]
-        evidence["reason"] = (f"outside the tolerance rule in {len(state['ill_conditioned'])} case(s) (its baseline, one "
-                              f"float32 evaluation in numpy's order, was luckier there), yet inside k x the running "
-                              f"error bound of a float32 evaluation of the spec in its own order: the inputs are "
-                              f"ill-conditioned for float32, and the error does not tell a wrong kernel from rounding "
-                              f"(evidence.ill_conditioned: where, and the bound's size against the spec's own error)")
+        evidence["reason"] = (f"outside the tolerance rule {len(state['ill_conditioned'])} time(s) (its baseline, one "
+                              f"evaluation in numpy's order, was luckier there), yet inside k x the rounding bound "
+                              f"that holds for every summation order at the kernel's precision: the inputs are "
+                              f"ill-conditioned for {spec.dtype}, and the error does not tell a wrong kernel from "
+                              f"rounding (evidence.ill_conditioned: where, the bound and its condition number)")
         return certificate("inconclusive")
     return certificate("kernel-match")
 
 
-def _rounding_allowance(op, spec, inputs, dy, checked):
-    """The running error bounds of the checked outputs (None where the spec cannot run on the
-    rounding backend: the rule's failure then stands)."""
-    try:
-        bounds = _shared.rounding_bounds(op, spec.kind, inputs, dy, spec.params)
-    except Exception:       # a construct the running error analysis does not follow: no allowance
-        return None
-    return [bounds[i] for i in checked]
+class _Bounds:
+    """The any-order rounding bounds of a case's checked outputs, computed when first asked for (they
+    cost an object-array evaluation of the spec): the spec's (None where the analysis does not follow
+    the spec: the rule's failure then stands) and the kernel's documented casting's."""
+
+    def __init__(self, op, spec, inputs, dy, checked):
+        self._args = (op, spec.kind, inputs, dy, spec.params)
+        self._spec, self._checked, self._found = spec, checked, {}
+
+    def _get(self, casting):
+        key = casting is not None
+        if key not in self._found:
+            try:
+                b = _bounds.any_order_bounds(*self._args, storage=self._spec.dtype,
+                                             casting=casting or _bounds.undocumented_casting(self._spec.dtype,
+                                                                                              self._spec.accumulate))
+                self._found[key] = [b[i] for i in self._checked]
+            except SpecError:
+                raise
+            except Exception:       # a construct the running error analysis does not follow
+                if casting is not None:
+                    raise
+                self._found[key] = None
+        return self._found[key]
+
+    def spec(self):
+        """The bound the tolerance rule's failures are read against: the documented casting's, else the
+        spec's formula (in float32, or with any intermediate rounded to a low-precision storage dtype)."""
+        return self.casting() if self._spec.casting is not None else self._get(None)
+
+    def casting(self):
+        return self._get(self._spec.casting)
 
 
-def _within_rounding(out, r64, bound64, backward: bool, floor_scale: float) -> dict | None:
-    """{...} when every element of ``out`` is within k x its running error bound (plus the rule's
-    floor) of the float64 spec, else None."""
-    err = np.abs(out.astype(np.float64) - r64)
-    allowed = _rule.k_for(backward) * np.asarray(bound64, dtype=np.float64) + \
-        _rule.floor(DTYPE, max(float(np.max(np.abs(r64), initial=0.0)), floor_scale))
-    if not np.all(np.isfinite(allowed)) or not np.all(err <= allowed):
-        return None
-    worst = int(np.argmax(err / allowed)) if err.size else 0
-    return {"running_bound_at_worst": float(np.ravel(bound64)[worst]) if err.size else 0.0,
-            "error_over_allowed": float(np.ravel(err / allowed)[worst]) if err.size else 0.0}
+def _precision_words(dtype: str) -> str:
+    if dtype == "float32":
+        return "float32"
+    return f"{dtype} inputs and outputs (drawn in {dtype}; the truth from those very values)"
+
+
+def _casting_words(casting) -> str:
+    return f"{casting.doc} (arithmetic in {casting.arithmetic})"
 
 
 def _floor_scale(spec, ref64) -> float:
@@ -476,7 +528,11 @@ def _sample(op: Op, spec, dims: dict, seed: int, case: str):
     for name in own["nondiff"] + (own["diff"] if case == gate.KERNEL_SAMPLERS else []):
         shape = op.shape({**op.inputs, **op.nondiff}[name], dims)
         inputs[name] = np.asarray(spec.samplers[name](rng, shape, spec.params)).astype(np.float32)
-    return inputs, dy
+    # the differentiable inputs drawn in the kernel's storage dtype (the truth is computed from these
+    # very values); non-differentiable ones (positions, targets, masks) stay as the spec reads them
+    storage = storage_dtype(spec.dtype)
+    inputs = {k: v.astype(storage) if k in op.inputs else v for k, v in inputs.items()}
+    return inputs, (dy.astype(storage) if dy is not None else None)
 
 
 def _versions() -> dict:

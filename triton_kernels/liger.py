@@ -32,6 +32,7 @@ How each Liger op meets its spec:
 """
 from __future__ import annotations
 
+from fractions import Fraction
 from importlib import metadata
 
 import numpy as np
@@ -45,6 +46,8 @@ from liger_kernel.ops import rope as _rope
 from liger_kernel.ops import softmax as _softmax
 from liger_kernel.ops import swiglu as _swiglu
 
+from vjpcert.core.kernel_bounds import Casting
+from vjpcert.core.kernel_checks import bits_differ
 from vjpcert.core.registry import SpecError
 from vjpcert.triton_kernels import harness
 from vjpcert.triton_kernels.interpreter import faithful
@@ -90,6 +93,45 @@ def _rmsnorm(casting_mode):
     def bwd(x, gamma, dy, eps, offset=0.0):
         return _autograd(_rms.LigerRMSNormFunction.apply, [x, gamma], (eps, offset, casting_mode), dy)
     return fwd, bwd
+
+
+# Where each casting mode rounds (Liger's kernel, rms_norm.py, and its comments): the formula of the
+# kernel, over B, with stored(v) where it rounds v to the input dtype. Checked to compute the spec's
+# function (core.kernel_bounds.check_casting); in float32 every B.stored is exact and the modes agree.
+def _liger_rmsnorm_backward(stores_x_rstd: bool):
+    """Liger's backward: dx = rstd m - rstd ((1/n) rstd^2 sum(m x)) x with m = dy (w + offset);
+    dgamma sums dy (x rstd) over rows in float32; in llama mode x rstd is cast to the input dtype
+    first, and its product with dy is computed in the input dtype."""
+    def backward(B, x, gamma, eps, offset, dy, stored):
+        n = x.shape[-1]
+        rstd = 1 / B.sqrt((x * x).mean(-1, keepdims=True) + eps)
+        m = dy * (gamma + offset)
+        dx = rstd * m + rstd * (B.c(Fraction(-1, n)) * rstd * rstd * (m * x).sum(-1, keepdims=True) * x)
+        if stores_x_rstd:       # dy (input dtype) times x rstd cast to it: a product in the input dtype
+            return dx, stored(dy * stored(x * rstd)).sum(0)
+        return dx, (dy * (x * rstd)).sum(0)
+    return backward
+
+
+def _llama_forward(B, x, gamma, eps, offset, stored):
+    """Llama: rstd in float32; x rstd cast to the input dtype before the gain multiplies it."""
+    rstd = 1 / B.sqrt((x * x).mean(-1, keepdims=True) + eps)
+    return stored(x * rstd) * (offset + gamma)
+
+
+RMSNORM_CASTINGS = {
+    "llama": (Casting("Liger's llama casting: rstd in float32, x rstd cast to the input dtype before the gain "
+                      "(and before dgamma's product)", "float32", _llama_forward),
+              Casting("Liger's llama casting, backward: float32, but dgamma's terms dy (x rstd) computed in the "
+                      "input dtype from x rstd cast to it",
+                      "float32", _liger_rmsnorm_backward(True))),
+    "gemma": (Casting("Liger's gemma casting: everything in float32, the output cast once", "float32", None),
+              Casting("Liger's gemma casting, backward: everything in float32, the outputs cast once",
+                      "float32", _liger_rmsnorm_backward(False))),
+    "none": (Casting("Liger's none casting: everything in the input dtype", "bfloat16", None),
+             Casting("Liger's none casting, backward: rstd from the forward's input-dtype arithmetic (bounded "
+                     "as if every step ran in it)", "bfloat16", _liger_rmsnorm_backward(False))),
+}
 
 
 # ------------------------------------------------------------------------------ the others
@@ -150,7 +192,7 @@ def _rope_call(x, pos, base, dy):
         g = dy.reshape(1, 1, rows, d)
         (qo * harness.device_tensor(g)).sum().add((ko * harness.device_tensor(g)).sum()).backward()
         out, other = harness.to_numpy(q.grad), harness.to_numpy(k.grad)
-    if not np.array_equal(out.view(np.uint32), other.view(np.uint32)):
+    if bits_differ(out, other).any():
         raise RuntimeError("Liger's RoPE rotated q and k (equal inputs, equal tables) differently")
     return out.reshape(rows, d)
 
@@ -215,28 +257,40 @@ def _cross_entropy(label_smoothing, suffix):
     common = dict(source=SOURCE, modules=MODULES, sizes=CE_SIZES, samplers={"t": _ce_targets(label_smoothing)},
                   doc=f"LigerCrossEntropyFunction, reduction mean, ignore_index {IGNORE_INDEX}, "
                       f"label_smoothing {label_smoothing:g}")
-    return [TritonKernel(f"liger_cross_entropy{suffix}_fwd", "cross_entropy", "forward", ("loss",), fwd,
-                         ("ignored_row_leaves_the_loss",), **common),
-            TritonKernel(f"liger_cross_entropy{suffix}_bwd", "cross_entropy", "backward", ("dx",), bwd,
-                         ("cotangent_sums_to_zero", "ignored_row_gets_no_gradient"),
-                         forward=f"liger_cross_entropy{suffix}_fwd", **common)]
+    out = []
+    for dtype, tag in (("float32", ""), ("bfloat16", "_bf16")):
+        name = f"liger_cross_entropy{suffix}{tag}"
+        out += [TritonKernel(f"{name}_fwd", "cross_entropy", "forward", ("loss",), fwd,
+                             ("ignored_row_leaves_the_loss",), **common, dtype=dtype),
+                TritonKernel(f"{name}_bwd", "cross_entropy", "backward", ("dx",), bwd,
+                             ("cotangent_sums_to_zero", "ignored_row_gets_no_gradient"),
+                             forward=f"{name}_fwd", **common, dtype=dtype)]
+    return out
 
 
-def _pair(op, prefix, fwd, bwd, cots, doc, sizes=ROWS, fwd_laws=(), bwd_laws=(), params=None):
+def _pair(op, prefix, fwd, bwd, cots, doc, sizes=ROWS, fwd_laws=(), bwd_laws=(), params=None, castings=None):
+    """The kernel pair in float32, and again in bfloat16 (``<prefix>_bf16_fwd`` / ``_bwd``: inputs and
+    outputs in bfloat16, held to ``castings`` (forward, backward) where Liger documents where it rounds)."""
     common = dict(source=SOURCE, modules=MODULES, sizes=sizes, doc=doc, params=dict(params or {}))
-    return [TritonKernel(f"{prefix}_fwd", op, "forward", ("y",), fwd, tuple(fwd_laws), **common),
-            TritonKernel(f"{prefix}_bwd", op, "backward", tuple(cots), bwd, tuple(bwd_laws),
-                         forward=f"{prefix}_fwd", **common)]
+    out = []
+    for dtype, suffix in (("float32", ""), ("bfloat16", "_bf16")):
+        fwd_casting, bwd_casting = castings if castings and dtype != "float32" else (None, None)
+        out += [TritonKernel(f"{prefix}{suffix}_fwd", op, "forward", ("y",), fwd, tuple(fwd_laws), **common,
+                             dtype=dtype, casting=fwd_casting),
+                TritonKernel(f"{prefix}{suffix}_bwd", op, "backward", tuple(cots), bwd, tuple(bwd_laws),
+                             forward=f"{prefix}{suffix}_fwd", **common, dtype=dtype, casting=bwd_casting)]
+    return out
 
 
 TRITON_KERNELS: list[TritonKernel] = [
     *[k for mode in ("llama", "gemma", "none")
       for k in _pair("rmsnorm", f"liger_rmsnorm_{mode}", *_rmsnorm(mode), ("dx", "dgamma"),
                      f"LigerRMSNormFunction, casting_mode {mode!r}, offset 0",
-                     bwd_laws=("dx_orthogonal_to_x",))],
+                     bwd_laws=("dx_orthogonal_to_x",), castings=RMSNORM_CASTINGS[mode])],
     *_pair("rmsnorm", "liger_rmsnorm_gemma_offset1", *_rmsnorm("gemma"), ("dx", "dgamma"),
            "LigerRMSNormFunction as Gemma calls it: offset 1 (y = x rstd (1 + w)), casting_mode 'gemma'",
-           params={"offset": 1}, bwd_laws=("dx_orthogonal_to_x", "offset_is_a_gain_shift")),
+           params={"offset": 1}, bwd_laws=("dx_orthogonal_to_x", "offset_is_a_gain_shift"),
+           castings=RMSNORM_CASTINGS["gemma"]),
     *_pair("layernorm", "liger_layernorm", layernorm_fwd, layernorm_bwd, ("dx", "dgamma", "dbeta"),
            "LigerLayerNormFunction", bwd_laws=("dx_sums_to_zero",)),
     *_pair("softmax", "liger_softmax", softmax_fwd, softmax_bwd, ("dx",), "LigerSoftmaxFunction",

@@ -112,7 +112,7 @@ def program_orders(spec, run, dims, case, evidence, failed, grid_outs, grid_laun
                 return failed("program order", **where, output=name, grid_shape=list(a.shape),
                               reordered_shape=list(b.shape), reordered_dtype=str(b.dtype))
             # bit for bit (a sign of zero counts), but a NaN is a NaN whatever its payload
-            diff = (a.view(np.int32) != b.view(np.int32)) & ~(np.isnan(a) & np.isnan(b))
+            diff = _shared.bits_differ(a, b) & ~(np.isnan(a) & np.isnan(b))
             if not diff.any():
                 continue
             if not atomics:

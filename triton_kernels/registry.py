@@ -45,6 +45,11 @@ class TritonKernel:
     sizes: tuple = INTERPRETER_SIZES               # dims in the interpreter
     gpu_sizes: tuple = GPU_SIZES                   # dims on a GPU
     modules: tuple = ()             # modules whose libdevice imports the interpreter must patch
+    # the dtype of its inputs and outputs: "float32", "bfloat16" or "float16" (arithmetic in float32
+    # unless its casting says otherwise)
+    dtype: str = "float32"
+    accumulate: str = "float32"     # the dtype its sums accumulate in (its arithmetic's, unless a casting says)
+    casting: object = None          # where it rounds, as documented (core.kernel_bounds.Casting), or None
 
     @property
     def claim(self) -> str:
