@@ -34,7 +34,10 @@ import time
 
 import numpy as np
 
+from vjpcert.core import kernel_bounds as _bounds
 from vjpcert.core import kernel_checks as _shared
+from vjpcert.core import tolerance as _rule
+from vjpcert.core.low_precision import is_low, rounded, storage_dtype
 from vjpcert.cuda_kernels import env
 from vjpcert.cuda_kernels import settings as tol
 from vjpcert.core.certificate import Certificate, checker_code_sha256, versions
@@ -43,6 +46,7 @@ from vjpcert.core.registry import Op, SpecError
 # The checker's code: this folder and core/ (the input cases and the rule are there).
 CHECKER_SHA256 = checker_code_sha256(__name__, discovered=__package__)   # kernel files are found, not imported
 LAUNCHES = (None, "gpu")        # None: this process's configuration; "gpu": the GPU's own
+CUDA_DTYPES = ("float32", "float16")     # Numba CUDA has no bfloat16 type for kernel arguments
 
 
 def detect_mode() -> str:
@@ -159,7 +163,39 @@ def _launch_checked(fn):
 def check_law(op: Op, spec, law, inputs: dict, dy, kernels: dict) -> dict:
     """One runtime law on the kernel's outputs, against the same law on the float32 spec (the rule
     and the evaluation are shared with the Triton tier: core/kernel_checks.py)."""
-    return _shared.check_law(op, spec, law, inputs, dy, kernels, launch_checked=_launch_checked)
+    return _shared.check_law(op, spec, law, inputs, dy, kernels, launch_checked=_launch_checked,
+                             storage=spec.dtype, accumulate=spec.accumulate)
+
+
+def _low_rule(spec) -> str:
+    return (_rule.rule_in_words(spec.kind == "backward", storage_dtype(spec.dtype))
+            + f"; outside it, within {_bounds.K_REFORMULATION[spec.kind]:g} x the rounding bound that holds for every "
+              f"summation order (core/kernel_bounds.py): inconclusive, else failed (no error model of this kernel)")
+
+
+def _low_precision_tolerance(spec, op, inputs, dy, outs_run, ref64, ref32, outs: dict):
+    """A kernel without an error model (a float16 one): per output, the model-free rule in its dtype;
+    outside it, the any-order bound decides. ("failed", witness), or ("ill", [where, ...]): possibly empty."""
+    storage = storage_dtype(spec.dtype)
+    siblings = max((float(np.abs(r).max()) for r in ref64 if r.size), default=0.0) if spec.kind == "backward" else 0.0
+    bounds, ill = None, []
+    for i, (name, out, r64, r32) in enumerate(zip(spec.outputs, outs_run, ref64, ref32)):
+        r = _rule.compare(out, r64, r32, backward=spec.kind == "backward", dtype=storage, floor_scale=siblings)
+        outs[name] = {k: r[k] for k in ("error", "baseline_error", "bound", "scale")}
+        if r["ok"]:
+            continue
+        idx = [int(j) for j in np.unravel_index(r["worst_index"], r64.shape)] if r64.ndim else []
+        witness = {"output": name, "index": idx, "kernel": float(out[tuple(idx)]), "spec_f64": float(r64[tuple(idx)]),
+                   "error": r["error"], "bound": r["bound"], "baseline_error": r["baseline_error"]}
+        if bounds is None:
+            bounds = _bounds.any_order_bounds(op, spec.kind, inputs, dy, storage=spec.dtype,
+                                              casting=_bounds.undocumented_casting(spec.dtype, spec.accumulate))
+        factor = _bounds.K_REFORMULATION[spec.kind]
+        within = _bounds.ill_conditioned(out, r64, bounds[i], factor, _rule.unit_roundoff(storage))
+        if not within:
+            return "failed", {**witness, "outside_any_order_bound": _bounds.outside(out, r64, bounds[i], factor)}
+        ill.append({**witness, **within})
+    return "ill", ill
 
 
 law_objects = _shared.law_objects
@@ -214,8 +250,12 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
     spec = kernel if kernel is not None else kernels.get(claim.removeprefix("kernel:"))
     if spec is None or spec.op != _base_name(op):
         raise SpecError(op.name, f"has no kernel claim {claim!r}; it has {kernel_claims(op)}")
-    if spec.model is None:
-        raise SpecError(op.name, f"kernel {spec.name} has no error model")
+    if spec.dtype not in CUDA_DTYPES or spec.accumulate not in CUDA_DTYPES:
+        raise SpecError(op.name, f"kernel {spec.name}: dtype {spec.dtype!r}, accumulate {spec.accumulate!r}; "
+                                 f"the CUDA tier checks {' and '.join(CUDA_DTYPES)} kernels")
+    if spec.model is None and spec.dtype == "float32":
+        raise SpecError(op.name, f"kernel {spec.name} has no error model (a float32 kernel needs one)")
+    storage = storage_dtype(spec.dtype)
     dims = op.resolve_dims(dims)
     mode = detect_mode()
     if cases is None:
@@ -240,9 +280,11 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
                            method=f"numba-cuda-{mode}" + ("-gpu-launch" if launch == "gpu" and mode != "gpu" else ""),
                            dims=dims,
                            assumptions=[f"{n} = {v}" for n, v in params.items()]
-                           + [f"inputs: the cases {', '.join(cases)} (core/input_cases.py), seed {seed}",
+                           + [f"inputs: the cases {', '.join(cases)} (core/input_cases.py), seed {seed}"
+                              + (f"; {spec.dtype} inputs and outputs (the truth from those very values), sums "
+                                 f"accumulated in {spec.accumulate}" if is_low(spec.dtype) else ""),
                               f"launch configuration: {launch_words} ({launch_desc})",
-                              f"tolerance: {tol.RULE_IN_WORDS}",
+                              f"tolerance: {tol.RULE_IN_WORDS if spec.model is not None else _low_rule(spec)}",
                               "library functions (expf, erff, tanhf, logf) within the CUDA guide's maximum ulp "
                               "errors"]
                            + (["the race detector instruments the simulator: on a GPU shared-memory races are not "
@@ -266,11 +308,15 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
 
     from vjpcert.cuda_kernels.common import use_config
     per_case: dict = {}
+    ill: list = []          # law residuals that rounding may explain (core/kernel_bounds.py)
     evidence["per_case"] = per_case
     with use_config(cfg):
         for case in cases:
             state["case"] = case
             inputs, dy = sample_inputs(op, dims, seed, spec.kind == "backward", case)
+            if is_low(spec.dtype):      # drawn in the kernel's dtype: the truth from these very values
+                inputs = {k: v.astype(storage) if k in op.inputs else v for k, v in inputs.items()}
+                dy = dy.astype(storage) if dy is not None else None
             state["inputs"], state["dy"] = inputs, dy
 
             # 1. the runs: in the first case two (the first under the race detector in the simulator)
@@ -304,7 +350,10 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
             # inputs existed for it to find (the garbage collector's objects, its callers' frames)
             ref64 = reference(op, spec.kind, inputs, dy, np.float64)
             ref32 = reference(op, spec.kind, inputs, dy, np.float32)
-            models = model_bounds(spec, op, cfg, inputs, dy, params, case, ref64)
+            if is_low(spec.dtype):      # the baseline: the spec in float32, rounded to the kernel's dtype
+                ref32 = tuple(rounded(r, storage) for r in ref32)
+            models = (model_bounds(spec, op, cfg, inputs, dy, params, case, ref64) if spec.model is not None
+                      else [(None, 0.0)] * len(ref64))
             for name, (_, dev) in zip(spec.outputs, models):
                 if not dev <= 1:
                     evidence["reason"] = (f"the error model of {spec.name} does not reproduce the spec at output "
@@ -319,6 +368,8 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
             for name, out, r in zip(spec.outputs, runs[0], ref64):
                 if out.shape != r.shape:
                     return failed("shape", output=name, kernel_shape=list(out.shape), spec_shape=list(r.shape))
+                if out.dtype != storage:
+                    return failed("dtype", output=name, kernel_dtype=str(out.dtype), expected=spec.dtype)
                 bad = ~np.isfinite(out) & np.isfinite(r)
                 if bad.any():
                     idx = [int(i) for i in np.argwhere(bad)[0]]
@@ -329,7 +380,7 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
             # 3. determinism
             if first:
                 for name, a, b in zip(spec.outputs, runs[0], runs[1]):
-                    diff = a.view(np.uint32) != b.view(np.uint32)
+                    diff = _shared.bits_differ(a, b)
                     if diff.any():
                         idx = [int(i) for i in np.argwhere(diff)[0]]
                         return failed("determinism", output=name, index=idx, run1=float(a[tuple(idx)]),
@@ -341,7 +392,14 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
             # 4. tolerance, per element
             outs = {}
             per_case[case] = {"model": tol.MODEL_FOR_CASE[case], "outputs": outs}
+            if spec.model is None:
+                verdict, found = _low_precision_tolerance(spec, op, inputs, dy, runs[0], ref64, ref32, outs)
+                if verdict == "failed":
+                    return failed("tolerance", **found)
+                ill += [{"check": "tolerance", "case": case, **w} for w in found]
             for name, out, r64, r32, (model, dev) in zip(spec.outputs, runs[0], ref64, ref32, models):
+                if model is None:
+                    continue
                 err = np.abs(out.astype(np.float64) - r64)
                 f32 = np.abs(r32.astype(np.float64) - r64)
                 f32 = np.where(np.isfinite(f32), f32, 0.0)        # a float32 spec that overflows is no floor
@@ -381,10 +439,19 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
                 except _shared.InputWritten as exc:
                     return failed("input written", law=law.name, **exc.witness)
                 laws[law.name] = entry
-                if not entry["ok"]:
+                if entry.get("ill_conditioned"):
+                    ill.append({"case": case, "law": law.name, **{k: v for k, v in entry.items() if k != "ok"}})
+                elif not entry["ok"]:
                     return failed("law", law=law.name, **{k: v for k, v in entry.items() if k != "ok"})
             del ref64, ref32, models        # gone before the next case's kernel runs
     evidence["nan_poison"] = "outputs NaN-filled before every launch; every element written and finite"
+    if ill:
+        evidence["ill_conditioned"] = ill
+        evidence["reason"] = (f"outside the tolerance rule or a law's {len(ill)} time(s), yet within k x the rounding "
+                              f"bound that holds for every summation order at the kernel's precision "
+                              f"(core/kernel_bounds.py): the inputs are ill-conditioned there, and the error does not "
+                              f"tell a wrong kernel from rounding (evidence.ill_conditioned)")
+        return certificate("inconclusive")
     return certificate("kernel-match")
 
 

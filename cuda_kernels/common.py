@@ -301,17 +301,21 @@ def async_launches():
         _ASYNC.pop()
 
 
-def empty(shape, poison: bool = True):
-    """A float32 device buffer; with ``poison`` (the default, and what the checker relies on) every
-    element is NaN, so an element a kernel forgets to write shows as NaN in its output. Inside
-    ``preallocated(ws)``: the workspace's buffer (never poisoned: a benchmark, not a check)."""
+def empty(shape, poison: bool = True, dtype=np.float32):
+    """A device buffer (float32, or a kernel's ``dtype``: float16); with ``poison`` (the default, and
+    what the checker relies on) every element is NaN, so an element a kernel forgets to write shows as
+    NaN in its output. Inside ``preallocated(ws)``: the workspace's buffer (never poisoned: a
+    benchmark, not a check)."""
     shape = tuple(int(s) for s in shape)
-    if _WORKSPACES:
+    if _WORKSPACES and np.dtype(dtype) == np.float32:
         return _WORKSPACES[-1].take(shape)
     if MODE == "simulator":
-        return cuda.to_device(np.full(shape, np.nan if poison else 0, dtype=np.float32))
-    d = cuda.device_array(shape, dtype=np.float32)
+        return cuda.to_device(np.full(shape, np.nan if poison else 0, dtype=dtype))
+    d = cuda.device_array(shape, dtype=dtype)
     if poison and d.size:
+        if np.dtype(dtype) != np.float32:
+            d.copy_to_device(np.full(shape, np.nan, dtype=dtype))
+            return d
         flat = d.reshape(d.size)
         launch(_fill_kernel(), min(1024, math.ceil(d.size / 256)), 256, flat, np.float32(np.nan))
     return d
@@ -339,15 +343,16 @@ def to_device(a):
     return cuda.to_device(np.ascontiguousarray(np.asarray(a, dtype=np.float32)))
 
 
-def call(dev_fn, row_args, other_args=(), **kw):
+def call(dev_fn, row_args, other_args=(), dtype=np.float32, **kw):
     """Run a device-array launcher on numpy or device arrays. numpy: the ``row_args`` have the op's
     row layout (..., n) and leading batch dims are folded into rows; outputs come back as numpy, row
-    outputs in the input's shape. Device arrays: passed through, device arrays returned."""
+    outputs in the input's shape. Device arrays: passed through, device arrays returned. ``dtype``:
+    what the arrays are handed to the device in (a float16 kernel's)."""
     if is_device(row_args[0]):
         return dev_fn(*row_args, *other_args, **kw)
     shape = np.shape(row_args[0])
-    rows = [to_device(np.asarray(a, np.float32).reshape(-1, shape[-1])) for a in row_args]
-    others = [to_device(np.asarray(a, np.float32)) for a in other_args]
+    rows = [to_device(np.asarray(a, dtype).reshape(-1, shape[-1])) for a in row_args]
+    others = [to_device(np.asarray(a, dtype)) for a in other_args]
     out = dev_fn(*rows, *others, **kw)
     outs = out if isinstance(out, tuple) else (out,)
     lead, rows_n = shape[:-1], int(np.prod(shape[:-1]))

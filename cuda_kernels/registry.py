@@ -50,6 +50,11 @@ class KernelSpec:
     # The kernel's rounding-error model (cuda_kernels/error_model.py): model(cfg, <the launcher's
     # arguments>) -> one Tracked per output, restating the kernel's arithmetic in its own order.
     model: Callable | None = None
+    # the dtype of its inputs and outputs: "float32", or "float16" (its sums accumulated in ``accumulate``).
+    # A float16 kernel without an error model is held to the model-free rule of core/tolerance.py in
+    # float16 and to the any-order rounding bound (core/kernel_bounds.py), as a Triton kernel is.
+    dtype: str = "float32"
+    accumulate: str = "float32"
 
     @property
     def claim(self) -> str:
