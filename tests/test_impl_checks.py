@@ -130,7 +130,7 @@ def test_the_cli_checks_float32_and_takes_params(tmp_path, impl_module):
 @pytest.mark.parametrize("args,message", [
     (["--param", "eps"], "name=value"),
     (["--param", "epsilon=1e-6"], "epsilon"),
-    (["--dtype", "float16"], "float16"),
+    (["--dtype", "float8"], "float8"),
 ])
 def test_bad_impl_options_are_exit_2(tmp_path, impl_module, capsys, args, message):
     code = main(["check", "--quiet", "--reports", str(tmp_path / "r"), "layernorm",

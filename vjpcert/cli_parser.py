@@ -110,8 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--impl", metavar="MODULE:FUNCTION",
                    help="check your own backward (a callable or torch.autograd.Function) against the spec "
                         "(written to reports/adhoc/ unless --reports is given)")
-    p.add_argument("--dtype", default=None, metavar="float64|float32",
-                   help="with --impl: the precision the implementation runs in (default float64)")
+    p.add_argument("--dtype", default=None, metavar="float64|float32|bfloat16|float16",
+                   help="with --impl: the precision the implementation runs in (default float64); in bfloat16 "
+                        "and float16 its inputs are drawn in that dtype and its outputs must be in it")
     p.set_defaults(reports=None)     # resolved in cmd_check: --point/--impl results go to reports/adhoc
     p = sub.add_parser("kernels", help="check the CUDA kernels against the specs (simulator or GPU)")
     _targets(p)

@@ -1,9 +1,17 @@
 """Real implementations put to the test: a backward someone else wrote (PyTorch's own, or yours)
-against the certified spec, at float64 or float32, under the tolerance rule of ``vjpcert.core.tolerance``.
+against the certified spec, at float64, float32, bfloat16 or float16, under the tolerance rule of
+``vjpcert.core.tolerance``.
 
     truth     = the spec's backward in mpmath (50 digits), rounded to float64
-    baseline  = the spec's backward evaluated at the implementation's dtype (numpy backend)
-    pass      = |impl - truth| <= 3 |baseline - truth| + 4 ulp * max|truth|   (per cotangent)
+    baseline  = the spec's backward evaluated at the implementation's dtype (numpy backend); for
+                bfloat16 and float16 (inputs drawn in that dtype, the truth computed from those very
+                values), the spec in float32 rounded to the dtype
+    pass      = |impl - truth| <= 3 |baseline - truth| + 4 u * max|truth|   (per cotangent)
+
+Outside the rule, a cotangent within 3 x the rounding bound that holds for every summation order at
+the implementation's precision (``core/kernel_bounds.py``; a low-precision implementation may round
+any intermediate to its dtype) makes the verdict ``inconclusive`` (ill-conditioned inputs), never
+``failed``; beyond it, ``failed`` with the element and the bound.
 
 ``vjpcert check OP --impl module:function`` checks your own: ``function`` is either a plain callable
 ``f(**inputs, dy=...) -> tuple of cotangents`` (numpy in, numpy out) or a ``torch.autograd.Function``
@@ -24,6 +32,8 @@ import numpy as np
 from vjpcert.numeric.sampling import cotangent, sample_point
 from vjpcert.core import tolerance
 from vjpcert.core.backends import MpmathBackend
+from vjpcert.core import kernel_bounds
+from vjpcert.core import low_precision as low
 from vjpcert.core.certificate import Certificate, atomic_write, checker_code_sha256
 from vjpcert.core.reference import forward as reference_forward
 from vjpcert.core.reference import vjp as reference_vjp
@@ -108,17 +118,20 @@ class Implementation:
         except ImportError:
             is_fn = False
         if is_fn:
-            tdtype = torch.float64 if self.dtype == np.float64 else torch.float32
+            tdtype = low.torch_dtype(self.dtype)
             extra = [values[k] for k in _accepted(impl.forward, values, skip=1 + len(op.inputs) + len(op.nondiff))]
 
+            def tensor(a):
+                return low.from_numpy(np.asarray(a, np.float64).astype(self.dtype))
+
             def run(point, dy=None):
-                xs = [torch.tensor(np.asarray(point[n]), dtype=tdtype, requires_grad=True) for n in names]
-                fixed = [torch.tensor(np.asarray(point[n]), dtype=tdtype) for n in op.nondiff]
+                xs = [tensor(point[n]).requires_grad_() for n in names]
+                fixed = [tensor(point[n]) for n in op.nondiff]
                 out = impl.apply(*xs, *fixed, *extra)
                 if dy is None:
-                    return out.detach().numpy()
-                grads = torch.autograd.grad(out, xs, torch.tensor(np.asarray(dy), dtype=tdtype), allow_unused=True)
-                return tuple(np.zeros(np.shape(point[n]), dtype=self.dtype) if g is None else g.detach().numpy()
+                    return low.to_numpy(out)
+                grads = torch.autograd.grad(out, xs, tensor(dy), allow_unused=True)
+                return tuple(np.zeros(np.shape(point[n]), dtype=self.dtype) if g is None else low.to_numpy(g)
                              for n, g in zip(names, grads))
             self.backward = lambda point, dy: run(point, dy)
             self.forward = lambda point: run(point)
@@ -127,8 +140,8 @@ class Implementation:
         given = {k: values[k] for k in _accepted(impl, values)}
 
         def backward(point, dy):
-            out = impl(**{k: np.asarray(v, dtype=self.dtype) for k, v in point.items()},
-                       dy=np.asarray(dy, dtype=self.dtype), **given)
+            out = impl(**{k: np.asarray(v, np.float64).astype(self.dtype) for k, v in point.items()},
+                       dy=np.asarray(dy, np.float64).astype(self.dtype), **given)
             if not isinstance(out, (tuple, list)) or len(out) != len(names):
                 raise SpecError(op.name, f"the implementation returned {type(out).__name__}; expected a tuple of "
                                          f"{len(names)} cotangents ({names})")
@@ -137,11 +150,32 @@ class Implementation:
 
 
 def _dtype_leak(got, dtype) -> str | None:
-    """A float32 check of an implementation that answers in float64 has checked float64 code."""
+    """A float32 check of an implementation that answers in float64 has checked float64 code (and a
+    bfloat16 check of one that answers in float32, float32 code)."""
     g = np.asarray(got)
-    if np.dtype(dtype) == np.float32 and g.dtype != np.float32:
-        return f"the implementation returned {g.dtype} in a float32 check (it computed in {g.dtype})"
+    if np.dtype(dtype) != np.float64 and g.dtype != np.dtype(dtype):
+        return f"the implementation returned {g.dtype} in a {np.dtype(dtype).name} check (it computed in {g.dtype})"
     return None
+
+
+def _outside_rule(op: Op, kind: str, index: int, got, truth, point, dy, params, dtype) -> dict:
+    """Where a cotangent (or the forward) is outside the rule: ``inconclusive`` evidence when it is within
+    K x its any-order rounding bound at every element, else where it is beyond that bound."""
+    casting = (kernel_bounds.undocumented_casting(dtype.name) if low.is_low(dtype) else
+               kernel_bounds.Casting(f"{dtype.name} arithmetic", dtype.name, None))
+    diff = {k: v for k, v in point.items() if k in op.inputs or k in op.nondiff}
+    try:
+        bound = kernel_bounds.any_order_bounds(op, kind, diff, dy, spec_params(op, params),
+                                               storage=dtype.name, casting=casting)[index]
+    except SpecError:
+        raise
+    except Exception:        # a construct the running error analysis does not follow
+        return {}
+    factor = kernel_bounds.K_REFORMULATION[kind]
+    within = kernel_bounds.ill_conditioned(got, truth, bound, factor, tolerance.unit_roundoff(dtype))
+    if within:
+        return {"ill_conditioned": within}
+    return {"outside_any_order_bound": kernel_bounds.outside(got, truth, bound, factor)}
 
 
 def _witness(case, what, got, truth, r, point, dy, seed) -> dict:
@@ -158,38 +192,54 @@ def check_backward(op: Op, impl, *, name: str, dims: dict | None = None, dtype=n
     """Check an implementation's backward (and, for an autograd.Function, its forward) against the
     spec under the tolerance rule, at the given parameter values."""
     start = time.perf_counter()
-    dtype = np.dtype(dtype)
+    dtype = low.storage_dtype(dtype)
     values = spec_params(op, params)
     dims = op.resolve_dims(dims or op.check_dims)
     run = Implementation(impl, op, dtype, params)
-    per_case, failure = {}, None
+    per_case, failure, ill = {}, None, []
+
+    def judged(case, what, kind, index, got, truth, r, point, dy):
+        """The failure of one output outside the rule, or None where rounding may explain it (recorded)."""
+        found = _outside_rule(op, kind, index, got, truth, point, dy, params, dtype)
+        if found.get("ill_conditioned"):
+            ill.append({"case": case, "output": what, "error": r["error"], "bound": r["bound"],
+                        **found["ill_conditioned"]})
+            return None
+        return {**_witness(case, what, got, truth, r, point, dy, seed), **found}
     for case in cases:
         point = sample_point(op, dims, case, seed)
         dy = cotangent(op.shape(op.output, dims), seed, op.name, case)
+        if low.is_low(dtype):       # drawn in the dtype: the truth is computed from these very values
+            point = {k: low.rounded(v, dtype) if k in op.inputs else v for k, v in point.items()}
+            dy = low.rounded(dy, dtype)
         rows = {}
         if run.forward is not None:
             got = run.forward(point)
             truth = truth_forward(op, point, params=params)
             if np.shape(got) != np.shape(truth):
                 raise SpecError(op.name, f"{name}: forward has shape {np.shape(got)}, expected {np.shape(truth)}")
-            baseline = reference_forward(op, dtype, params=params, **point)
+            baseline = _baseline(reference_forward(op, _arithmetic(dtype), params=params, **point), dtype)
             r = tolerance.compare(got, truth, baseline, backward=False, dtype=dtype)
             rows["forward"] = _with_digits(r, truth)
             leak = _dtype_leak(got, dtype)
-            if failure is None and (leak or not r["ok"]):
-                failure = {**_witness(case, "forward", got, truth, r, point, None, seed), **({"dtype": leak} if leak else {})}
+            if failure is None and leak:
+                failure = {**_witness(case, "forward", got, truth, r, point, None, seed), "dtype": leak}
+            elif failure is None and not r["ok"]:
+                failure = judged(case, "forward", "forward", 0, got, truth, r, point, None)
         truth = truth_vjp(op, point, dy, params=params)
-        baseline = reference_vjp(op, dy, dtype, params=params, **point)
+        baseline = tuple(_baseline(b, dtype) for b in reference_vjp(op, dy, _arithmetic(dtype), params=params, **point))
         got = run.backward(point, dy)
         siblings = max(float(np.abs(t).max()) for t in truth if np.size(t))
-        for n, g, t, b in zip(op.inputs, got, truth, baseline):
+        for i, (n, g, t, b) in enumerate(zip(op.inputs, got, truth, baseline)):
             if np.shape(g) != np.shape(t):
                 raise SpecError(op.name, f"{name}: cotangent for {n} has shape {np.shape(g)}, expected {np.shape(t)}")
             r = tolerance.compare(g, t, b, backward=True, dtype=dtype, floor_scale=siblings)
             rows[n] = _with_digits(r, t)
             leak = _dtype_leak(g, dtype)
-            if failure is None and (leak or not r["ok"]):
-                failure = {**_witness(case, n, g, t, r, point, dy, seed), **({"dtype": leak} if leak else {})}
+            if failure is None and leak:
+                failure = {**_witness(case, n, g, t, r, point, dy, seed), "dtype": leak}
+            elif failure is None and not r["ok"]:
+                failure = judged(case, n, "backward", i, g, t, r, point, dy)
         per_case[case] = rows
     evidence = {"implementation": name, "dtype": dtype.name, "params": {k: repr(v) for k, v in values.items()},
                 "rule": tolerance.rule_in_words(True, dtype), "cases": per_case, "seed": seed,
@@ -199,6 +249,13 @@ def check_backward(op: Op, impl, *, name: str, dims: dict | None = None, dtype=n
     if failure is not None:
         verdict = "failed"
         evidence["witness"] = failure
+    elif ill:
+        verdict = "inconclusive"
+        evidence["ill_conditioned"] = ill
+        evidence["reason"] = ("outside the tolerance rule, yet within k x the rounding bound that holds for every "
+                              f"summation order in {dtype.name}: ill-conditioned inputs, where the error does not tell "
+                              "a wrong implementation from rounding (evidence.ill_conditioned: where, the bound and "
+                              "its condition number)")
     suffix = "" if dtype == np.float64 else f"@{dtype.name}"
     return Certificate.issue(op, claim=f"impl[{name}]{suffix}", tier="implementation", verdict=verdict,
                              method=f"tolerance-rule@{dtype.name}", dims=dims,
@@ -269,15 +326,24 @@ def torch_agreement(ops: dict[str, Op], root: Path, seed: int = 0) -> list[dict]
 
 
 # ------------------------------------------------------------------------------ the command
-DTYPES = {"float64": np.float64, "float32": np.float32}
+DTYPES = ("float64", "float32", "bfloat16", "float16")
 
 
 def parse_dtype(text: str | None):
     if text is None:
         return np.float64
     if text not in DTYPES:
-        raise SpecError(None, f"--dtype {text}: implementations are checked in {' or '.join(DTYPES)}")
-    return DTYPES[text]
+        raise SpecError(None, f"--dtype {text}: implementations are checked in {', '.join(DTYPES)}")
+    return low.storage_dtype(text)
+
+
+def _arithmetic(dtype):
+    """The dtype a baseline evaluates the spec in: its own, or float32 for bfloat16 and float16."""
+    return np.float32 if low.is_low(dtype) else dtype
+
+
+def _baseline(values, dtype):
+    return low.rounded(values, dtype) if low.is_low(dtype) else values
 
 
 def check_impl_command(args) -> int:
