@@ -97,7 +97,7 @@ def run(kernels, *, seed: int = 0, progress=print) -> list[dict]:
                 progress(f"  {k.name} {dims}: bad input: {exc}")
                 raise
             seconds = time.perf_counter() - t0
-            rows.append({"kernel": k.name, "op": k.op_name, "kind": k.kind, "source": k.source, "doc": k.doc,
+            rows.append({"kernel": k.name, "op": k.op_name, "kind": k.kind, "dtype": k.dtype, "source": k.source, "doc": k.doc,
                          "params": {n: str(v) for n, v in k.params.items()},
                          "dims": dims, "verdict": cert.verdict, "seconds": round(seconds, 3),
                          "outputs": _worst(cert), "cert": cert,
@@ -127,13 +127,13 @@ def write(rows: list[dict], out: Path, *, title: str, intro: str, total_seconds:
     lines = [f"# {title}", "", intro, "",
              f"Mode: **{mode}**. Whole run: **{total_seconds:.1f} s** on this machine's CPU "
              f"({len(rows)} checks, every input case of `core/input_cases.py` and `core/kernel_checks.py` each).", "",
-             "| op | kernel | kind | dims | verdict | worst error / bound per output (input case) | s |",
-             "|---|---|---|---|---|---|---|"]
+             "| op | kernel | kind | dtype | dims | verdict | worst error / bound per output (input case) | s |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         outs = "; ".join(f"{n}: {_fmt(o['error'])} / {_fmt(o['bound'])} ({o['case']})" for n, o in r["outputs"].items())
         verdict = (f"**{r['verdict']}** ({r['witness']['check']}, {r['witness']['case']})" if r["witness"]
                    and r["verdict"] in ("failed", "inconclusive") else r["verdict"])
-        lines.append(f"| {r['op']} | `{r['kernel']}` | {r['kind']} | {_dims(r['dims'])} | {verdict} | {outs} | "
+        lines.append(f"| {r['op']} | `{r['kernel']}` | {r['kind']} | {r['dtype']} | {_dims(r['dims'])} | {verdict} | {outs} | "
                      f"{r['seconds']:.2f} |")
     summary: dict = {}
     for r in rows:
@@ -202,9 +202,9 @@ def main(argv=None) -> int:
         print(f"vjpcert: {exc}", file=sys.stderr)
         return 2
     if args.liger:
-        from vjpcert.liger_findings import FINDINGS, INTRO
+        from vjpcert.liger_findings import CASTINGS, FINDINGS, INTRO
         write(rows, out, title="Liger-Kernel against vjpcert specs", intro=INTRO(mode), total_seconds=total,
-              mode=mode, findings=FINDINGS(rows))
+              mode=mode, findings=FINDINGS(rows) + "\n\n" + CASTINGS())
     else:
         write(rows, out, title="Triton kernels against vjpcert specs",
               intro="\n\n".join(filter(None, (file_intro(f) for f in args.files))), total_seconds=total, mode=mode)
