@@ -220,13 +220,18 @@ def _ill_conditioned_table(rows) -> list[str]:
         if w.get("check") == "law":
             ill = w.get("ill_conditioned", {})
             out.append(f"| `{r['kernel']}` | {_dims_text(r['dims'])} | {w['case']} | law | {w['law']} | "
-                       f"{w['residual']:.3g} | {w['bound']:.3g} | {ill.get('law_bound_any_order')} "
-                       f"(x {ill.get('factor')}) | |")
+                       f"{w['residual']:.3g} | {w['bound']:.3g} | {_g(ill.get('law_bound_any_order'))} "
+                       f"(x {ill.get('factor'):g}) | |")
         else:
             out.append(f"| `{r['kernel']}` | {_dims_text(r['dims'])} | {w['case']} | tolerance | {w['output']} | "
-                       f"{w['error']:.3g} | {w['bound']:.3g} | {w.get('bound_any_order_at_worst')} | "
-                       f"{w.get('condition_number')} |")
+                       f"{w['error']:.3g} | {w['bound']:.3g} | {_g(w.get('bound_any_order_at_worst'))} | "
+                       f"{_g(w.get('condition_number'))} |")
     return out + [""]
+
+
+def _g(v) -> str:
+    """A number in three digits; "inf" (no finite bound) as it is."""
+    return f"{v:.3g}" if isinstance(v, (int, float)) else str(v)
 
 
 def _dims_text(d: dict) -> str:
