@@ -7,7 +7,10 @@ inputs, ``dy`` for a backward, the op's params) and returning numpy arrays.
 
 The two checkers differ in what they run kernels on (the CUDA simulator or a GPU; Triton's
 interpreter or a GPU) and in their tolerance (a per-kernel rounding-error model, or the model-free
-rule of ``core/tolerance.py``); the law rule is the same: ``core.tolerance.law_bound``.
+rule of ``core/tolerance.py``); the law rule is the same: ``core.tolerance.law_bound``, and a law's
+residual outside it is read against the law evaluated on outputs each within its any-order rounding
+bound (``core/kernel_bounds.py``). A low-precision kernel (bfloat16, float16) gets its differentiable
+inputs and dy in its dtype from the checkers, its non-differentiable ones as the spec reads them.
 """
 from __future__ import annotations
 

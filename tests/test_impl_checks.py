@@ -106,6 +106,14 @@ def softmax_backward(x, dy):
     e = np.exp(x - x.max(-1, keepdims=True))
     y = e / e.sum(-1, keepdims=True)
     return (y * (dy - (y * dy).sum(-1, keepdims=True)),)
+
+def softmax_backward_f32(x, dy):
+    return softmax_backward(x.astype(np.float32), dy.astype(np.float32))
+
+def softmax_backward_low(x, dy):
+    """In float32, returned in the dtype it was given (bfloat16, float16)."""
+    dx, = softmax_backward_f32(x, dy)
+    return (dx.astype(x.dtype),)
 '''
 
 
@@ -125,6 +133,17 @@ def test_the_cli_checks_float32_and_takes_params(tmp_path, impl_module):
     assert rec["method"] == "tolerance-rule@float32" and rec["evidence"]["dtype"] == "float32"
     assert main([*base, "layernorm", "--impl", f"{impl_module}:ln_backward", "--param", "eps=1e-6"]) == 0
     assert main([*base, "layernorm", "--impl", f"{impl_module}:ln_backward"]) == 1      # at eps 1e-5
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_cli_checks_low_precision(tmp_path, impl_module, dtype):
+    reports = tmp_path / "r"
+    base = ["check", "--quiet", "--reports", str(reports), "softmax", "--dtype", dtype]
+    assert main([*base, "--impl", f"{impl_module}:softmax_backward_low"]) == 0
+    rec = json.loads(next((reports / "certificates" / "softmax").glob("implementation__impl-*.json")).read_text())
+    assert rec["method"] == f"tolerance-rule@{dtype}" and rec["evidence"]["dtype"] == dtype
+    # a float32 answer is float32 code, not a low-precision implementation
+    assert main([*base, "--impl", f"{impl_module}:softmax_backward_f32"]) == 1
 
 
 @pytest.mark.parametrize("args,message", [
