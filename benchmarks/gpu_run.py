@@ -24,6 +24,9 @@ and timing loops shorten themselves to what is left):
      launch rate, not the kernel, bounded the measurement (flagged ``launch_bound``).
   3. checks: ``cuda_kernels.check.check_kernel_claim`` for every kernel at the registry's GPU sizes
      and every input case, while time remains (smallest sizes first), each a certificate.
+  4. triton: ``triton_kernels.check.check_triton_claim`` for every Triton kernel (ours, and
+     Liger-Kernel's in float32 and bfloat16) at its GPU sizes, compiled; skipped, saying why, where
+     triton or torch is missing. With --simulate: Triton's interpreter, each kernel's smallest size.
 Then a short table, last. Targets: memory-bound kernels >= 80% of copy bandwidth and at
 least PyTorch's speed; attention forward + backward fp32 >= 0.5x SDPA's speed.
 
@@ -72,7 +75,7 @@ class Run:
         self.simulate = simulate
         self.reserve = 0.0          # seconds the bench leaves to the checks after it
         self.results = {"mode": None, "simulate": simulate, "deadline_s": deadline, "sections": {},
-                        "preflight": None, "bench": None, "checks": [], "targets": TARGETS}
+                        "preflight": None, "bench": None, "checks": [], "triton_checks": [], "targets": TARGETS}
 
     def left(self) -> float:
         return self.deadline - (time.perf_counter() - self.t0)
@@ -479,6 +482,50 @@ def checks(run: Run, rec: dict) -> None:
     rec["verdicts"] = verdicts
 
 
+def triton_checks(run: Run, rec: dict) -> None:
+    """Every registered Triton kernel at its GPU sizes and every input case, smallest first, while time
+    remains (in the simulator run: the interpreter, each kernel's smallest size, the random case)."""
+    run.results["triton_checks"] = []
+    try:
+        from vjpcert.triton_kernels.check import check_triton_claim, triton_dims, unavailable_reason
+    except ImportError as exc:
+        rec["skipped"] = f"the Triton tier does not import: {exc}"
+        return
+    why = unavailable_reason()
+    if why:
+        rec["skipped"] = why
+        return
+    from vjpcert.triton_kernels.registry import discover
+    kernels, missing = discover()
+    rec["not_loaded"] = missing
+    plan = []
+    for k in kernels.values():
+        sizes = triton_dims(k, "interpreter" if run.simulate else "gpu")
+        for dims in (sizes[:1] if run.simulate else sizes):
+            plan.append((sum(dims.values()), k, dims))
+    plan.sort(key=lambda p: p[0])
+    cases = ("random",) if run.simulate else None
+    for _, k, dims in plan:
+        if run.left() < 5:
+            run.results["triton_checks"].append({"kernel": k.name, "dims": dims, "verdict": "skipped: deadline"})
+            continue
+        t = time.perf_counter()
+        try:
+            cert = check_triton_claim(k.op, k.claim, dims, seed=0, kernel=k, cases=cases)
+            entry = {"kernel": k.name, "dtype": k.dtype, "dims": dims, "verdict": cert.verdict,
+                     "witness": cert.evidence.get("witness"), "reason": cert.evidence.get("reason")}
+        except Exception as exc:                 # a crash is recorded, never a pass
+            entry = {"kernel": k.name, "dims": dims, "verdict": "inconclusive", "error": f"{type(exc).__name__}: {exc}"}
+        entry["seconds"] = round(time.perf_counter() - t, 2)
+        run.results["triton_checks"].append(entry)
+        run.write()
+        print(f"  triton {k.name:34s} {str(dims):30s} {entry['verdict']:13s} {entry['seconds']:.1f}s", flush=True)
+    verdicts = {}
+    for c in run.results["triton_checks"]:
+        verdicts[c["verdict"]] = verdicts.get(c["verdict"], 0) + 1
+    rec["verdicts"] = verdicts
+
+
 # ------------------------------------------------------------------------------ the table
 def _mark(ok) -> str:
     return "" if ok is None else ("ok" if ok else "MISS")
@@ -517,12 +564,14 @@ def table(results: dict) -> str:
             if "plain_ms" in r:
                 lines.append(f"{'attn plain ' + key:24s} {r['plain_ms']:9.3f} {r['torch_sdpa_ms']:9.3f} "
                              f"{r['plain_speed_vs_sdpa']:14.2f}")
-    checks_res = results.get("checks", [])
-    if checks_res:
+    for title, key in (("checks", "checks"), ("triton", "triton_checks")):
+        checks_res = results.get(key) or []
+        if not checks_res:
+            continue
         verdicts = {}
         for c in checks_res:
             verdicts[c["verdict"]] = verdicts.get(c["verdict"], 0) + 1
-        lines.append("checks: " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())))
+        lines.append(f"{title}: " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())))
         for c in checks_res:
             if c["verdict"] not in ("kernel-match", "skipped: deadline"):
                 lines.append(f"  {c['verdict']}: {c['kernel']} {c['dims']} "
@@ -568,9 +617,13 @@ def main(argv=None) -> int:
         with run.section("checks", min_left=10) as rec:
             if rec is not None:
                 checks(run, rec)
+        with run.section("triton", min_left=10) as rec:
+            if rec is not None:
+                triton_checks(run, rec)
     run.write()
     print(table(run.results))
-    failed = any(c["verdict"] in ("failed", "inconclusive") for c in run.results["checks"])
+    failed = any(c["verdict"] in ("failed", "inconclusive")
+                 for c in run.results["checks"] + run.results.get("triton_checks", []))
     errored = any(s["status"] == "error" for s in run.results["sections"].values())
     cut = any(s["status"].startswith("skipped") for s in run.results["sections"].values()) or \
         any(c["verdict"].startswith("skipped") for c in run.results["checks"])

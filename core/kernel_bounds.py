@@ -31,6 +31,11 @@ from vjpcert.core.registry import Op, SpecError
 # over the bound of the spec's own formula. A documented casting restates the kernel's formula and is
 # held to its bound itself (factor 1).
 K_REFORMULATION = {"forward": _rule.K_FORWARD, "backward": _rule.K_BACKWARD}
+# The any-order analysis evaluates the spec on arrays of Python numbers (core/rounding.py): about 10 us
+# per operation and element, so it runs up to this many input elements (the interpreter's sizes, 6 x
+# 1025 rows, take a second); above it (a GPU's 2048 x 4097) no bound is computed, and a check says so.
+ANALYSIS_MAX_ELEMENTS = 1 << 16
+
 # a casting evaluated in float64 without its roundings agrees with the float64 spec within this many
 # times their float64 rounding bounds (a formula the spec writes differently rounds differently)
 CASTING_AGREEMENT = 2.0
@@ -62,6 +67,11 @@ def undocumented_casting(storage: str, accumulate: str = "float32") -> Casting |
         return Casting(f"undocumented: everything in {storage}", str(accumulate), None)
     return Casting(f"undocumented: intermediates may be rounded to {storage}, sums accumulate in {accumulate}",
                    str(accumulate), None, intermediates_stored=True)
+
+
+def analysable(inputs: dict, dy) -> bool:
+    """Whether the any-order analysis runs at these inputs (ANALYSIS_MAX_ELEMENTS)."""
+    return sum(np.size(v) for v in inputs.values()) + (np.size(dy) if dy is not None else 0) <= ANALYSIS_MAX_ELEMENTS
 
 
 def _bind(op: Op, kind: str, fn, B, inputs: dict, dy, params: dict | None, wrap, stored=None) -> tuple:

@@ -334,6 +334,8 @@ def _law_any_order(op: Op, law, inputs: dict, dy, params: dict | None, storage, 
     from vjpcert.core.any_order import AnyOrderBackend
     from vjpcert.core.rounding import Rounded, values_and_bounds
     arrays = set(op.inputs) | set(op.nondiff) | {"dy"}
+    if not _bounds.analysable(inputs, dy):
+        return None
 
     def bounded_fn(kind, spec_fn):
         @functools.wraps(spec_fn)

@@ -448,8 +448,13 @@ def test_gpu_script_runs_end_to_end_in_the_simulator(tmp_path):
     proc, res = _gpu_script(tmp_path, "--simulate")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert res["mode"] == "simulator" and res["preflight"]["ok"] and res["preflight"]["trivial_kernel_s"] >= 0
-    assert {n: s["status"] for n, s in res["sections"].items()} == {"preflight": "ok", "bench": "ok", "checks": "ok"}
+    assert {n: s["status"] for n, s in res["sections"].items()} == {"preflight": "ok", "bench": "ok", "checks": "ok",
+                                                                    "triton": "ok"}
     assert all(c["verdict"] == "kernel-match" for c in res["checks"])
+    # the Triton tier in the interpreter: every registered kernel (Liger's in float32 and bfloat16)
+    if res["sections"]["triton"].get("skipped") is None:
+        assert res["triton_checks"] and all(c["verdict"] == "kernel-match" for c in res["triton_checks"])
+        assert {c["dtype"] for c in res["triton_checks"]} >= {"float32", "bfloat16"}
     assert {c["kernel"] for c in res["checks"]} == set(KERNELS)
     mb = res["bench"]["memory_bound"]
     assert {"softmax_fwd", "softmax_bwd", "rmsnorm_bwd", "layernorm_bwd", "rope_half_fwd", "gelu_tanh_bwd"} <= set(mb)
@@ -458,7 +463,7 @@ def test_gpu_script_runs_end_to_end_in_the_simulator(tmp_path):
     assert set(res["bench"]["linear"]) == {"linear_fwd", "linear_bwd"}
     out = proc.stdout
     assert out.rstrip().splitlines()[-1].endswith("JSON: gpu_run.json")          # the table comes last
-    assert "speed vs torch" in out and "attn fwd+bwd causal" in out and "checks: 26 kernel-match" in out
+    assert "speed vs torch" in out and "attn fwd+bwd causal" in out and f"checks: {len(KERNELS)} kernel-match" in out
 
 
 def test_gpu_script_fails_fast_and_keeps_to_its_deadline(tmp_path):
@@ -472,3 +477,4 @@ def test_gpu_script_fails_fast_and_keeps_to_its_deadline(tmp_path):
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert res["sections"]["preflight"]["status"] == "ok"
     assert res["sections"]["bench"]["status"] == res["sections"]["checks"]["status"] == "skipped: deadline"
+    assert res["sections"]["triton"]["status"] == "skipped: deadline"

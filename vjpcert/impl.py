@@ -164,6 +164,8 @@ def _outside_rule(op: Op, kind: str, index: int, got, truth, point, dy, params, 
     casting = (kernel_bounds.undocumented_casting(dtype.name) if low.is_low(dtype) else
                kernel_bounds.Casting(f"{dtype.name} arithmetic", dtype.name, None))
     diff = {k: v for k, v in point.items() if k in op.inputs or k in op.nondiff}
+    if not kernel_bounds.analysable(diff, dy):
+        return {"any_order_bound": "not computed at these dims (core/kernel_bounds.py)"}
     try:
         bound = kernel_bounds.any_order_bounds(op, kind, diff, dy, spec_params(op, params),
                                                storage=dtype.name, casting=casting)[index]
