@@ -34,8 +34,6 @@ only, the simulator's launch configuration only, a tolerance of k x numpy's floa
     flash_any_head_width  the flash backward without the launcher's refusal: at
                           d = 192 its tiles need 51 584 bytes of static shared memory -> kernel raised
     matmul_one_running_sum  one running sum over k instead of per-tile partials  -> tolerance (error model)
-    flash_dkdv_one_running_sum  dK, dV summed over every query in one running sum:
-                          within the model until a key sees ~64 query tiles      -> tolerance (m ~ 1024, GPU launch; --slow)
     rmsnorm_sequential_sum_of_squares  thread 0 sums the row's squares alone    -> tolerance (error model)
     rope_angle_shifted    the angle off by 1e-4 (still a rotation: the rotation
                           laws cannot see it)                                    -> tolerance (error model)
@@ -106,8 +104,6 @@ CONTROLS = {
                                 "rope_half_fwd~angle_shifted"),
     "rope_short_sincos": _spec("rope_interleaved_fwd", elementwise._rope_launcher("short", 0),
                                "rope_interleaved_fwd~short_sincos"),
-    "flash_dkdv_one_running_sum": _spec("flash_attention_bwd", tiled.flash_attention_bwd_one_sum,
-                                        "flash_attention_bwd~dkdv_one_running_sum"),
     "flash_any_head_width": _spec("flash_attention_bwd", tiled.flash_attention_bwd_any_width,
                                   "flash_attention_bwd~any_head_width"),
     "conv2d_dx_kernel_not_flipped": _spec("conv2d_bwd", tiled.conv2d_bwd_unflipped, "conv2d_bwd~dx_kernel_not_flipped"),

@@ -237,72 +237,9 @@ def _fault_flash(T: int, D: int):
                 if kk < d:
                     dQ[hd, i, kk] = scale * acc[jj]
 
-    @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
-            "float32[:, ::1], float32[:, ::1], float32[:, :, ::1], float32[:, :, ::1], float32, int32, int32)",
-            threads=T * T)
-    def flash_bwd_dkdv_one_sum(Q, K, V, dO, L, Di, dK, dV, scale, causal, offset):
-        """The dK/dV kernel (non-causal) with one running sum over every query row: no partial sum per
-        query tile, so the sum is as long as the sequence."""
-        sK = cuda.shared.array((T, DP), float32)
-        sV = cuda.shared.array((T, DP), float32)
-        sQ = cuda.shared.array((T, DP), float32)
-        sdO = cuda.shared.array((T, DP), float32)
-        sLse = cuda.shared.array(T, float32)
-        sDi = cuda.shared.array(T, float32)
-        sP = cuda.shared.array((T, T), float32)
-        sdS = cuda.shared.array((T, T), float32)
-        accK = cuda.local.array(ND, float32)
-        accV = cuda.local.array(ND, float32)
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        hd = cuda.blockIdx.y
-        m = Q.shape[1]
-        d = Q.shape[2]
-        cr = cuda.blockIdx.x * T + ty
-        for kk in range(tx, D, T):
-            sK[ty, kk] = K[hd, cr, kk] if cr < m and kk < d else float32(0)
-            sV[ty, kk] = V[hd, cr, kk] if cr < m and kk < d else float32(0)
-        for jj in range(ND):
-            accK[jj] = float32(0)
-            accV[jj] = float32(0)
-        cuda.syncthreads()
-        for r0 in range(0, m, T):
-            i = r0 + ty
-            for kk in range(tx, D, T):
-                sQ[ty, kk] = Q[hd, i, kk] if i < m and kk < d else float32(0)
-                sdO[ty, kk] = dO[hd, i, kk] if i < m and kk < d else float32(0)
-            if tx == 0:
-                sLse[ty] = L[hd, i] if i < m else float32(0)
-                sDi[ty] = Di[hd, i] if i < m else float32(0)
-            cuda.syncthreads()
-            c = cuda.blockIdx.x * T + tx
-            s = float32(0)
-            dp = float32(0)
-            for kk in range(d):
-                s += sQ[ty, kk] * sK[tx, kk]
-                dp += sdO[ty, kk] * sV[tx, kk]
-            p = float32(math.exp(s * scale - sLse[ty])) if i < m and c < m else float32(0)
-            sP[ty, tx] = p
-            sdS[ty, tx] = p * (dp - sDi[ty])
-            cuda.syncthreads()
-            for jj in range(ND):
-                kk = tx + jj * T
-                for ii in range(T):
-                    accV[jj] += sP[ii, ty] * sdO[ii, kk]        # BUG: no partial sum per query tile
-                    accK[jj] += sdS[ii, ty] * sQ[ii, kk]
-            cuda.syncthreads()
-        if cr < m:
-            for jj in range(ND):
-                kk = tx + jj * T
-                if kk < d:
-                    dK[hd, cr, kk] = scale * accK[jj]
-                    dV[hd, cr, kk] = accV[jj]
-
     real = F.build_flash(T, D)
     _FAULTS[("flash", T, D)] = ns = type("FaultFlash", (), {"fwd_no_max": flash_fwd_no_max,
                                                             "dq_small_acc": flash_bwd_dq_small_acc,
-                                                            "dkdv_one_sum": flash_bwd_dkdv_one_sum,
-                                                            "bwd_dq": real.bwd_dq,
                                                             "bwd_pre": real.bwd_pre, "bwd_dkdv": real.bwd_dkdv,
                                                             "fwd": real.fwd})
     return ns
@@ -335,26 +272,6 @@ def flash_attention_bwd_small_dq_acc(Q, K, V, dy, *, poison=True):
     sc = F.scale_of(d)
     launch(ks.bwd_dkdv, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dK, dV, sc, 0, 0)
     launch(ks.dq_small_acc, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dQ, sc, 0, 0)
-    return A._back((dQ, dK, dV), sq, Q)
-
-
-def flash_attention_bwd_one_sum(Q, K, V, dy, *, poison=True):
-    """The flash backward with dK and dV summed over the queries in one running sum (dQ, the forward
-    and the preprocessing are the real kernels): within the error model at every size where a key
-    sees few query tiles; outside it where the sequence is long (m ~ 1024 at the GPU's tile of 16)."""
-    (q, k, v, g), sq = A._heads(Q, K, V, dy)
-    cfg = config()
-    H, m, d = q.shape
-    T = cfg.attn_tile
-    F.check_flash_shape(H, m, d, T, backward=True)
-    ks = _fault_flash(T, F.head_dim_padded(d, T))
-    d_O, d_L = F.flash_fwd_dev(q, k, v, poison=poison)
-    d_Di = empty((H, m), poison)
-    launch(ks.bwd_pre, max(1, min(math.ceil(H * m / cfg.block), cfg.grid_cap)), cfg.block, g, d_O, d_Di)
-    dQ, dK, dV = (empty((H, m, d), poison) for _ in range(3))
-    sc = F.scale_of(d)
-    launch(ks.dkdv_one_sum, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dK, dV, sc, 0, 0)
-    launch(ks.bwd_dq, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dQ, sc, 0, 0)
     return A._back((dQ, dK, dV), sq, Q)
 
 
