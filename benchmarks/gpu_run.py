@@ -455,37 +455,22 @@ def checks(run: Run, rec: dict) -> None:
         if run.simulate:
             launches = [(d, launch) for d, launch in launches if launch is None][1:2]
         for dims, launch in launches:
-            plan.append((sum(dims.values()), spec, dims, launch))
-    plan.sort(key=lambda p: p[0])
+            plan.append((sum(dims.values()), spec.name, dims, (spec, launch)))
     cases = ("random",) if run.simulate else None
-    for _, spec, dims, launch in plan:
-        if run.left() < 5:
-            run.results["checks"].append({"kernel": spec.name, "dims": dims, "verdict": "skipped: deadline"})
-            continue
-        t = time.perf_counter()
-        try:
-            cert = check_kernel_claim(ops[spec.op], spec.claim, dims, seed=0, launch=launch, cases=cases)
-            worst = max((o["worst_error_over_bound"] for pc in cert.evidence.get("per_case", {}).values()
-                         for o in pc["outputs"].values()), default=None)
-            entry = {"kernel": spec.name, "dims": dims, "verdict": cert.verdict, "worst_error_over_bound": worst,
-                     "witness": cert.evidence.get("witness"), "reason": cert.evidence.get("reason")}
-        except Exception as exc:                 # a crash is recorded, never a pass
-            entry = {"kernel": spec.name, "dims": dims, "verdict": "inconclusive",
-                     "error": f"{type(exc).__name__}: {exc}"}
-        entry["seconds"] = round(time.perf_counter() - t, 2)
-        run.results["checks"].append(entry)
-        run.write()
-        print(f"  check {spec.name:32s} {str(dims):38s} {entry['verdict']:13s} {entry['seconds']:.1f}s", flush=True)
-    verdicts = {}
-    for c in run.results["checks"]:
-        verdicts[c["verdict"]] = verdicts.get(c["verdict"], 0) + 1
-    rec["verdicts"] = verdicts
+
+    def check(item, dims):
+        spec, launch = item
+        cert = check_kernel_claim(ops[spec.op], spec.claim, dims, seed=0, launch=launch, cases=cases)
+        worst = max((o["worst_error_over_bound"] for pc in cert.evidence.get("per_case", {}).values()
+                     for o in pc["outputs"].values() if "worst_error_over_bound" in o), default=None)
+        return {"verdict": cert.verdict, "worst_error_over_bound": worst, "witness": cert.evidence.get("witness"),
+                "reason": cert.evidence.get("reason")}
+    _run_plan(run, rec, "checks", "check", plan, check)
 
 
 def triton_checks(run: Run, rec: dict) -> None:
     """Every registered Triton kernel at its GPU sizes and every input case, smallest first, while time
     remains (in the simulator run: the interpreter, each kernel's smallest size, the random case)."""
-    run.results["triton_checks"] = []
     try:
         from vjpcert.triton_kernels.check import check_triton_claim, triton_dims, unavailable_reason
     except ImportError as exc:
@@ -502,26 +487,34 @@ def triton_checks(run: Run, rec: dict) -> None:
     for k in kernels.values():
         sizes = triton_dims(k, "interpreter" if run.simulate else "gpu")
         for dims in (sizes[:1] if run.simulate else sizes):
-            plan.append((sum(dims.values()), k, dims))
-    plan.sort(key=lambda p: p[0])
+            plan.append((sum(dims.values()), k.name, dims, k))
     cases = ("random",) if run.simulate else None
-    for _, k, dims in plan:
+
+    def check(k, dims):
+        cert = check_triton_claim(k.op, k.claim, dims, seed=0, kernel=k, cases=cases)
+        return {"dtype": k.dtype, "verdict": cert.verdict, "witness": cert.evidence.get("witness"),
+                "reason": cert.evidence.get("reason")}
+    _run_plan(run, rec, "triton_checks", "triton", plan, check)
+
+
+def _run_plan(run: Run, rec: dict, key: str, label: str, plan: list, check) -> None:
+    """``check(item, dims) -> entry`` for each (size, name, dims, item) of ``plan``, smallest first,
+    while time remains; every entry recorded in ``results[key]`` and written at once."""
+    for _, name, dims, item in sorted(plan, key=lambda p: p[0]):
         if run.left() < 5:
-            run.results["triton_checks"].append({"kernel": k.name, "dims": dims, "verdict": "skipped: deadline"})
+            run.results[key].append({"kernel": name, "dims": dims, "verdict": "skipped: deadline"})
             continue
         t = time.perf_counter()
         try:
-            cert = check_triton_claim(k.op, k.claim, dims, seed=0, kernel=k, cases=cases)
-            entry = {"kernel": k.name, "dtype": k.dtype, "dims": dims, "verdict": cert.verdict,
-                     "witness": cert.evidence.get("witness"), "reason": cert.evidence.get("reason")}
+            entry = {"kernel": name, "dims": dims, **check(item, dims)}
         except Exception as exc:                 # a crash is recorded, never a pass
-            entry = {"kernel": k.name, "dims": dims, "verdict": "inconclusive", "error": f"{type(exc).__name__}: {exc}"}
+            entry = {"kernel": name, "dims": dims, "verdict": "inconclusive", "error": f"{type(exc).__name__}: {exc}"}
         entry["seconds"] = round(time.perf_counter() - t, 2)
-        run.results["triton_checks"].append(entry)
+        run.results[key].append(entry)
         run.write()
-        print(f"  triton {k.name:34s} {str(dims):30s} {entry['verdict']:13s} {entry['seconds']:.1f}s", flush=True)
+        print(f"  {label} {name:34s} {str(dims):38s} {entry['verdict']:13s} {entry['seconds']:.1f}s", flush=True)
     verdicts = {}
-    for c in run.results["triton_checks"]:
+    for c in run.results[key]:
         verdicts[c["verdict"]] = verdicts.get(c["verdict"], 0) + 1
     rec["verdicts"] = verdicts
 

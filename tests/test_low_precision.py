@@ -304,6 +304,8 @@ def test_the_fixtures_take_a_low_precision_dtype():
 def test_above_the_analysis_size_a_rule_failure_stands_and_the_certificate_says_so(monkeypatch):
     """The any-order analysis runs on arrays of Python numbers, up to ANALYSIS_MAX_ELEMENTS input
     elements; above it an honest kernel outside the rule fails (never passes), and says why."""
+    from test_triton_gate import _sequential_layernorm     # the ill-conditioned honest kernel there
+
     from vjpcert.core import kernel_bounds
     from vjpcert.triton_kernels.registry import TritonKernel
     honest = TritonKernel("sequential_layernorm", "layernorm", "forward", ("y",), _sequential_layernorm)
@@ -312,17 +314,3 @@ def test_above_the_analysis_size_a_rule_failure_stands_and_the_certificate_says_
     cert = _check(honest, {"rows": 5, "n": 33}, cases=("large_offset",))
     assert cert.verdict == "failed" and "not computed" in cert.evidence["any_order_bound"]
 
-
-def _sequential_layernorm(x, gamma, beta, eps):
-    """LayerNorm in float32 with sequential sums (the ill-conditioned honest kernel of test_triton_gate)."""
-    x = np.asarray(x, np.float32)
-    n = x.shape[-1]
-    s = np.zeros(x.shape[:-1], np.float32)
-    for j in range(n):
-        s = (s + x[..., j]).astype(np.float32)
-    d = x - (s / np.float32(n))[..., None]
-    v = np.zeros(x.shape[:-1], np.float32)
-    for j in range(n):
-        v = (v + d[..., j] * d[..., j]).astype(np.float32)
-    rstd = np.float32(1) / np.sqrt(v / np.float32(n) + np.float32(eps))
-    return (d * rstd[..., None] * gamma + beta).astype(np.float32)
