@@ -25,6 +25,20 @@ def is_low(dtype) -> bool:
     return np.dtype(storage_dtype(dtype)).itemsize < 4
 
 
+def unit_roundoff(dtype) -> float:
+    return float(np.finfo(storage_dtype(dtype)).eps) / 2
+
+
+def precision_problem(storage, arithmetic, what: str) -> str | None:
+    """Why an arithmetic (a kernel's accumulation, a casting's) less precise than its storage dtype is
+    refused: it would loosen the bound a claim is held to (a float32 kernel that says it sums in
+    bfloat16 would be judged as a bfloat16 one), or None."""
+    if unit_roundoff(arithmetic) > unit_roundoff(storage):
+        return (f"{what} {arithmetic} is less precise than its dtype {storage}: a claim in {storage} is held to "
+                f"{storage} arithmetic or better")
+    return None
+
+
 def rounded(a, dtype) -> np.ndarray:
     """``a`` rounded (to nearest even) to ``dtype``, as float64 numbers."""
     return np.asarray(a, np.float64).astype(np.float32).astype(storage_dtype(dtype)).astype(np.float64)

@@ -37,7 +37,7 @@ import numpy as np
 from vjpcert.core import kernel_bounds as _bounds
 from vjpcert.core import kernel_checks as _shared
 from vjpcert.core import tolerance as _rule
-from vjpcert.core.low_precision import is_low, rounded, storage_dtype
+from vjpcert.core.low_precision import is_low, precision_problem, rounded, storage_dtype
 from vjpcert.cuda_kernels import env
 from vjpcert.cuda_kernels import settings as tol
 from vjpcert.core.certificate import Certificate, checker_code_sha256, versions
@@ -255,6 +255,9 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
     if spec.dtype not in CUDA_DTYPES or spec.accumulate not in CUDA_DTYPES:
         raise SpecError(op.name, f"kernel {spec.name}: dtype {spec.dtype!r}, accumulate {spec.accumulate!r}; "
                                  f"the CUDA tier checks {' and '.join(CUDA_DTYPES)} kernels")
+    problem = precision_problem(spec.dtype, spec.accumulate, f"kernel {spec.name}: accumulate")
+    if problem:
+        raise SpecError(op.name, problem)
     if spec.model is None and spec.dtype == "float32":
         raise SpecError(op.name, f"kernel {spec.name} has no error model (a float32 kernel needs one)")
     storage = storage_dtype(spec.dtype)

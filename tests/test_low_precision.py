@@ -314,3 +314,14 @@ def test_above_the_analysis_size_a_rule_failure_stands_and_the_certificate_says_
     cert = _check(honest, {"rows": 5, "n": 33}, cases=("large_offset",))
     assert cert.verdict == "failed" and "not computed" in cert.evidence["any_order_bound"]
 
+
+
+def test_an_arithmetic_less_precise_than_the_dtype_is_refused():
+    """A float32 kernel that declares bfloat16 sums, or a bfloat16 casting, would be judged as a
+    bfloat16 one: bad input, never a looser bound."""
+    from vjpcert.core.registry import SpecError
+    honest = _kernel("softmax_f32", lambda x: _softmax(x, np.float32))
+    for kernel in (dataclasses.replace(honest, accumulate="bfloat16"),
+                   dataclasses.replace(honest, casting=Casting("says bfloat16", "bfloat16", None))):
+        with pytest.raises(SpecError, match="less precise than its dtype"):
+            _check(kernel, {"rows": 2, "n": 7})

@@ -55,7 +55,7 @@ from vjpcert.core import kernel_bounds as _bounds
 from vjpcert.core import kernel_checks as _shared
 from vjpcert.core import tolerance as _rule
 from vjpcert.core.certificate import Certificate, checker_code_sha256, versions
-from vjpcert.core.low_precision import STORAGE_DTYPES, storage_dtype
+from vjpcert.core.low_precision import STORAGE_DTYPES, precision_problem, storage_dtype
 from vjpcert.core.registry import Op, SpecError
 from vjpcert.triton_kernels import gate
 from vjpcert.triton_kernels.interpreter import ORDERS
@@ -214,6 +214,11 @@ def check_triton_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
         if getattr(spec, what) not in STORAGE_DTYPES:
             raise SpecError(op.name, f"Triton kernel {spec.name} has {what} {getattr(spec, what)!r}; dtypes: "
                                      f"{', '.join(STORAGE_DTYPES)}")
+    for what, arithmetic in (("accumulate", spec.accumulate),
+                             ("casting arithmetic", spec.casting.arithmetic if spec.casting else spec.dtype)):
+        problem = precision_problem(spec.dtype, arithmetic, f"Triton kernel {spec.name}: {what}")
+        if problem:
+            raise SpecError(op.name, problem)
     unknown = set(spec.params) - set(op.params)
     if unknown:
         raise SpecError(op.name, f"Triton kernel {spec.name} sets params {sorted(unknown)} the spec does not have")
