@@ -12,7 +12,10 @@ kernel tiers use them in three ways:
     the bound of that casting, element by element, in every case: a kernel that rounds where its
     documentation says it does not is outside it (this is what tells the casting modes apart).
 A law evaluated on a kernel's outputs gets the same treatment: its residual is compared with the
-bound of the law evaluated on outputs each within its element's bound (``law_bound``).
+law evaluated on outputs each within its element's bound (``bounded``; ``core.kernel_checks.check_law``).
+Which precision: the kernel's accumulation dtype (float32 unless it says otherwise); a low-precision
+kernel may also round any intermediate to its dtype (``undocumented_casting``), unless it documents
+a ``Casting``. The bounds are first order, as core/rounding.py's.
 """
 from __future__ import annotations
 
@@ -46,9 +49,8 @@ class Casting:
     """Where a kernel rounds, as its documentation states it. ``arithmetic``: the precision its
     arithmetic runs in; ``fn``: its formula over ``B`` with the spec function's arguments, where
     ``stored(v)`` (its last argument) marks a value rounded to the kernel's storage dtype (None: the
-    spec's own formula);
-    outputs are rounded to the storage dtype after it. ``fn`` must compute the spec's function (checked
-    in float64 on every case: a casting cannot change the claim)."""
+    spec's own formula); outputs are rounded to the storage dtype after it. ``fn`` must compute the
+    spec's function (checked in float64 on every case: a casting cannot change the claim)."""
     doc: str
     arithmetic: str = "float32"
     fn: Callable | None = None
