@@ -34,9 +34,9 @@ from vjpcert.core.registry import Op, SpecError
 # over the bound of the spec's own formula. A documented casting restates the kernel's formula and is
 # held to its bound itself (factor 1).
 K_REFORMULATION = {"forward": _rule.K_FORWARD, "backward": _rule.K_BACKWARD}
-# The any-order analysis evaluates the spec on arrays of Python numbers (core/rounding.py): about 10 us
-# per operation and element, so it runs up to this many input elements (the interpreter's sizes, 6 x
-# 1025 rows, take a second); above it (a GPU's 2048 x 4097) no bound is computed, and a check says so.
+# The any-order analysis evaluates the spec on arrays of Python numbers (core/rounding.py): softmax at
+# 32 x 2048 takes 0.7 s, ~1600 x numpy's float32 evaluation (benchmarks/any_order_bench.py), so it runs
+# up to this many input elements; above it (a GPU's 2048 x 4097) no bound is computed, and a check says so.
 ANALYSIS_MAX_ELEMENTS = 1 << 16
 
 # a casting evaluated in float64 without its roundings agrees with the float64 spec within this many
