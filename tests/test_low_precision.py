@@ -331,3 +331,25 @@ def test_an_arithmetic_less_precise_than_the_dtype_is_refused():
                    dataclasses.replace(honest, casting=Casting("says bfloat16", "bfloat16", None))):
         with pytest.raises(SpecError, match="less precise than its dtype"):
             _check(kernel, {"rows": 2, "n": 7})
+
+
+def test_a_low_precision_implementation_gets_its_positions_as_the_spec_reads_them():
+    """RoPE in bfloat16: x and dy in bfloat16, the positions (non-differentiable) in float32 -- positions
+    past 256 are not bfloat16 numbers, and rounding them would check another function."""
+    from vjpcert.impl import check_backward
+    from vjpcert.specs import resolve_op
+    seen = {}
+
+    def rope_half_vjp(x, pos, dy, base):
+        seen.update(x=x.dtype, pos=pos.dtype, dy=dy.dtype)
+        d = x.shape[-1]
+        th = pos.astype(np.float64)[:, None] * float(base) ** (-2.0 * np.arange(d // 2) / d)
+        cos, sin = np.concatenate([np.cos(th)] * 2, -1), np.concatenate([np.sin(th)] * 2, -1)
+        g = dy.astype(np.float64)
+        h = d // 2
+        rot = np.concatenate([-(g * sin)[:, h:], (g * sin)[:, :h]], axis=-1)
+        return ((g * cos - rot).astype(BF16),)
+    cert = check_backward(resolve_op("rope_half"), rope_half_vjp, name="rope_bf16", dtype="bfloat16",
+                          dims={"rows": 7, "d": 8})
+    assert seen == {"x": BF16, "pos": np.dtype(np.float32), "dy": BF16}
+    assert cert.verdict == "checked", cert.evidence.get("witness")

@@ -108,7 +108,7 @@ class Implementation:
     ``forward`` names them. So both sides run at the same eps."""
 
     def __init__(self, impl, op: Op, dtype, params: Mapping | None):
-        self.op, self.dtype = op, np.dtype(dtype)
+        self.op, self.dtype = op, low.storage_dtype(dtype)
         values = spec_params(op, params)
         self.forward = None
         names = list(op.inputs)
@@ -121,12 +121,12 @@ class Implementation:
             tdtype = low.torch_dtype(self.dtype)
             extra = [values[k] for k in _accepted(impl.forward, values, skip=1 + len(op.inputs) + len(op.nondiff))]
 
-            def tensor(a):
-                return low.from_numpy(np.asarray(a, np.float64).astype(self.dtype))
+            def tensor(a, dtype=self.dtype):
+                return low.from_numpy(np.asarray(a, np.float64).astype(dtype))
 
             def run(point, dy=None):
                 xs = [tensor(point[n]).requires_grad_() for n in names]
-                fixed = [tensor(point[n]) for n in op.nondiff]
+                fixed = [tensor(point[n], self.held_as(n)) for n in op.nondiff]
                 out = impl.apply(*xs, *fixed, *extra)
                 if dy is None:
                     return low.to_numpy(out)
@@ -140,13 +140,18 @@ class Implementation:
         given = {k: values[k] for k in _accepted(impl, values)}
 
         def backward(point, dy):
-            out = impl(**{k: np.asarray(v, np.float64).astype(self.dtype) for k, v in point.items()},
+            out = impl(**{k: np.asarray(v, np.float64).astype(self.held_as(k)) for k, v in point.items()},
                        dy=np.asarray(dy, np.float64).astype(self.dtype), **given)
             if not isinstance(out, (tuple, list)) or len(out) != len(names):
                 raise SpecError(op.name, f"the implementation returned {type(out).__name__}; expected a tuple of "
                                          f"{len(names)} cotangents ({names})")
             return tuple(np.asarray(o) for o in out)
         self.backward = backward
+
+    def held_as(self, name: str):
+        """The dtype an argument is handed in: the implementation's; a low-precision one gets its
+        non-differentiable arguments (positions, targets, masks) in float32, as the spec reads them."""
+        return np.float32 if low.is_low(self.dtype) and name not in self.op.inputs else self.dtype
 
 
 def _dtype_leak(got, dtype) -> str | None:
@@ -167,8 +172,8 @@ def _outside_rule(op: Op, kind: str, index: int, got, truth, point, dy, params, 
     if not kernel_bounds.analysable(diff, dy):
         return {"any_order_bound": "not computed at these dims (core/kernel_bounds.py)"}
     try:
-        bound = kernel_bounds.any_order_bounds(op, kind, diff, dy, spec_params(op, params),
-                                               storage=dtype.name, casting=casting)[index]
+        exact = {k: _exact(v) for k, v in spec_params(op, params).items()}
+        bound = kernel_bounds.any_order_bounds(op, kind, diff, dy, exact, storage=dtype.name, casting=casting)[index]
     except SpecError:
         raise
     except Exception:        # a construct the running error analysis does not follow

@@ -266,7 +266,8 @@ def _check_forward(op, impl, dims, dtype, seed, params=None):
             point = {k: low.rounded(v, dtype) if k in op.inputs else v for k, v in point.items()}
         truth = truth_forward(op, point, params=params)
         baseline = _baseline(forward(op, _arithmetic(dtype), params=params, **point), dtype)
-        got = np.asarray(impl(**{k: np.asarray(v, np.float64).astype(dtype) for k, v in point.items()}, **given))
+        held = {k: dtype if k in op.inputs or not low.is_low(dtype) else np.float32 for k in point}
+        got = np.asarray(impl(**{k: np.asarray(v, np.float64).astype(held[k]) for k, v in point.items()}, **given))
         if got.shape != truth.shape:
             raise CertificationError(f"{op.name} forward: implementation returned shape {got.shape}, spec {truth.shape}")
         leak = _dtype_leak(got, dtype)
