@@ -11,8 +11,12 @@ How each Liger op meets its spec:
                  offset): y = x rstd (offset + gamma). Gemma's ``offset = 1`` is the spec's ``offset``
                  param; the casting modes ("llama": rstd in fp32; "gemma": everything in fp32; "none")
                  are where the kernel rounds, not what it computes: at float32 inputs the three modes
-                 compute the same function and each is checked (a row per mode). In bf16/fp16 they
-                 differ in rounding only, which the exact spec does not describe (not checked here).
+                 give the same numbers (a row per mode). In bfloat16 each mode's kernel is held to the
+                 bound of the casting Liger documents for it (``RMSNORM_CASTINGS``), which tells them
+                 apart.
+
+Every kernel is registered twice: in float32, and in bfloat16 (``*_bf16_*``: Liger's kernels take the
+dtype of their inputs).
   LayerNorm      ``LigerLayerNormFunction(X, W, B, eps)`` -> ``layernorm``.
   softmax        ``LigerSoftmaxFunction(x)`` -> ``softmax`` (rows of one block; Liger's multi-block path is
                  for rows over 65536 entries, beyond what the interpreter runs in minutes).
