@@ -86,16 +86,18 @@ def _kernel(name, launcher, dtype="float32"):
     return TritonKernel(name, "softmax", "forward", ("y",), launcher, dtype=dtype)
 
 
-def test_an_honest_bfloat16_kernel_matches_and_its_inputs_are_bfloat16():
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_an_honest_low_precision_kernel_matches_and_its_inputs_are_in_its_dtype(dtype):
+    low = storage_dtype(dtype)
     seen = []
 
     def launcher(x):
         seen.append(x.dtype)
-        return _softmax(x, np.float32).astype(BF16)
-    cert = _check(_kernel("softmax_f32_arith_bf16_io", launcher, "bfloat16"), {"rows": 3, "n": 33})
+        return _softmax(x, np.float32).astype(low)
+    cert = _check(_kernel(f"softmax_f32_arith_{dtype}_io", launcher, dtype), {"rows": 3, "n": 33})
     assert cert.verdict == "kernel-match", cert.evidence.get("witness")
-    assert set(seen) == {BF16} and cert.evidence["dtype"] == "bfloat16"
-    assert any("bfloat16 inputs and outputs" in a for a in cert.assumptions)
+    assert set(seen) == {low} and cert.evidence["dtype"] == dtype
+    assert any(f"{dtype} inputs and outputs" in a for a in cert.assumptions)
 
 
 def test_a_float32_kernel_that_computes_in_bfloat16_fails_with_the_bound():
