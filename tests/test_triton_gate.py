@@ -304,10 +304,14 @@ def test_a_fresh_seed_draws_other_sizes_and_is_recorded(tmp_path, capsys):
     f.write_text(Path(CHEATS_FILE).read_text().split("# name -> (kernel")[0]
                  + "TRITON_KERNELS = [_k('gelu', 'gelu_tanh', 'forward', ref.gelu_tanh_fwd, role='honest', "
                    "sizes=({'rows': 1, 'n': 2},))]\n")
-    assert main(["triton", str(f), "--out", str(tmp_path / "o"), "--seed", "fresh"]) == 0
+    code = main(["triton", str(f), "--out", str(tmp_path / "o"), "--seed", "fresh"])
     seed = int(capsys.readouterr().out.split("seed ")[1].split()[0])
     import json
     rows = json.loads((tmp_path / "o" / "triton.json").read_text())["rows"]
+    # an honest kernel is never failed; at some seeds a row is outside the rule and inside the any-order
+    # bound (seed 1: near-constant rows, 1.15 x the rule's bound): inconclusive, exit 1
+    assert {r["verdict"] for r in rows} <= {"kernel-match", "inconclusive"}, (seed, rows)
+    assert code == (0 if all(r["verdict"] == "kernel-match" for r in rows) else 1)
     certs = [json.loads(c.read_text()) for c in (tmp_path / "o" / "certificates").glob("*.json")]
     assert {c["evidence"]["seed"] for c in certs} == {seed}
     from vjpcert.triton_report import load_user_kernels
