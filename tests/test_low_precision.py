@@ -355,3 +355,41 @@ def test_a_low_precision_implementation_gets_its_positions_as_the_spec_reads_the
                           dims={"rows": 7, "d": 8})
     assert seen == {"x": BF16, "pos": np.dtype(np.float32), "dy": BF16}
     assert cert.verdict == "checked", cert.evidence.get("witness")
+
+
+def test_bfloat16_dot_max_and_where_in_the_interpreter():
+    """What bfloat16 kernels do besides arithmetic: tl.dot (float32 accumulation, within gamma_n of the
+    exact products), tl.max (exact), tl.where and a conversion (one rounding)."""
+    _needs_triton()
+    import torch
+    import triton
+    import triton.language as tl
+
+    from vjpcert.triton_kernels import harness
+    from vjpcert.triton_kernels.interpreter import faithful, interpreting
+    if not interpreting():
+        pytest.skip("Triton's interpreter only (TRITON_INTERPRET=1)")
+
+    @triton.jit
+    def ops(a_ptr, b_ptr, c_ptr, m_ptr, e_ptr, N: tl.constexpr):
+        i = tl.arange(0, N)
+        a = tl.load(a_ptr + i[:, None] * N + i[None, :])
+        b = tl.load(b_ptr + i[:, None] * N + i[None, :])
+        tl.store(c_ptr + i[:, None] * N + i[None, :], tl.dot(a, b))
+        tl.store(m_ptr + i, tl.max(a, axis=1))
+        e = tl.where(a > 0, tl.exp(a.to(tl.float32)), -a.to(tl.float32))
+        tl.store(e_ptr + i[:, None] * N + i[None, :], e.to(tl.bfloat16))
+
+    n = 16
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((n, n)).astype(np.float32).astype(BF16) for _ in range(2))
+    with faithful():
+        at, bt = harness.device_tensor(a), harness.device_tensor(b)
+        c, e = torch.empty((n, n), dtype=torch.float32), torch.empty((n, n), dtype=torch.bfloat16)
+        m = torch.empty(n, dtype=torch.bfloat16)
+        ops[(1,)](at, bt, c, m, e, N=n)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    assert np.all(np.abs(harness.to_numpy(c) - a64 @ b64) <= n * 2 ** -24 * (np.abs(a64) @ np.abs(b64)))
+    assert np.array_equal(harness.to_numpy(m).astype(np.float64), a64.max(1))
+    expected = np.where(a64 > 0, np.exp(a64), -a64).astype(np.float32).astype(BF16)
+    assert np.array_equal(harness.to_numpy(e), expected)
