@@ -39,9 +39,18 @@ FIRST_CASE = "random"           # the case run twice for determinism (and under 
 #   huge_in_last_block  standard normal, with HUGE_VALUE added to the last entry of every row (the last axis):
 #                       in a row's last, partial block, where a reduction over full blocks only (a row
 #                       maximum that skips the tail) misses it, and exp(HUGE_VALUE - max) overflows
+#   activations         what a network's hidden states look like rather than a textbook draw: heavy tails
+#                       (Student's t, ACTIVATION_TAIL_DOF degrees of freedom) and a few outlier channels
+#                       (one in OUTLIER_EVERY of the last axis, at least one) ACTIVATION_OUTLIER_SCALE
+#                       times the rest, as in large language models' residual streams: a kernel tuned to
+#                       unit-variance normal rows (a fixed shift, a short accumulator) meets its real data
 OFFSET_SWEEP = "offset_sweep"
 HUGE_IN_LAST_BLOCK = "huge_in_last_block"
-KERNEL_CASES = (OFFSET_SWEEP, HUGE_IN_LAST_BLOCK)
+ACTIVATIONS = "activations"
+KERNEL_CASES = (OFFSET_SWEEP, HUGE_IN_LAST_BLOCK, ACTIVATIONS)
+ACTIVATION_TAIL_DOF = 3
+OUTLIER_EVERY = 64
+ACTIVATION_OUTLIER_SCALE = (20.0, 60.0)
 OFFSET_DECADES = (-0.5, 2.5)
 HUGE_VALUE = 100.0              # float32's exp overflows past 88.7
 WITNESS_INPUTS_MAX = 256        # store the inputs themselves in a witness up to this many entries
@@ -127,6 +136,13 @@ def kernel_case_values(case: str, rng: np.random.Generator, shape) -> np.ndarray
     """float64 values of an input case: the shared ones of ``core/input_cases.py``, or a kernel case."""
     if case not in KERNEL_CASES:
         return _input_cases.case_values(case, rng, shape)
+    if case == ACTIVATIONS:
+        z = rng.standard_t(ACTIVATION_TAIL_DOF, shape)
+        if z.ndim:
+            n = z.shape[-1]
+            channels = rng.choice(n, max(1, n // OUTLIER_EVERY), replace=False)
+            z[..., channels] *= rng.uniform(*ACTIVATION_OUTLIER_SCALE, size=channels.size)
+        return z
     z = rng.standard_normal(shape)
     if z.ndim == 0:
         return z
