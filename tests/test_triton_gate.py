@@ -272,6 +272,20 @@ def test_the_huge_value_sits_in_every_row_s_last_block():
     assert len(set(x[:, -1])) == 3 and np.isinf(np.exp(np.float32(x[:, -1].min())))   # no ties; exp overflows
 
 
+def test_the_activations_case_has_heavy_tails_and_outlier_channels():
+    """Not a normal draw a kernel could recognise: excess kurtosis far above 0 in the ordinary channels,
+    and the outlier channels (the same in every row) 20-60 times their scale; a row of one still draws."""
+    from vjpcert.core.kernel_checks import ACTIVATIONS, OUTLIER_EVERY, kernel_case_values
+    x = kernel_case_values(ACTIVATIONS, np.random.default_rng(0), (512, 256))
+    scale = np.median(np.abs(x), axis=0)
+    outliers = scale > 10 * np.median(scale)
+    assert outliers.sum() == 256 // OUTLIER_EVERY
+    ordinary = x[:, ~outliers].ravel()
+    assert ((ordinary - ordinary.mean()) ** 4).mean() / ordinary.var() ** 2 - 3 > 3      # t(3): heavy tails
+    assert 15 < scale[outliers].min() / np.median(scale) and scale[outliers].max() / np.median(scale) < 80
+    assert kernel_case_values(ACTIVATIONS, np.random.default_rng(0), (1, 1)).shape == (1, 1)
+
+
 def test_the_committed_adversarial_report_catches_every_cheat_and_passes_the_honest_kernel():
     """reports/adversarial/ (regenerate: `vjpcert triton tests/triton/cheats.py --out reports/adversarial`):
     every kernel of the file at its sizes and the gate's, from the current checker."""

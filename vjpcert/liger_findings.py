@@ -39,7 +39,8 @@ def INTRO(mode: str) -> str:
     return f"""Every Liger-Kernel op this project has a spec for, forward and backward, checked by the Triton tier
 (`triton_kernels/check.py`) in {where}: float32 inputs of every input case (random, large magnitudes,
 near-constant rows, a large offset, mixed magnitudes, and the kernel cases: rows from 0.3 to 300
-standard deviations off zero, and a huge entry in each row's last block), at each kernel's own sizes
+standard deviations off zero, a huge entry in each row's last block, and heavy-tailed rows with
+outlier channels, as hidden states have), at each kernel's own sizes
 and the gate's (a power of two, a multiple of
 32, and two sizes drawn from the kernel's code: `triton_kernels/gate.py`), the spec in float64 as the
 truth, computed only after the kernel returned, the launcher handed copies (one that writes into
