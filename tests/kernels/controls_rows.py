@@ -139,6 +139,23 @@ def _fault_row_kernels(block: int):
     BLOCK = block
     NWARP = warps(block)
 
+    @cuda.jit(device=True)
+    def row_max(x, r, stop, sm, t):
+        """The block's maximum of x[r, :stop]."""
+        mx = NEG_INF
+        for j in range(t, stop, BLOCK):
+            if x[r, j] > mx:
+                mx = x[r, j]
+        return block_max(sm, t, mx)
+
+    @cuda.jit(device=True)
+    def exp_sum(x, r, mx, t):
+        """This thread's share of sum_j exp(x[r, j] - mx)."""
+        acc = float32(0)
+        for j in range(t, x.shape[1], BLOCK):
+            acc += float32(math.exp(x[r, j] - mx))
+        return acc
+
     @kernel("void(float32[:, ::1], float32[:, ::1])", threads=BLOCK)
     def softmax_no_max(x, y):
         """softmax without subtracting the row maximum: exp(x) overflows for x > 88.7."""
@@ -162,15 +179,8 @@ def _fault_row_kernels(block: int):
         n = x.shape[1]
         full = n - n % BLOCK if n >= BLOCK else n                # BUG: the tail is not looked at
         for r in range(cuda.blockIdx.x, x.shape[0], cuda.gridDim.x):
-            mx = NEG_INF
-            for j in range(t, full, BLOCK):
-                if x[r, j] > mx:
-                    mx = x[r, j]
-            mx = block_max(sm, t, mx)
-            acc = float32(0)
-            for j in range(t, n, BLOCK):
-                acc += float32(math.exp(x[r, j] - mx))
-            total = block_sum(sm, t, acc)
+            mx = row_max(x, r, full, sm, t)
+            total = block_sum(sm, t, exp_sum(x, r, mx, t))
             for j in range(t, n, BLOCK):
                 y[r, j] = float32(math.exp(x[r, j] - mx)) / total
 
@@ -184,14 +194,8 @@ def _fault_row_kernels(block: int):
         t = cuda.threadIdx.x
         n = x.shape[1]
         for r in range(cuda.blockIdx.x, x.shape[0], cuda.gridDim.x):
-            mx = NEG_INF
-            for j in range(t, n, BLOCK):
-                if x[r, j] > mx:
-                    mx = x[r, j]
-            mx = block_max(sm, t, mx)
-            acc = float32(0)
-            for j in range(t, n, BLOCK):
-                acc += float32(math.exp(x[r, j] - mx))
+            mx = row_max(x, r, n, sm, t)
+            acc = exp_sum(x, r, mx, t)
             if t == 0:
                 total[r] = float32(0)                            # BUG: no barrier before the adds
             cuda.atomic.add(total, r, acc)
