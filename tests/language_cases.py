@@ -150,6 +150,12 @@ simple("reshape", "transposed_shape", lambda B, x, y: x.reshape(x.shape[1], x.sh
 simple("reshape", "order_C", lambda B, x, y: np.reshape(x, (x.shape[1], x.shape[0]), order="C"))
 simple("reshape", "order_F_method", lambda B, x, y: x.reshape(x.shape[1], x.shape[0], order="F"))
 simple("reshape", "order_F_np", lambda B, x, y: np.reshape(x, (-1,), order="F") + y.ravel())
+# runs: (c n) -> (c, n) and back, c constant, as a grouped convolution reads its channels
+RUNS = (((4, 3), (4, 3)), ((6, 2), (6, 2)))
+simple("reshape", "into_runs_and_back",
+       lambda B, x, y: (x.reshape(2, x.shape[0] // 2, x.shape[1])[1] * y.reshape(2, -1, y.shape[1])[0])
+       .reshape(1, -1, x.shape[1]).reshape(x.shape[0] // 2, x.shape[1]),
+       RUNS, (((8, 3), (8, 3)), ((10, 4), (10, 4))))
 simple("ravel", "method", lambda B, x, y: x.ravel() * y.ravel())
 simple("ravel", "order_C", lambda B, x, y: np.ravel(x, order="C"))
 simple("ravel", "order_F", lambda B, x, y: np.ravel(x, order="F") - y.ravel(order="F"))

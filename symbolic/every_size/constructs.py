@@ -373,11 +373,26 @@ def reshape(A: SymArray, shape) -> SymArray:
         elif o is not None and i + 1 < len(old) and old[i + 1].is_Integer:
             out = _merge(out, pos, int(old[i + 1]))      # axes (o, c) read as one, c the faster
             old[i:i + 2] = [sp.expand(o * old[i + 1])]
+        elif o is not None and t is not None and t.is_Integer and j + 1 < len(target) \
+                and _constant_factor(o, target[j + 1]) == t:
+            # C order: axis o = c n is (c, n), c the slower: its c consecutive runs of n, stacked
+            n = target[j + 1]
+            out = stack([_along(out, pos, slice(Dim(k * n), Dim((k + 1) * n))) for k in range(int(t))], axis=pos)
+            old[i:i + 1] = [t, n]
+        elif o is not None and o.is_Integer and i + 1 < len(old) and t is not None and same(t, o * old[i + 1]):
+            # axes (c, n) read as one, c the slower: the c runs of n one after another
+            out = concatenate([_along(out, pos, k) for k in range(int(o))], axis=pos)
+            old[i:i + 2] = [t]
         else:
             refuse(f"reshape from {tuple(map(str, A._shape))} to {tuple(map(str, target))} is not followed by "
-                   f"the every-size trace (it splits an axis into a leading axis and a constant one, merges an "
-                   f"axis with a following axis of constant size, and adds or drops axes of size 1)")
+                   f"the every-size trace (it splits an axis into a constant number of runs or runs of a constant "
+                   f"length, merges an axis with a neighbour of constant size, and adds or drops axes of size 1)")
     return out
+
+
+def _along(A: SymArray, ax: int, key) -> SymArray:
+    """A[..., key, ...] with ``key`` (an index or a slice) on axis ``ax``: numpy's own indexing."""
+    return getitem(A, (slice(None),) * ax + (key,))
 
 
 def _constant_factor(o, t):

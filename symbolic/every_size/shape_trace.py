@@ -10,7 +10,8 @@ What the trace follows: elementwise arithmetic with broadcasting, the backend ``
 erf, tanh, sin, cos, pi, c, zeros, array, max_shift -- 0 in exact arithmetic), ``.sum/.mean/.any/.all``
 over an axis (keepdims), ``@``, ``.T``, basic indexing (``x[0]``, ``x[:, h:]``, ``x[:, 0::2]``,
 ``x[..., :1]``, ``None``), ``np.concatenate``, ``np.stack``, ``reshape`` merging a constant-size axis
-(RoPE's interleave), ``np.where`` with a mask built from shapes (``np.ones``, ``np.tril``,
+(RoPE's interleave) or cutting an axis into a constant number of runs and back (a grouped
+convolution's channel groups: read as slices and a stack, then a concatenation), ``np.where`` with a mask built from shapes (``np.ones``, ``np.tril``,
 ``np.triu``), ``np.arange`` of a dim (an index-valued array, usable as a number only) and ``x.shape``.
 A layout that splits an axis (a concatenation, an interleave) makes the array *pieces*: each piece
 is a box of local indices p with an affine map  j = a p + b  per axis (``form`` proves that
