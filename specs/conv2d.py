@@ -17,7 +17,10 @@ them (cross-correlation: the kernel is not flipped in the forward).
 Written with np.pad, (strided) slices and einsum. The every-size tier proves them for every batch,
 channel count and spatial size at this kernel size: conv2d_s2 and the transposed one from 1 on; the
 stride-1 3 x 3 windows cut the padded input at 1 and at H - 1, in one order only from H = 2 on, so
-those ops take H, W >= 2 (``from_two``) and are proved for every such size.
+those ops take H, W >= 2 (``from_two``) and are proved for every such size; the dilated one's taps,
+2 apart, cut the input padded by 2 at 2 and at H - 2, in one order from H = 4 on (``from_four``).
+The 7 x 7 depthwise convolution is proved at fixed dims only (its every-size statement, from H = 6
+on, leaves size cases the normaliser does not split).
 """
 import numpy as np
 
@@ -26,10 +29,18 @@ from vjpcert.core.registry import op
 TAPS = [(i, j) for i in range(3) for j in range(3)]
 
 
-def from_two(d):
-    """The stride-1 3 x 3 ops' sizes: H, W >= 2 (a one-pixel edge is every tap's edge at once)."""
-    small = [name for name in ("H", "W") if d.get(name, 2) < 2]
-    return f"{' and '.join(small)} must be at least 2 (a 3 x 3 window with padding 1, stride 1)" if small else None
+def at_least(least: int, why: str):
+    """A constraint: the spatial sizes H, W are at least ``least`` (``why``: the windows' cuts)."""
+    def constraint(d):
+        small = [name for name in ("H", "W") if d.get(name, least) < least]
+        return f"{' and '.join(small)} must be at least {least} ({why})" if small else None
+    return constraint
+
+
+# the stride-1 3 x 3 ops' sizes: a one-pixel edge is every tap's edge at once
+from_two = at_least(2, "a 3 x 3 window with padding 1, stride 1")
+# the dilated 3 x 3: below 4, a tap 2 apart reads the padding on both sides of the image at once
+from_four = at_least(4, "a 3 x 3 window with dilation 2 and padding 2")
 
 
 def taps(k):
@@ -242,8 +253,8 @@ def dilated_correlation(xp, wg, H, W, offset=lambda i, j: (DILATION * i, DILATIO
 
 
 @op(inputs={"x": ("N", "2*Cg", "H", "W"), "w": ("2*Og", "Cg", 3, 3)}, output=("N", "2*Og", "H", "W"),
-    dims=[{"N": 1, "Cg": 1, "Og": 1, "H": 2, "W": 3}, {"N": 1, "Cg": 2, "Og": 1, "H": 3, "W": 3}],
-    check_dims={"N": 2, "Cg": 2, "Og": 2, "H": 5, "W": 6},
+    dims=[{"N": 1, "Cg": 1, "Og": 1, "H": 4, "W": 4}, {"N": 1, "Cg": 2, "Og": 1, "H": 4, "W": 5}],
+    check_dims={"N": 2, "Cg": 2, "Og": 2, "H": 5, "W": 6}, constraints=from_four,
     # a dilated 3 x 3 of a DeepLab-style stage at production size (vjpcert prove --modular)
     modular_dims=[{"N": 8, "Cg": 64, "Og": 64, "H": 28, "W": 28}])
 def conv2d_dilated_grouped(B, x, w):
@@ -274,3 +285,6 @@ def dilated_kernel_grad(dy, xp, offset=lambda i, j: (DILATION * i, DILATION * j)
 @conv2d_dilated_grouped.defvjp
 def conv2d_dilated_grouped_vjp(B, x, w, dy):
     return dilated_input_grad(dy, w), dilated_kernel_grad(dy, pad(x, DILATION))
+
+
+conv2d_dilated_grouped.every_size("vjp[x]", "vjp[w]")
