@@ -11,7 +11,8 @@ ResNet's stem 3x3 stride 2 with padding 1), average pooling 2x2 stride 2, global
 Exactly one tap wins each window, and on a tie it is the first in scan order (row by row): the index
 PyTorch's max_pool2d_with_indices keeps and its backward routes the gradient to (XLA's select-and-
 scatter may route a tie elsewhere). The VJP claims are proved on every region of the taps' order;
-``at_the_kink`` checks the tie-breaking at exact points with ties.
+``at_the_kink`` checks the tie-breaking at exact points with ties. The 3x3/2 padded pooling takes two
+windows a side or more (``two_windows_on``): the every-size statement holds from there.
 """
 import numpy as np
 
@@ -86,9 +87,18 @@ def positively_homogeneous(B, x, forward):
     return forward(2 * x), 2 * forward(x)
 
 
+def two_windows_on(d):
+    """The 3x3/2 padded pooling's sizes: Ho, Wo >= 2. With one window a side, its first and last taps
+    are the padding on both sides at once, and the every-size statement's pieces are in one order only
+    from two windows on."""
+    small = [name for name in ("Ho", "Wo") if d.get(name, 2) < 2]
+    return f"{' and '.join(small)} must be at least 2 (3x3 windows, stride 2, padding 1)" if small else None
+
+
 # checked numerically with enough windows (144) that some lie wholly below zero: only there would a
 # padding read as zeros (not -inf) win
-@op(**{**POOL, "check_dims": {"N": 2, "C": 8, "Ho": 3, "Wo": 3}})
+@op(**{**POOL, "dims": [{"N": 1, "C": 1, "Ho": 2, "Wo": 2}, {"N": 1, "C": 2, "Ho": 2, "Wo": 2}],
+       "check_dims": {"N": 2, "C": 8, "Ho": 3, "Wo": 3}, "constraints": two_windows_on})
 def max_pool2d_3x3s2(B, x):
     """ResNet's stem pooling: 3x3 windows, stride 2, padding 1 (the padding never wins)."""
     return max_pool(B, x, 3, 1)
@@ -130,5 +140,6 @@ def global_avg_pool_vjp(B, x, dy):
 # Proved for every size, region by region where there are kinks: the statements are derived from the
 # code above (symbolic.every_size.shape_trace), each step a Boolean atom of the region.
 max_pool2d.every_size("vjp[x]", "positively_homogeneous")
+max_pool2d_3x3s2.every_size("vjp[x]")
 avg_pool2d.every_size("vjp[x]")
 global_avg_pool.every_size("vjp[x]")

@@ -445,6 +445,33 @@ def test_a_stride_one_convolution_is_proved_for_every_size_from_two_and_its_muta
     assert prove_general(wrong, "vjp[x]", budget=300).verdict == "failed"
 
 
+@pytest.mark.slow                   # every-size proofs of a grouped convolution (~1 min): the reports hold them too
+def test_a_dilated_grouped_convolution_is_proved_for_every_size_from_four_and_its_group_mutants_are_not():
+    """Dilation 2, padding 2, two groups (the channels read as two runs): proved for every batch, group
+    width and H, W >= 4; dx with the groups swapped, and dw summed over both groups, fail for every size."""
+    o = OPS["conv2d_dilated_grouped"]
+    for claim, mutant in (("vjp[x]", "dx_groups_swapped"), ("vjp[w]", "dw_summed_over_both_groups")):
+        cert = prove_general(o, claim, budget=300)
+        assert cert.verdict == "proved-general", cert.evidence.get("reason")
+        assert cert.dims == {"Cg": "Cg", "H": "H0+3", "N": "N", "Og": "Og", "W": "W0+3"}
+        assert "H = H0 + 3 (at least 4)" in cert.assumptions
+        wrong = o.with_mutant(next(m for m in o.mutants if m.name == mutant))
+        assert prove_general(wrong, claim, budget=300).verdict == "failed", mutant
+
+
+@pytest.mark.slow                   # an every-size proof over 9 taps' regions (~1 min): the reports hold it too
+def test_the_padded_3x3_stride_2_max_pool_is_proved_for_every_size_from_two_windows_and_its_mutant_is_not():
+    """ResNet's stem pooling, region by region: proved for every batch, channel count and Ho, Wo >= 2;
+    the padding competing for the maximum fails for every size."""
+    o = OPS["max_pool2d_3x3s2"]
+    cert = prove_general(o, "vjp[x]")
+    assert cert.verdict == "proved-general", cert.evidence.get("reason")
+    assert cert.dims == {"C": "C", "Ho": "Ho0+1", "N": "N", "Wo": "Wo0+1"}
+    assert "Ho = Ho0 + 1 (at least 2)" in cert.assumptions
+    wrong = o.with_mutant(next(m for m in o.mutants if m.name == "padding_can_win"))
+    assert prove_general(wrong, "vjp[x]").verdict == "failed"
+
+
 def test_a_structural_param_and_a_symbolic_one_reach_the_trace():
     @op(name="t12_scaled", inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}],
         params={"c": Param(2), "k": Param(3, symbolic=False)})
