@@ -11,8 +11,8 @@ erf, tanh, sin, cos, pi, c, zeros, array, max_shift -- 0 in exact arithmetic), `
 over an axis (keepdims), ``@``, ``.T``, basic indexing (``x[0]``, ``x[:, h:]``, ``x[:, 0::2]``,
 ``x[..., :1]``, ``None``), ``np.concatenate``, ``np.stack``, ``reshape`` merging a constant-size axis
 (RoPE's interleave) or cutting an axis into a constant number of runs and back (a grouped
-convolution's channel groups: read as slices and a stack, then a concatenation), ``np.where`` with a mask built from shapes (``np.ones``, ``np.tril``,
-``np.triu``), ``np.arange`` of a dim (an index-valued array, usable as a number only) and ``x.shape``.
+convolution's channel groups: read as slices and a stack, then a concatenation), ``np.where`` with
+a mask built from shapes (``np.ones``, ``np.tril``, ``np.triu``), ``np.arange`` of a dim (an index-valued array, usable as a number only) and ``x.shape``.
 A layout that splits an axis (a concatenation, an interleave) makes the array *pieces*: each piece
 is a box of local indices p with an affine map  j = a p + b  per axis (``form`` proves that
 the pieces of the final arrays tile them).
