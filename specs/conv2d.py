@@ -18,9 +18,10 @@ Written with np.pad, (strided) slices and einsum. The every-size tier proves the
 channel count and spatial size at this kernel size: conv2d_s2 and the transposed one from 1 on; the
 stride-1 3 x 3 windows cut the padded input at 1 and at H - 1, in one order only from H = 2 on, so
 those ops take H, W >= 2 (``from_two``) and are proved for every such size; the dilated one's taps,
-2 apart, cut the input padded by 2 at 2 and at H - 2, in one order from H = 4 on (``from_four``).
-The 7 x 7 depthwise convolution is proved at fixed dims only (its every-size statement, from H = 6
-on, leaves size cases the normaliser does not split).
+2 apart, cut the input padded by 2 at 2 and at H - 2, in one order from H = 4 on (``from_four``); the
+7 x 7 depthwise one's, padded by 3, cut at 1, 2, 3 and H - 3, H - 2, H - 1, ordered from H = 7 on
+(``from_seven``: ConvNeXt's last stage is 7 x 7), and its statement's edge rows and columns are
+proved case by case (the first three and the last three one by one, then the rest).
 """
 import numpy as np
 
@@ -41,6 +42,8 @@ def at_least(least: int, why: str):
 from_two = at_least(2, "a 3 x 3 window with padding 1, stride 1")
 # the dilated 3 x 3: below 4, a tap 2 apart reads the padding on both sides of the image at once
 from_four = at_least(4, "a 3 x 3 window with dilation 2 and padding 2")
+# the 7 x 7 depthwise: its window's three-pixel edges are in one order from 7 on
+from_seven = at_least(7, "a 7 x 7 window with padding 3, stride 1")
 
 
 def taps(k):
@@ -220,8 +223,8 @@ depthwise_conv2d.every_size("vjp[x]", "vjp[w]")
 
 
 @op(inputs={"x": ("N", "C", "H", "W"), "w": ("C", 7, 7), "b": ("C",)}, output=("N", "C", "H", "W"),
-    dims=[{"N": 1, "C": 1, "H": 2, "W": 2}, {"N": 2, "C": 2, "H": 4, "W": 3}],
-    check_dims={"N": 2, "C": 2, "H": 4, "W": 5})
+    dims=[{"N": 1, "C": 1, "H": 7, "W": 7}, {"N": 1, "C": 2, "H": 8, "W": 7}],
+    check_dims={"N": 2, "C": 2, "H": 7, "W": 8}, constraints=from_seven)
 def depthwise_conv7x7(B, x, w, b):
     """ConvNeXt's spatial mixing: a depthwise 7 x 7 kernel, padding 3, with a bias."""
     H, W = x.shape[2], x.shape[3]
@@ -232,6 +235,9 @@ def depthwise_conv7x7(B, x, w, b):
 @depthwise_conv7x7.defvjp
 def depthwise_conv7x7_vjp(B, x, w, b, dy):
     return depthwise_input_grad(dy, w), depthwise_kernel_grad(dy, pad(x, 3), 7), dy.sum((0, 2, 3))
+
+
+depthwise_conv7x7.every_size("vjp[x]", "vjp[w]", "vjp[b]")
 
 
 GROUPS, DILATION = 2, 2

@@ -25,12 +25,13 @@ CONVNEXT = dict(
     nodes={"dwconv": depthwise_conv7x7, "norm": layernorm, "fc1": linear, "act": gelu_erf, "fc2": linear,
            "scale": layer_scale},
     proofs=("compositional",),
-    dims=[{"N": 1, "C": 2, "F": 2, "H": 2, "W": 2}],       # LayerNorm over one channel is constant: 2
+    dims=[{"N": 1, "C": 2, "F": 2, "H": 7, "W": 7}],       # LayerNorm over one channel is constant: 2;
+                                                          # the 7 x 7 depthwise convolution's H, W >= 7
     compositional_dims=[{"N": 2, "C": 8, "F": 32, "H": 7, "W": 7}],
     # ConvNeXt-T's first stage (96 channels at 56 x 56), batch 8: the randomised exact test at
     # production size (vjpcert prove --modular)
     modular_dims=[{"N": 8, "C": 96, "F": 384, "H": 56, "W": 56}],
-    check_dims={"N": 2, "C": 2, "F": 4, "H": 3, "W": 3})
+    check_dims={"N": 2, "C": 2, "F": 4, "H": 7, "W": 7})
 
 
 def _branch(x, wd, bd, g, be, W1, b1, W2, b2, eps, nodes):

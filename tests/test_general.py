@@ -473,6 +473,22 @@ def test_a_dilated_grouped_convolution_is_proved_for_every_size_from_four_and_it
         assert prove_general(wrong, claim, budget=300).verdict == "failed", mutant
 
 
+@pytest.mark.slow                   # an every-size proof of 49 taps, edges case by case (~4 min): the reports hold it
+def test_the_7x7_depthwise_convolution_is_proved_for_every_size_from_seven_its_edges_case_by_case():
+    """ConvNeXt's depthwise 7 x 7: dx proved for every batch, channel count and H, W >= 7, the first and
+    last three rows and columns one by one (the normal form alone leaves their deltas); the kernel not
+    flipped in dx fails for every size."""
+    o = OPS["depthwise_conv7x7"]
+    cert = prove_general(o, "vjp[x]")
+    assert cert.verdict == "proved-general", cert.evidence.get("reason")
+    assert cert.dims == {"C": "C", "H": "H0+6", "N": "N", "W": "W0+6"}
+    assert "H = H0 + 6 (at least 7)" in cert.assumptions
+    split = [i for i in cert.evidence["proof"]["identities"] if "split" in i]
+    assert split and all(i["cases"] >= 2 for i in split)
+    wrong = o.with_mutant(next(m for m in o.mutants if m.name == "kernel_not_flipped_in_dx"))
+    assert prove_general(wrong, "vjp[x]").verdict == "failed"
+
+
 @pytest.mark.slow                   # an every-size proof over 9 taps' regions (~1 min): the reports hold it too
 def test_the_padded_3x3_stride_2_max_pool_is_proved_for_every_size_from_two_windows_and_its_mutant_is_not():
     """ResNet's stem pooling, region by region: proved for every batch, channel count and Ho, Wo >= 2;
