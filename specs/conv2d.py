@@ -223,7 +223,7 @@ depthwise_conv2d.every_size("vjp[x]", "vjp[w]")
 
 
 @op(inputs={"x": ("N", "C", "H", "W"), "w": ("C", 7, 7), "b": ("C",)}, output=("N", "C", "H", "W"),
-    dims=[{"N": 1, "C": 1, "H": 7, "W": 7}, {"N": 1, "C": 2, "H": 8, "W": 7}],
+    dims=[{"N": 1, "C": 1, "H": 7, "W": 7}, {"N": 2, "C": 2, "H": 8, "W": 7}],
     check_dims={"N": 2, "C": 2, "H": 7, "W": 8}, constraints=from_seven)
 def depthwise_conv7x7(B, x, w, b):
     """ConvNeXt's spatial mixing: a depthwise 7 x 7 kernel, padding 3, with a bias."""

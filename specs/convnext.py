@@ -31,7 +31,10 @@ CONVNEXT = dict(
     # ConvNeXt-T's first stage (96 channels at 56 x 56), batch 8: the randomised exact test at
     # production size (vjpcert prove --modular)
     modular_dims=[{"N": 8, "C": 96, "F": 384, "H": 56, "W": 56}],
-    check_dims={"N": 2, "C": 2, "F": 4, "H": 7, "W": 7})
+    # four channels: LayerNorm over two is +-1 whatever the input, and its Jacobian blows up where a
+    # pixel's two channels nearly agree (at 7 x 7, 98 pixels, one does: finite differences then
+    # call the right block wrong -- JAX's check_grads did on two seeds of three)
+    check_dims={"N": 2, "C": 4, "F": 8, "H": 7, "W": 7})
 
 
 def _branch(x, wd, bd, g, be, W1, b1, W2, b2, eps, nodes):
