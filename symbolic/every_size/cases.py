@@ -65,8 +65,9 @@ def _split(N, nf, free, depth: int, state: dict) -> bool:
 
 
 def _zero(N, nf) -> bool:
-    """The zero test of ``N.is_zero``; tried first without joining adjacent sum ranges (most cases
-    cancel term by term, and the join is the costly part)."""
+    """The zero test of ``N.is_zero``, tried first without joining adjacent sum ranges (the join is the
+    costly part). Measured on the 7 x 7 depthwise dx's interior piece: 15 of its 92 cases cancel
+    without the join; the rest run the flint test twice, which costs little beside the join."""
     return rational_function_is_zero(N.atomise(nf)) or N.is_zero(nf)[0]
 
 
