@@ -311,6 +311,67 @@ def _copy_not_view(B, x, y):
     return c + x
 
 
+@case("setitem", "view_of_a_strided_view")
+def _view_of_view(B, x, y):
+    fresh = x * 1
+    w = fresh[:, 1:][:, ::2]        # a view of a view: the write lands in fresh at columns 1, 3, ...
+    w += y[:, :w.shape[1]]
+    return fresh
+
+
+@case("setitem", "through_a_reversed_view")
+def _reversed_view(B, x, y):
+    fresh = x + 0
+    fresh[:, ::-1][:, 0] = y[:, 0]  # the reversed view's first column is fresh's last
+    return fresh
+
+
+@case("setitem", "entry_is_a_copy")
+def _entry_copy(B, x, y):
+    fresh = x + 0
+    s = fresh[0, 0]                 # every index an int: numpy hands back the entry, not a view
+    s += B.c(1)
+    return fresh * y + s
+
+
+@case("setitem", "repeated_index_last_wins")
+def _last_wins(B, x, y):
+    out = B.zeros(x.shape)
+    out[[0, 0]] = y[:2]             # numpy assigns in order: row 0 ends as y[1]
+    return out + x
+
+
+@case("setitem", "transpose_sees_a_base_write")
+def _transpose_sees(B, x, y):
+    fresh = x * 1
+    t = fresh.T
+    fresh[0] = y[0]
+    return t.T * y
+
+
+@case("setitem", "copy_then_base_write")
+def _copy_then_write(B, x, y):
+    fresh = x * 1
+    c = fresh.copy()
+    fresh[0] = y[0]
+    return c + fresh
+
+
+@case("setitem", "unary_plus_is_a_new_array")
+def _plus_then_iadd(B, x, y):
+    fresh = x * 1
+    p = +fresh
+    fresh += y
+    return p * 2 + fresh
+
+
+@case("add.at", "basic_slice_key")
+def _add_at_basic(B, x, y):
+    out = x * 1
+    np.add.at(out, (slice(None), 0), y[:, 1])
+    return out
+
+
 # ------------------------------------------------------------------ select and shape
 simple("where", "mask_two_arrays", lambda B, x, y: np.where(mask_of(x.shape), x, y))
 simple("where", "mask_const", lambda B, x, y: np.where(mask_of(x.shape), x, 0) + y)

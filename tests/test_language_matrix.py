@@ -51,12 +51,20 @@ def test_cell(prim, case, shape_pair, interpreter):
     if case is None:
         pytest.fail(f"primitive {prim!r} of core.language.PRIMITIVES has no case in tests/language_cases.py")
     reason = check_cell(case, shape_pair, interpreter)
-    if reason is not None and interpreter.startswith("every_size") and any(
-            k in reason for k in ("refused a construct numpy computes", "raised NormalFormError")):
-        # The every-size tier may decline what it cannot yet state for every size (the claim is then
-        # inconclusive, never proved); it may never compute a value numpy does not.
+    if reason is not None and _a_decline_allowed(interpreter, reason):
         pytest.xfail(reason)
     assert reason is None, reason
+
+
+def _a_decline_allowed(interpreter: str, reason: str) -> bool:
+    """The every-size tier may decline (its claim is then inconclusive, never proved) what no one
+    statement says where sizes are symbols; with every size a constant it follows every row, except a
+    transpose or reshape read after its base was written (numpy decides view or copy by layout). It
+    may never compute a value numpy does not."""
+    if interpreter == "every_size_symbolic":
+        return any(k in reason for k in ("refused a construct numpy computes", "raised NormalFormError"))
+    return interpreter == "every_size" and "refused a construct numpy computes" in reason \
+        and "through a view" in reason
 
 
 @pytest.mark.parametrize("case, interpreter", _refusal_cells())

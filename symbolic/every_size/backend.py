@@ -13,12 +13,12 @@ import sympy as sp
 
 from vjpcert.core.backends import exact
 from vjpcert.core.registry import SpecError, refuse
-from vjpcert.symbolic.every_size import layouts
+from vjpcert.symbolic.every_size import gathers, layouts, writes  # noqa: F401 -- writes fills CONSTRUCTS
 from vjpcert.symbolic.every_size.atoms import Step
 from vjpcert.symbolic.every_size.constructs import (_band, _shape_of, concatenate, masked_mean,
                                                     masked_sum, stack, where)
 from vjpcert.symbolic.every_size.sizes import _LOCAL, Dim, _size_expr
-from vjpcert.symbolic.every_size.symarray import (FUNCTIONS, UFUNCS, SymArray, broadcast_to, elementwise,
+from vjpcert.symbolic.every_size.symarray import (FUNCTIONS, UFUNCS, SymArray, broadcast_to, elementwise, fresh,
                                                   lift, matmul, power)
 
 UFUNCS.update({
@@ -47,6 +47,8 @@ FUNCTIONS.update({
     "moveaxis": layouts.moveaxis, "swapaxes": layouts.swapaxes, "outer": layouts.outer, "diff": layouts.diff,
     "pad": layouts.pad, "einsum": layouts.einsum, "copy": lambda a, **kw: lift(a),
     "zeros_like": lambda a, dtype=None: _zeros_like(lift(a), dtype), "cumsum": layouts.cumsum,
+    "prod": layouts.prod, "take": gathers.take, "take_along_axis": gathers.take_along_axis,
+    "repeat": gathers.repeat,
     "size": lambda a, axis=None: lift(a).size if axis is None else lift(a).shape[axis],
     "dot": lambda x, y: matmul(lift(x), lift(y)) if lift(x).ndim <= 2 and lift(y).ndim <= 2 else refuse(
         "np.dot of arrays of rank > 2 (numpy's dot is not a matmul there): use np.einsum or @"),
@@ -170,7 +172,7 @@ class ShapeBackend:
         return SymArray.full(tuple(_size_expr(s) for s in shape), lambda idx: sp.Integer(0))
 
     def array(self, values):
-        return lift(values)
+        return fresh(lift(values), (values,))          # numpy's np.array copies
 
     def max_shift(self, x, mask=None):
         """0 in exact arithmetic, as in every exact backend."""

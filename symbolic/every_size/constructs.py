@@ -152,25 +152,75 @@ def _bound(v, size, what: str):
 
 
 def getitem(A: SymArray, key) -> SymArray:
-    ctx = A.ctx
+    """numpy's ``A[key]``. Static integer arrays and boolean masks (advanced indexing) are numpy's
+    basic indices one entry at a time (``gathers``); a negative step reads the axis reversed."""
     key = key if isinstance(key, tuple) else (key,)
-    ell = [k for k in key if k is Ellipsis]
-    if len(ell) > 1:
+    if CONSTRUCTS["advanced"](key):
+        return CONSTRUCTS["gather"](A, key)
+    A, key, _ = positive_steps(A, key)
+    plan, shape = index_plan(A, key)
+    pieces = []
+    for P in A.pieces:
+        new = _select(A.ctx, P, plan)
+        if new is not None:
+            pieces.append(new)
+    if not pieces:
+        refuse("an index that selects nothing")
+    return SymArray(shape, pieces, A.boolean)
+
+
+def _expanded(ndim: int, key: tuple) -> list:
+    """The key with its Ellipsis (or the missing trailing axes) written out as full slices."""
+    if sum(k is Ellipsis for k in key) > 1:
         refuse("two Ellipses in one index")
     real = [k for k in key if k is not None and k is not Ellipsis]
-    if len(real) > A.ndim:
-        refuse(f"{len(real)} indices into a {A.ndim}-d array")
+    if len(real) > ndim:
+        refuse(f"{len(real)} indices into a {ndim}-d array")
     items = []
     for k in key:
-        if k is Ellipsis:
-            items += [slice(None)] * (A.ndim - len(real))
-        else:
-            items.append(k)
-    if not ell:
-        items += [slice(None)] * (A.ndim - len(real))
-    # global meaning of each item, checked once: ("new",) | ("at", c) | ("slice", start, stop, step, L)
-    plan, ax, shape = [], 0, []
+        items += [slice(None)] * (ndim - len(real)) if k is Ellipsis else [k]
+    if not any(k is Ellipsis for k in key):
+        items += [slice(None)] * (ndim - len(real))
+    return items
+
+
+def positive_steps(A: SymArray, key: tuple):
+    """(A', key', the reversed axes): every negative-step slice of key read on the reversed axis: entry j of the axis is entry
+    n - 1 - j of the flipped one, so ``start:stop:-s`` is a positive slice of ``np.flip``. Along an
+    axis of symbolic size only ``::-s`` is followed (numpy clips other bounds by the size)."""
+    items = _expanded(A.ndim, key)
+    flipped, out, ax = [], [], 0
     for k in items:
+        if k is None:
+            out.append(k)
+            continue
+        step = k.step if isinstance(k, slice) else None
+        if isinstance(step, numbers.Integral) and not isinstance(step, (bool, np.bool_)) and step < 0:
+            n, s = A._shape[ax], -int(step)
+            if n.is_Integer:
+                r = range(*k.indices(int(n)))
+                if not r:
+                    refuse("an index that selects nothing")
+                k = slice(int(n) - 1 - r.start, int(n) - 1 - r.start + s * (len(r) - 1) + 1, s)
+            elif k.start is None and k.stop is None:
+                k = slice(None, None, s)
+            else:
+                refuse(f"slice step {step!r} with bounds along an axis of symbolic size {n}: only ::{step} "
+                       f"is followed there (numpy clips the bounds by the size)")
+            flipped.append(ax)
+        out.append(k)
+        ax += 1
+    if not flipped:
+        return A, tuple(items), ()
+    return CONSTRUCTS["flip"](A, tuple(flipped)), tuple(out), tuple(flipped)
+
+
+def index_plan(A: SymArray, key: tuple):
+    """(plan, shape) of a basic index with positive steps: per item ("new",) | ("at", axis, c) |
+    ("slice", axis, start, stop, step, length), each bound checked once for every size."""
+    ctx = A.ctx
+    plan, ax, shape = [], 0, []
+    for k in _expanded(A.ndim, key):
         if k is None:
             plan.append(("new",))
             shape.append(sp.Integer(1))
@@ -199,14 +249,7 @@ def getitem(A: SymArray, key) -> SymArray:
                 refuse(f"the index {c} is not provably inside every size of an axis of size {S}")
             plan.append(("at", ax, c))
         ax += 1
-    pieces = []
-    for P in A.pieces:
-        new = _select(ctx, P, plan)
-        if new is not None:
-            pieces.append(new)
-    if not pieces:
-        refuse("an index that selects nothing")
-    return SymArray(shape, pieces, A.boolean)
+    return plan, shape
 
 
 def _select(ctx: _Context, P: Piece, plan):
@@ -264,12 +307,26 @@ def _select(ctx: _Context, P: Piece, plan):
     return Piece(maps, fn)
 
 
+def _constant_cut(a: int, b: int, z: int, start: int, stop: int, step: int, u):
+    """``_slice_piece`` where every number is known: the piece's entries j = a p + b that the slice
+    keeps are an arithmetic progression in p (p = p0 + d v), and so are their places in the result."""
+    kept = [p for p in range(z) if start <= a * p + b < stop and (a * p + b - start) % step == 0]
+    if not kept:
+        return None
+    p0 = kept[0]
+    d = kept[1] - kept[0] if len(kept) > 1 else 1
+    u0 = (a * p0 + b - start) // step
+    return (a * d // step, u0, len(kept)), p0 + d * u
+
+
 def _slice_piece(ctx: _Context, a, b, z, start, stop, step, L, u):
     """(new axis map, old local index as a function of the new local u) of a piece axis (a, b, z)
     under the slice start:stop:step; None when the piece lies outside the slice."""
     last = b + a * (z - 1)
     if ctx.nonneg(start - last - 1) or ctx.nonneg(b - stop):
         return None                                                   # entirely outside
+    if all(sp.sympify(v).is_Integer for v in (b, z, start, stop)):
+        return _constant_cut(a, int(b), int(z), int(start), int(stop), step, u)
     if z == 1:
         q = divide_exactly(b - start, step)
         if q is None:

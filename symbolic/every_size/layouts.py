@@ -20,7 +20,7 @@ from sympy import Sum
 
 from vjpcert.core.registry import refuse
 from vjpcert.symbolic.every_size.atoms import Ind
-from vjpcert.symbolic.every_size.constructs import _insert_axis, concatenate, reduce, reshape
+from vjpcert.symbolic.every_size.constructs import _insert_axis, concatenate, getitem, reduce, reshape
 from vjpcert.symbolic.every_size.sizes import Dim, _Context, divide_exactly, residue, same
 from vjpcert.symbolic.every_size.symarray import CONSTRUCTS, Piece, SymArray, _axis, _no_extra, lift
 
@@ -55,9 +55,7 @@ def swapaxes(a, axis1, axis2):
 
 def outer(a, b):
     A, B = lift(a), lift(b)
-    if A.ndim != 1 or B.ndim != 1:
-        refuse("np.outer of arrays that are not vectors (numpy flattens them; a flattened symbolic-size "
-               "array is not followed): reshape them to vectors first")
+    A, B = (X if X.ndim == 1 else ravel(X) for X in (A, B))          # numpy flattens them
     return A[:, None] * B[None, :]
 
 
@@ -208,10 +206,10 @@ def _reversed(A: SymArray, ax: int) -> SymArray:
 
 def roll(a, shift, axis=None):
     A = lift(a)
-    if axis is None:
-        if A.ndim != 1:
-            refuse("np.roll without an axis of an array of rank > 1 (numpy rolls it flattened): give the axis")
-        axis = 0
+    if axis is None:                              # numpy rolls the flattened array and reshapes it back
+        if A.ndim == 1:
+            return roll(A, shift, 0)
+        return reshape(roll(ravel(A), shift, 0), tuple(Dim(z) for z in A._shape))
     shifts = list(shift) if isinstance(shift, (tuple, list)) else [shift]
     axes = list(axis) if isinstance(axis, (tuple, list)) else [axis]
     if len(shifts) == 1:
@@ -315,7 +313,7 @@ def expand_dims(a, axis):
     return A
 
 
-CONSTRUCTS.update(swapaxes=swapaxes, strided_cut=strided_cut)
+CONSTRUCTS.update(swapaxes=swapaxes, strided_cut=strided_cut, flip=flip)
 
 
 def cumsum(A, axis=None, dtype=None, out=None) -> SymArray:
@@ -329,8 +327,16 @@ def cumsum(A, axis=None, dtype=None, out=None) -> SymArray:
         A, axis = ravel(A), 0
     ax = _axis(axis, A.ndim)
     if len(A.pieces) != 1 or not same(A.pieces[0].maps[ax][2], A._shape[ax]):
-        refuse("np.cumsum along an axis the array is made of several pieces on (a concatenation, an "
-               "interleave): write the sum of each part")
+        n = A._shape[ax]
+        if not n.is_Integer:
+            refuse("np.cumsum along an axis of symbolic size the array is made of several pieces on (a "
+                   "concatenation, an interleave): write the sum of each part")
+        # an axis of constant length: the running sums of its entries, one by one
+        lead = (slice(None),) * ax
+        parts = [getitem(A, lead + (slice(i, i + 1),)) for i in range(int(n))]
+        for i in range(1, len(parts)):
+            parts[i] = parts[i - 1] + parts[i]
+        return concatenate(parts, axis=ax)
     P, G = A.pieces[0], A.ctx.G
 
     z = A._shape[ax]
@@ -339,3 +345,27 @@ def cumsum(A, axis=None, dtype=None, out=None) -> SymArray:
         k = G.index("k", z)
         return Sum(P.value(idx[:ax] + (k,) + idx[ax + 1:]) * Ind(idx[ax] - k), (k, 0, z - 1))
     return SymArray(A._shape, [Piece(P.maps, value)], A.boolean)
+
+
+def prod(a, axis=None, keepdims=False):
+    """np.prod over axes of constant size: the product of their entries, one by one (along an axis of
+    symbolic size the number of factors would depend on the size, which no sum says)."""
+    A = lift(a)
+    axes = sorted({_axis(x, A.ndim) for x in (range(A.ndim) if axis is None else
+                                                 axis if isinstance(axis, (tuple, list)) else (axis,))})
+    for ax in axes:
+        if not A._shape[ax].is_Integer:
+            refuse(f"np.prod along an axis of symbolic size {A._shape[ax]}: a product of a number of factors "
+                   f"that depends on the size is not followed")
+    out = A
+    for ax in reversed(axes):
+        n = int(out._shape[ax])
+        lead = (slice(None),) * ax
+        factors = [getitem(out, lead + (i,)) for i in range(n)]
+        out = factors[0] * 1 if factors else refuse("np.prod over an empty axis")
+        for f in factors[1:]:
+            out = out * f
+    if keepdims:
+        for ax in axes:
+            out = _insert_axis(out, ax)
+    return out

@@ -53,9 +53,6 @@ def _identity_maps(shape):
     return tuple((1, 0, z) for z in shape)
 
 
-IN_PLACE = ("a write in place (x[...] = v, x += v) into an array: the every-size trace follows values, "
-            "not storage; compute a new array (np.where, np.concatenate)")
-
 class SymArray:
     """An array with symbolic dimensions: shape (SymPy sizes) and pieces. ``boolean`` arrays (masks)
     hold indicator expressions (1, 0, products of ``Ind``)."""
@@ -64,9 +61,20 @@ class SymArray:
 
     def __init__(self, shape, pieces, boolean: bool = False):
         self._shape = tuple(sp.expand(sp.sympify(z)) for z in shape)
-        self.pieces = list(pieces)
+        self._pieces = list(pieces)
         self.boolean = boolean
         self.ctx = _ctx()
+
+    # numpy's aliasing (``writes``): the array this one is a view of, how, and its own live views
+    _parent = _kind = _key = _children = None
+    _stale = False
+
+    @property
+    def pieces(self) -> list:
+        if self._stale:
+            language.refuse_view_write("a use of the result of a reshape, transpose or other view after its "
+                                       "base was written")
+        return self._pieces
 
     # ------------------------------------------------------------------ construction
     @staticmethod
@@ -129,14 +137,7 @@ class SymArray:
     input = False           # a spec's input (``shape_trace._input``): writes into it are refused alike
 
     def __setitem__(self, key, value):
-        language.refuse_input_write() if self.input else refuse(IN_PLACE)
-
-    def _in_place(self, other):
-        # Without these Python would rebind ``z += b`` to ``z = z + b``: an alias of z would keep the
-        # old value, which is not what numpy computes.
-        language.refuse_input_write() if self.input else refuse(IN_PLACE)
-
-    __iadd__ = __isub__ = __imul__ = __itruediv__ = __ipow__ = __imatmul__ = _in_place
+        CONSTRUCTS["setitem"](self, key, value)
 
     def __array__(self, *a, **k):
         refuse("a symbolic-size array was converted to a numpy array (np.asarray, np.array, a numpy "
@@ -174,10 +175,10 @@ class SymArray:
         return elementwise(lambda a: -a, self)
 
     def __pos__(self):
-        return self
+        return self.clone()
 
     def __pow__(self, k):
-        return power(self, k)
+        return fresh(power(self, k), (self,))
 
     def __rpow__(self, b):
         return power(lift(b), self)
@@ -204,21 +205,21 @@ class SymArray:
     # ------------------------------------------------------------------ numpy methods
     def sum(self, axis=None, keepdims=False, **kw):
         language.check_call("sum", given(axis=axis, keepdims=keepdims, **kw))
-        return CONSTRUCTS["sum"](self, axis, keepdims, **kw)
+        return fresh(CONSTRUCTS["sum"](self, axis, keepdims, **kw), (self,))
 
     def mean(self, axis=None, keepdims=False, **kw):
         language.check_call("mean", given(axis=axis, keepdims=keepdims, **kw))
-        return CONSTRUCTS["mean"](self, axis, keepdims, **kw)
+        return fresh(CONSTRUCTS["mean"](self, axis, keepdims, **kw), (self,))
 
     # any/all apply to masks built from shapes (never to values: that is a branch), so they are
     # questions about shapes, not primitives of the language
     def any(self, axis=None, keepdims=False, **kw):
         _no_extra(kw, "any")
-        return CONSTRUCTS["reduce"](self, axis, keepdims, "any")
+        return fresh(CONSTRUCTS["reduce"](self, axis, keepdims, "any"), (self,))
 
     def all(self, axis=None, keepdims=False, **kw):
         _no_extra(kw, "all")
-        return CONSTRUCTS["reduce"](self, axis, keepdims, "all")
+        return fresh(CONSTRUCTS["reduce"](self, axis, keepdims, "all"), (self,))
 
     def max(self, *a, **k):
         language.refuse_comparison()
@@ -236,29 +237,34 @@ class SymArray:
         def move(P):
             return Piece([P.maps[a] for a in axes],
                          lambda idx, P=P: P.value(_unpermute(idx, axes)))
-        return SymArray([self._shape[a] for a in axes], [move(P) for P in self.pieces], self.boolean)
+        return CONSTRUCTS["derived"](SymArray([self._shape[a] for a in axes], [move(P) for P in self.pieces],
+                                              self.boolean), self)
 
     def swapaxes(self, a, b):
         language.check_call("swapaxes")
-        return CONSTRUCTS["swapaxes"](self, a, b)
+        return CONSTRUCTS["derived"](CONSTRUCTS["swapaxes"](self, a, b), self)
 
     def reshape(self, *shape, **kw):
         language.check_call("reshape", given(**kw))
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        return FUNCTIONS["reshape"](self, shape, **kw)
+        return CONSTRUCTS["derived"](FUNCTIONS["reshape"](self, shape, **kw), self)
 
     def astype(self, dtype, **kw):
         if np.dtype(dtype) == np.dtype(object) or (self.boolean and np.dtype(dtype) == np.dtype(bool)):
-            return self
+            return self.clone()                  # numpy's astype copies
         refuse(f"astype({np.dtype(dtype)}) of a traced array: the exact backends hold objects")
 
     def copy(self, *a, **k):
         language.check_call("copy", given(**k))
-        return self
+        return self.clone()
+
+    def clone(self) -> "SymArray":
+        """A new array of the same value (its pieces are immutable, so they are shared)."""
+        return SymArray(self._shape, self.pieces, self.boolean)
 
     def __getitem__(self, key):
-        return CONSTRUCTS["getitem"](self, key)
+        return CONSTRUCTS["view"](CONSTRUCTS["getitem"](self, key), self, key)
 
     # ------------------------------------------------------------------ numpy protocols
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -266,6 +272,8 @@ class SymArray:
         if method != "__call__":
             prim = language.ufunc_primitive(ufunc, method)        # the shared refusal of other methods
             language.check_call(prim, given(**kwargs))
+            if prim == "add.at":
+                return CONSTRUCTS["add_at"](*inputs)
             refuse(f"np.{name}.{method} is part of the spec language, but the every-size trace does not "
                    f"follow it for every size")
         if kwargs.get("out") is not None:
@@ -273,25 +281,29 @@ class SymArray:
         if name in MASK_UFUNCS:
             if not all(lift(x).boolean for x in inputs):
                 language.refuse_comparison()
-            return UFUNCS[name](*inputs)
+            return fresh(UFUNCS[name](*inputs), inputs)
         prim = language.PRIMITIVES.get(name)
         if prim is None or prim.kind not in ("arithmetic", "contraction"):
             if name in COMPARISON_UFUNCS:
                 language.refuse_comparison()
             language.refuse_ufunc(ufunc)
         language.check_call(name, given(**kwargs))
-        return UFUNCS[name](*inputs)
+        return fresh(UFUNCS[name](*inputs), inputs)
 
     def __array_function__(self, func, types, args, kwargs):
         name = func.__name__
         if name in ("any", "all"):                 # masks only (reduce refuses values)
-            return FUNCTIONS[name](*args, **kwargs)
+            return fresh(FUNCTIONS[name](*args, **kwargs), args)
         language.check_call(name, given(**kwargs))
         fn = FUNCTIONS.get(name)
         if fn is None:
             refuse(f"np.{name} is part of the spec language, but the every-size trace does not follow it "
                    f"for every size")
-        return fn(*args, **kwargs)
+        out = fn(*args, **kwargs)
+        if name in VIEW_FUNCTIONS:              # numpy's result is a view of its first argument
+            return [CONSTRUCTS["derived"](o, args[0]) for o in out] if isinstance(out, list) else \
+                CONSTRUCTS["derived"](out, args[0])
+        return out if name == "diff" else fresh(out, args)     # np.diff(x, n=0) is x itself, as here
 
 
 def _method(name: str):
@@ -308,10 +320,30 @@ for _name in language.METHODS:
         setattr(SymArray, _name, _method(_name))
 
 
+# x op= y: without these Python would rebind ``z += b`` to ``z = z + b`` and an alias of z would keep
+# the old value, which is not what numpy computes; the result is written into the array itself
+for _name, _ufunc in (("__iadd__", "add"), ("__isub__", "subtract"), ("__imul__", "multiply"),
+                      ("__itruediv__", "true_divide"), ("__ipow__", "power"), ("__imatmul__", "matmul")):
+    setattr(SymArray, _name, lambda self, o, u=_ufunc: CONSTRUCTS["in_place"](self, o, u))
+
+
 # ufuncs of masks built from shapes (&, |, ~ and numpy's spellings of them)
 MASK_UFUNCS = ("logical_and", "bitwise_and", "logical_or", "bitwise_or", "logical_not", "invert")
 COMPARISON_UFUNCS = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "maximum",
                      "minimum", "fmax", "fmin", "absolute", "sign")
+
+
+# numpy functions whose result may be a view of their first argument (writes: ``writes.derived``)
+VIEW_FUNCTIONS = frozenset({"reshape", "ravel", "transpose", "moveaxis", "swapaxes", "expand_dims", "squeeze",
+                            "broadcast_to", "flip", "split"})
+
+
+def fresh(out, inputs):
+    """``out``, or a clone of it where a construct handed back one of its operands unchanged: numpy's
+    result is a new array there, so a later write into one must not reach the other."""
+    if isinstance(out, SymArray) and any(out is x for x in inputs):
+        return out.clone()
+    return out
 
 
 def given(**kwargs) -> dict:

@@ -260,7 +260,8 @@ class ModArray(TracedArray):
         return out
 
     def __pos__(self):
-        return self
+        # numpy's +x is a new array: a later write into x must not reach it
+        return self._map(lambda a: a.copy(), ("positive",))
 
     def __sub__(self, o):
         return self + (-self._lift(o))
@@ -428,7 +429,7 @@ for _name, _ufunc, _fn in (("__iadd__", "add", operator.add), ("__isub__", "subt
 
 _UFUNCS = {"add": lambda a, b: a + b, "subtract": lambda a, b: a - b, "multiply": lambda a, b: a * b,
            "true_divide": lambda a, b: a / b, "matmul": lambda a, b: a @ b, "power": lambda a, b: a ** b,
-           "negative": lambda a: -a, "positive": lambda a: a, "add.at": None}
+           "negative": lambda a: -a, "positive": lambda a: +a, "add.at": None}
 
 
 def _new(F: Field, v, t=None, b=LEAF, tb=None, exact=None) -> ModArray:
