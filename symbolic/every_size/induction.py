@@ -1,0 +1,95 @@
+"""Every length at once: a recurrence's VJP claims by induction on its length (``core.recurrence``).
+
+The op is h_t = cell(h_(t-1), x_t, s) for t = 1..T (x the sequences, s the shared inputs), its output
+(h_1, ..., h_T), its backward ``core.recurrence.bptt``: the cell's own hand-written backward from t = T
+down to 1, the carry's cotangent at each step dy_t plus what the later steps sent back. Its claim
+vjp[v] (v the initial carry, a sequence or a shared input) holds for every T >= 1 when the cell's
+vjp[carry] and vjp[v] hold:
+
+  * T = 1: the recurrence is the cell and bptt one call of the cell's backward: the cell's vjp[v].
+  * T -> T + 1: the forward is the cell at t = 1, then the recurrence of length T started from h_1 on
+    x_2 .. x_(T+1). bptt runs the length-T backward first -- by the hypothesis the transpose of that
+    rest's Jacobian, the cotangent sent back to h_1 included -- then the cell's backward at t = 1 with
+    dy_1 plus that cotangent, which by the cell's claims is the transpose of the cell's Jacobian; the
+    chain rule composes the two, and a shared input's cotangents add up as its uses do.
+
+So the claim rests on the cell's claims, proved here for every size of the cell's dims by the
+every-size tier, and on bptt being that reverse loop: the library's code, not the spec's. An op whose
+forward or backward is not the recurrence's own any more (a mutant, a hand-written backward) is
+refused, never proved. The loop is also checked against the definition: the recurrence's claim at the
+op's own dims (T = 1, 2, 3) is proved by the fixed-dims ring, unrolled; a failure there is a witness.
+"""
+from __future__ import annotations
+
+import time
+
+from vjpcert.core.certificate import Certificate
+from vjpcert.core.registry import Op
+from vjpcert.symbolic.every_size.dims import general_dims
+from vjpcert.symbolic.fixed.prover import prove_claim
+
+INDUCTION = ("For every length {T} >= 1: by induction on {T}. {T} = 1: the recurrence is the cell {cell}, "
+             "and its backward one call of the cell's backward, so the claim is the cell's {cell_claim}. "
+             "{T} -> {T} + 1: the forward is the cell at t = 1, then the recurrence of length {T} from h_1; "
+             "the backward (core.recurrence.bptt) runs the length-{T} backward first (the hypothesis: the "
+             "transpose of the rest's Jacobian, the cotangent sent back to h_1 included), then the cell's "
+             "backward at t = 1 on dy_1 plus that cotangent, which is the transpose of the cell's Jacobian by "
+             "its claims {cell_claims}; the chain rule composes them, and a shared input's cotangents add up "
+             "as its uses do.")
+
+
+def prove_by_induction(op: Op, claim: str, budget: float, seed: int, certificate, prove_general) -> Certificate:
+    """``certificate(verdict, dims, assumptions, evidence)`` issues the every-size tier's certificate;
+    ``prove_general(op, claim, budget=, seed=)`` proves the cell's claims."""
+    start = time.perf_counter()
+    rec = op.recurrence
+    dims = general_dims(op, claim)
+    evidence: dict = {"proof": "induction on the length", "length": rec.length, "cell": rec.cell.name}
+
+    def done(verdict, assumptions=(), **extra):
+        evidence.update(extra)
+        evidence["seconds_total"] = round(time.perf_counter() - start, 3)
+        return certificate(verdict, dims, list(assumptions), evidence)
+
+    if not rec.intact(op):
+        return done("inconclusive", reason="refused: the op's forward or backward is not the recurrence's own "
+                                           "(core.recurrence: the cell scanned, backpropagation through time over "
+                                           "its backward), so no induction on the length holds for it")
+    if not claim.startswith("vjp["):
+        return done("inconclusive", reason=f"refused: {claim!r} is not a VJP claim; only those follow from the "
+                                           f"cell's by induction")
+    v = claim[4:-1]
+    needed = list(dict.fromkeys([f"vjp[{rec.carry}]", claim]))
+    missing = [c for c in needed if c not in rec.cell.general]
+    if missing:
+        return done("inconclusive", reason=f"the cell {rec.cell.name} does not declare {missing} for every size "
+                                           f"(cell.every_size(...)): the induction needs them")
+    deadline = time.monotonic() + budget
+    cells = {}
+    for k, c in enumerate(needed):
+        left = deadline - time.monotonic()
+        cert = prove_general(rec.cell, c, budget=max(1.0, left / (len(needed) - k + 1)), seed=seed)
+        cells[c] = {"verdict": cert.verdict, "statement_dims": cert.dims,
+                    "assumptions": list(cert.assumptions),
+                    **({"reason": cert.evidence.get("reason")} if cert.verdict != "proved-general" else {})}
+    evidence["cell_claims"] = cells
+    instances = []
+    for d in op.dims:
+        cert = prove_claim(op, claim, d, budget=max(1.0, (deadline - time.monotonic()) / 2), seed=seed)
+        instances.append({"dims": d, "verdict": cert.verdict, "method": cert.method})
+        if cert.verdict == "failed":
+            return done("failed", witness=cert.evidence.get("witness"), instances=instances,
+                        reason=f"the recurrence's {claim} is refuted at {d} by the fixed-dims ring")
+    evidence["instances"] = instances
+    not_proved = [c for c, r in cells.items() if r["verdict"] != "proved-general"]
+    if not_proved:
+        return done("inconclusive", reason=f"the cell's {not_proved} not proved for every size: "
+                                           f"{[cells[c].get('reason') for c in not_proved]}"[:500])
+    if any(i["verdict"] != "proved" for i in instances):
+        return done("inconclusive", reason="the recurrence is not proved unrolled at all of its own dims: the "
+                                           "backward loop is not checked against the definition")
+    assumptions = sorted({a for r in cells.values() for a in r["assumptions"]} | {f"{rec.length} >= 1"})
+    return done("proved-general", assumptions,
+                statement=INDUCTION.format(T=rec.length, cell=rec.cell.name, cell_claim=claim,
+                                           cell_claims=" and ".join(needed)),
+                variable=v)
