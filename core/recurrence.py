@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -51,6 +52,16 @@ class Recurrence:
         """Whether ``o`` still computes this recurrence (a mutant twin that replaced its backward or
         forward does not: no induction holds for it)."""
         return o.forward is self.forward and o.vjp is self.backward
+
+
+class RecurrenceOp(Op):
+    """An op built by ``recurrence``: its forward and backward are this module's code, so this file is
+    part of its identity (an edit of ``bptt`` stales its certificates in every tier), though it is
+    vjpcert's machinery, which an op's identity otherwise leaves to the checkers' hashes."""
+
+    @property
+    def source_files(self) -> list[Path]:
+        return sorted({*super().source_files, Path(__file__).resolve()})
 
 
 def _with_signature(fn, names):
@@ -109,13 +120,22 @@ def recurrence(cell: Op, *, carry: str, over, name: str, dims, length: str = "T"
                               f"{', '.join(f'{n}_t' for n in over)}{', ' if shared else ''}{', '.join(shared)}); "
                               f"the output stacks h_1 .. h_{length}")
     o = op(inputs=inputs, output=(length, *cell.output), dims=dims, large_dims=large_dims, check_dims=check_dims,
-           modular_dims=modular_dims, constraints=constraints, name=name)(forward)
+           modular_dims=modular_dims, constraints=_joined(cell.constraints, constraints), name=name)(forward)
+    o.__class__ = RecurrenceOp
     o.defvjp(backward)
     o.module = caller
     o.recurrence = Recurrence(cell, carry, over, shared, length, forward, backward)
     # the cell's code is this op's code too: an edit of the cell's file stales the recurrence's proofs
     o._extra_functions = (cell.forward, cell.vjp)
     return o
+
+
+def _joined(*constraints):
+    """The cell's constraints on its dims and the recurrence's own (on the length): both must hold."""
+    given = [c for c in constraints if c is not None]
+    if not given:
+        return None
+    return lambda dims: next((p for p in (c(dims) for c in given) if p), None)
 
 
 def bptt(B, cell: Op, carry: str, over, shared, values: dict, hs, dy):

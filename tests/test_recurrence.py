@@ -15,6 +15,18 @@ from vjpcert.symbolic.fixed.prover import prove_claim
 
 OPS = builtin_ops()
 RNN, CELL = OPS["elman_rnn"], OPS["elman_cell"]
+NETWORKS = ("elman_rnn", "gru")
+
+
+def _claims():
+    """Every claim of every network; the GRU's (several seconds each) behind --slow."""
+    return [pytest.param(name, claim, marks=() if name == "elman_rnn" else pytest.mark.slow)
+            for name in NETWORKS for claim in OPS[name].claims()]
+
+
+def _mutants():
+    return [pytest.param(name, m.name, marks=() if name == "elman_rnn" else pytest.mark.slow)
+            for name in NETWORKS for m in OPS[name].mutants]
 
 
 # ------------------------------------------------------------------------------ scan
@@ -70,27 +82,29 @@ def test_the_recurrence_is_its_cell_scanned_and_its_backward_the_loop_over_the_c
 
 
 # ------------------------------------------------------------------------------ every length, by induction
-@pytest.mark.parametrize("claim", RNN.claims())
-def test_every_claim_of_elman_s_network_is_proved_for_every_length_by_induction(claim):
-    cert = prove_general(RNN, claim, budget=120)
+@pytest.mark.parametrize("name, claim", _claims())
+def test_every_claim_of_a_network_is_proved_for_every_length_by_induction(name, claim):
+    net = OPS[name]
+    cert = prove_general(net, claim, budget=120)
     ev = cert.evidence
     assert cert.verdict == "proved-general", ev.get("reason")
     assert ev["proof"] == "induction on the length" and "T -> T + 1" in ev["statement"]
     assert cert.dims == {"T": "T", "k": "k", "n": "n"} and "T >= 1" in cert.assumptions
-    assert set(ev["cell_claims"]) == {"vjp[h]", claim}
-    assert [i["verdict"] for i in ev["instances"]] == ["proved"] * len(RNN.dims)
+    assert set(ev["cell_claims"]) == {"vjp[h]", claim} and ev["cell"] == net.recurrence.cell.name
+    assert [i["verdict"] for i in ev["instances"]][:2] == ["proved"] * 2 and len(ev["instances"]) == 3
 
 
-@pytest.mark.parametrize("mutant", [m.name for m in RNN.mutants])
-def test_a_hand_written_backpropagation_through_time_is_never_proved_by_induction(mutant):
+@pytest.mark.parametrize("name, mutant", _mutants())
+def test_a_hand_written_backpropagation_through_time_is_never_proved_by_induction(name, mutant):
     """The mutants write their own loop (each with a classic bug): the op is no longer the recurrence's
-    loop, so the induction refuses, and the fixed-dims ring refutes each at T = 3."""
-    m = next(x for x in RNN.mutants if x.name == mutant)
-    twin = RNN.with_mutant(m)
+    loop, so the induction refuses, and the fixed-dims ring refutes each at T = 2."""
+    net = OPS[name]
+    m = next(x for x in net.mutants if x.name == mutant)
+    twin = net.with_mutant(m)
     for claim in m.kills:
         cert = prove_general(twin, claim, budget=60)
         assert cert.verdict == "inconclusive" and "not the recurrence's own" in cert.evidence["reason"]
-        assert prove_claim(twin, claim, RNN.dims[-1]).verdict == "failed", (mutant, claim)
+        assert prove_claim(twin, claim, net.dims[1]).verdict == "failed", (mutant, claim)
 
 
 def test_a_recurrence_over_a_wrong_cell_is_failed_not_proved():

@@ -16,8 +16,9 @@ vjp[carry] and vjp[v] hold:
 So the claim rests on the cell's claims, proved here for every size of the cell's dims by the
 every-size tier, and on bptt being that reverse loop: the library's code, not the spec's. An op whose
 forward or backward is not the recurrence's own any more (a mutant, a hand-written backward) is
-refused, never proved. The loop is also checked against the definition: the recurrence's claim at the
-op's own dims (T = 1, 2, 3) is proved by the fixed-dims ring, unrolled; a failure there is a witness.
+refused, never proved. The loop is also checked against the definition, unrolled: the recurrence's
+claim at T = 1 and 2 must be proved by the fixed-dims ring and at T = 3 not refuted (``instance_dims``);
+a refutation is a witness.
 """
 from __future__ import annotations
 
@@ -36,6 +37,14 @@ INDUCTION = ("For every length {T} >= 1: by induction on {T}. {T} = 1: the recur
              "backward at t = 1 on dy_1 plus that cotangent, which is the transpose of the cell's Jacobian by "
              "its claims {cell_claims}; the chain rule composes them, and a shared input's cotangents add up "
              "as its uses do.")
+
+
+def instance_dims(op: Op) -> list[dict]:
+    """Where the loop is checked against the definition, unrolled: T = 1 (the base) and T = 2 (the first
+    step), which the ring must prove, and T = 3, which must not be refuted (the ring may hand it to mod
+    p), at the op's smallest widths."""
+    length = op.recurrence.length
+    return [{**op.dims[0], length: t} for t in (1, 2, 3)]
 
 
 def prove_by_induction(op: Op, claim: str, budget: float, seed: int, certificate, prove_general) -> Certificate:
@@ -74,8 +83,8 @@ def prove_by_induction(op: Op, claim: str, budget: float, seed: int, certificate
                     **({"reason": cert.evidence.get("reason")} if cert.verdict != "proved-general" else {})}
     evidence["cell_claims"] = cells
     instances = []
-    for d in op.dims:
-        cert = prove_claim(op, claim, d, budget=max(1.0, (deadline - time.monotonic()) / 2), seed=seed)
+    for d in instance_dims(op):
+        cert = prove_claim(op, claim, d, budget=max(1.0, (deadline - time.monotonic()) / 3), seed=seed)
         instances.append({"dims": d, "verdict": cert.verdict, "method": cert.method})
         if cert.verdict == "failed":
             return done("failed", witness=cert.evidence.get("witness"), instances=instances,
@@ -85,9 +94,9 @@ def prove_by_induction(op: Op, claim: str, budget: float, seed: int, certificate
     if not_proved:
         return done("inconclusive", reason=f"the cell's {not_proved} not proved for every size: "
                                            f"{[cells[c].get('reason') for c in not_proved]}"[:500])
-    if any(i["verdict"] != "proved" for i in instances):
-        return done("inconclusive", reason="the recurrence is not proved unrolled at all of its own dims: the "
-                                           "backward loop is not checked against the definition")
+    if any(i["verdict"] != "proved" for i in instances[:2]):
+        return done("inconclusive", reason="the recurrence is not proved unrolled at T = 1 and 2: the backward "
+                                           "loop is not checked against the definition")
     assumptions = sorted({a for r in cells.values() for a in r["assumptions"]} | {f"{rec.length} >= 1"})
     return done("proved-general", assumptions,
                 statement=INDUCTION.format(T=rec.length, cell=rec.cell.name, cell_claim=claim,
