@@ -419,7 +419,9 @@ def _run_eqn(c: Context, e, read, env) -> None:
     name = e.primitive.name
     c.at = name
     ins = [read(v) for v in e.invars]
-    if name in CALLS:
+    if name == "scan":
+        outs_val = _scan(c, e, ins)
+    elif name in CALLS:
         sub = e.params.get(CALLS[name])
         if sub is None:
             c.refuse(f"{name} without its jaxpr")
@@ -440,6 +442,28 @@ def _run_eqn(c: Context, e, read, env) -> None:
     for o, val in zip(e.outvars, outs_val):
         if not _is_drop(o):
             env[id(o)] = val
+
+
+def _scan(c: Context, e, ins) -> list:
+    """lax.scan, unrolled at its static length: the body jaxpr run at each step on the consts, the carry
+    and the step's slice of each sequence (from the last step first where ``reverse``), its ys stacked
+    at their step. The transposed scan of a VJP is one more scan, run the same way."""
+    p = e.params
+    closed = p["jaxpr"]
+    body, body_consts = (closed.jaxpr, closed.consts) if hasattr(closed, "consts") else (closed, [])
+    n_consts, n_carry, T = p["num_consts"], p["num_carry"], int(p["length"])
+    if T < 1:
+        c.refuse("a scan of length 0")
+    consts, carry, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
+    ys = [None] * T
+    for t in (reversed(range(T)) if p["reverse"] else range(T)):
+        x_t = [_squeeze(c, _slice(c, x, (t, *[0] * (len(x.shape) - 1)), (t + 1, *x.shape[1:])), (0,))
+               for x in xs]
+        res = run_jaxpr(c, body, list(body_consts), [*consts, *carry, *x_t])
+        carry, ys[t] = res[:n_carry], res[n_carry:]
+    stacked = [_concatenate(c, *[_expand_dims(c, y[j], (0,)) for y in ys], dimension=0)
+               for j in range(len(ys[0]))]
+    return [*carry, *stacked]
 
 
 class JaxGraph:

@@ -223,3 +223,55 @@ class MaxPoolEveryTie(torch.autograd.Function):
         def up(t):
             return t.repeat_interleave(2, -1).repeat_interleave(2, -2)
         return up(dy) * (x == up(y))
+
+
+# ------------------------------------------------------------------------------ recurrences
+def elman_loop(h, x, W, U, b):
+    """Elman's network as people write it in PyTorch: a Python loop over time."""
+    hs = []
+    for t in range(x.shape[0]):
+        h = torch.tanh(W @ h + U @ x[t] + b)
+        hs.append(h)
+    return torch.stack(hs)
+
+
+def lstm_cell(x, h, c, Wi, Wh):
+    """An LSTM cell written by hand (gates i, f, g, o stacked as nn.LSTM's); the new h and c summed
+    so that one output depends on both."""
+    i, f, g, o = (Wi @ x + Wh @ h).chunk(4)
+    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+    c_new = f * c + i * g
+    return o * torch.tanh(c_new) + c_new
+
+
+class Recurrent(nn.Module):
+    """torch.nn.RNN / GRU / LSTM over a sequence (batch-less input (T, k)), its outputs h_1 .. h_T."""
+
+    def __init__(self, k, n, kind="GRU"):
+        super().__init__()
+        self.rnn = getattr(nn, kind)(k, n)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+class _ElmanStepForgetsTanh(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, x, W, U, b):
+        h_new = torch.tanh(W @ h + U @ x + b)
+        ctx.save_for_backward(h, x, W, U, h_new)
+        return h_new
+
+    @staticmethod
+    def backward(ctx, dy):
+        h, x, W, U, h_new = ctx.saved_tensors
+        g = dy                                                           # BUG: dy * (1 - h_new ** 2)
+        return W.T @ g, U.T @ g, torch.outer(g, h), torch.outer(g, x), g
+
+
+def elman_loop_wrong_step(h, x, W, U, b):
+    hs = []
+    for t in range(x.shape[0]):
+        h = _ElmanStepForgetsTanh.apply(h, x[t], W, U, b)
+        hs.append(h)
+    return torch.stack(hs)
