@@ -9,30 +9,28 @@ WEIGHTS = ("Wr", "Ur", "Wz", "Uz", "Wn", "Un")
 ALL = ["vjp[h]", "vjp[x]", *(f"vjp[{w}]" for w in WEIGHTS)]
 
 
-@gru_cell.mutant("update_gate_derivative_from_the_reset_gate", kills=["vjp[h]", "vjp[x]", "vjp[Wz]", "vjp[Uz]"])
-def _(B, h, x, Wr, Ur, Wz, Uz, Wn, Un, dy):
-    """z's sigmoid derivative computed from r, the other gate's saved value."""
+def _cell_backward(B, h, x, Wr, Ur, Wz, Uz, Wn, Un, dy, *, z_slope_of_r=False, r_in_dUn=True):
+    """The cell's backward with one bug switched on."""
     r, z, q, n = gates(B, h, x, Wr, Ur, Wz, Uz, Wn, Un)
     an = dy * (1 - z) * (1 - n * n)
     ar = an * q * r * (1 - r)
-    az = dy * (h - n) * r * (1 - r)
+    az = dy * (h - n) * (r * (1 - r) if z_slope_of_r else z * (1 - z))
     dh = dy * z + Un.T @ (an * r) + Ur.T @ ar + Uz.T @ az
     dx = Wn.T @ an + Wr.T @ ar + Wz.T @ az
     return (dh, dx, np.outer(ar, x), np.outer(ar, h), np.outer(az, x), np.outer(az, h),
-            np.outer(an, x), np.outer(an * r, h))
+            np.outer(an, x), np.outer(an * r if r_in_dUn else an, h))
+
+
+@gru_cell.mutant("update_gate_derivative_from_the_reset_gate", kills=["vjp[h]", "vjp[x]", "vjp[Wz]", "vjp[Uz]"])
+def _(B, h, x, Wr, Ur, Wz, Uz, Wn, Un, dy):
+    """z's sigmoid derivative computed from r, the other gate's saved value."""
+    return _cell_backward(B, h, x, Wr, Ur, Wz, Uz, Wn, Un, dy, z_slope_of_r=True)
 
 
 @gru_cell.mutant("reset_gate_missing_from_dUn", kills=["vjp[Un]"])
 def _(B, h, x, Wr, Ur, Wz, Uz, Wn, Un, dy):
     """dUn = an h^T: the reset gate that scales Un h in the forward is forgotten."""
-    r, z, q, n = gates(B, h, x, Wr, Ur, Wz, Uz, Wn, Un)
-    an = dy * (1 - z) * (1 - n * n)
-    ar = an * q * r * (1 - r)
-    az = dy * (h - n) * z * (1 - z)
-    dh = dy * z + Un.T @ (an * r) + Ur.T @ ar + Uz.T @ az
-    dx = Wn.T @ an + Wr.T @ ar + Wz.T @ az
-    return (dh, dx, np.outer(ar, x), np.outer(ar, h), np.outer(az, x), np.outer(az, h),
-            np.outer(an, x), np.outer(an, h))
+    return _cell_backward(B, h, x, Wr, Ur, Wz, Uz, Wn, Un, dy, r_in_dUn=False)
 
 
 def _bptt(B, h, x, weights, dy, *, first=0, carry=True):
