@@ -8,7 +8,7 @@ import pytest
 import vjpcert.core.recurrence as R
 from vjpcert.core.backends import F64
 from vjpcert.core.errors import SpecError
-from vjpcert.core.registry import op
+from vjpcert.core.registry import Mutant, op
 from vjpcert.specs import builtin_ops
 from vjpcert.symbolic.every_size.general import prove_general
 from vjpcert.symbolic.fixed.prover import prove_claim
@@ -97,14 +97,28 @@ def test_every_claim_of_a_network_is_proved_for_every_length_by_induction(name, 
 @pytest.mark.parametrize("name, mutant", _mutants())
 def test_a_hand_written_backpropagation_through_time_is_never_proved_by_induction(name, mutant):
     """The mutants write their own loop (each with a classic bug): the op is no longer the recurrence's
-    loop, so the induction refuses, and the fixed-dims ring refutes each at T = 2."""
+    loop, so no induction is claimed for it; the every-size certificate is failed with the witness of
+    the length where the ring refutes it (T = 1, 2 or 3), as the fixed-dims tier is at T = 2."""
     net = OPS[name]
     m = next(x for x in net.mutants if x.name == mutant)
     twin = net.with_mutant(m)
     for claim in m.kills:
         cert = prove_general(twin, claim, budget=60)
-        assert cert.verdict == "inconclusive" and "not the recurrence's own" in cert.evidence["reason"]
+        assert cert.verdict == "failed" and cert.evidence["witness"], (mutant, claim, cert.evidence)
+        assert "not the recurrence's own" in cert.evidence["reason"]
         assert prove_claim(twin, claim, net.dims[1]).verdict == "failed", (mutant, claim)
+
+
+def test_a_hand_written_backward_that_is_right_is_not_proved_for_every_length():
+    """The same loop written by hand without a bug: right at every T, but not the library's loop, so
+    the every-size tier proves nothing (inconclusive), and the ring proves it at fixed T."""
+    def bptt_by_hand(B, h, x, W, U, b, dy):
+        return R.bptt(B, CELL, "h", ("x",), ("W", "U", "b"), {"h": h, "x": x, "W": W, "U": U, "b": b},
+                      RNN(B, h, x, W, U, b), dy)
+    twin = RNN.with_mutant(Mutant("by_hand", bptt_by_hand, "vjp", (), "the right loop, written by hand"))
+    cert = prove_general(twin, "vjp[W]", budget=60)
+    assert cert.verdict == "inconclusive" and "not the recurrence's own" in cert.evidence["reason"]
+    assert prove_claim(twin, "vjp[W]", RNN.dims[-1]).verdict == "proved"
 
 
 def test_a_recurrence_over_a_wrong_cell_is_failed_not_proved():

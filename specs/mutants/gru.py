@@ -9,10 +9,10 @@ WEIGHTS = ("Wr", "Ur", "Wz", "Uz", "Wn", "Un")
 ALL = ["vjp[h]", "vjp[x]", *(f"vjp[{w}]" for w in WEIGHTS)]
 
 
-def _cell_backward(B, h, x, Wr, Ur, Wz, Uz, Wn, Un, dy, *, z_slope_of_r=False, r_in_dUn=True):
+def _cell_backward(B, h, x, Wr, Ur, Wz, Uz, Wn, Un, dy, *, z_slope_of_r=False, r_in_dUn=True, tanh_slope=True):
     """The cell's backward with one bug switched on."""
     r, z, q, n = gates(B, h, x, Wr, Ur, Wz, Uz, Wn, Un)
-    an = dy * (1 - z) * (1 - n * n)
+    an = dy * (1 - z) * ((1 - n * n) if tanh_slope else 1)
     ar = an * q * r * (1 - r)
     az = dy * (h - n) * (r * (1 - r) if z_slope_of_r else z * (1 - z))
     dh = dy * z + Un.T @ (an * r) + Ur.T @ ar + Uz.T @ az
@@ -55,3 +55,10 @@ def _(B, h, x, Wr, Ur, Wz, Uz, Wn, Un, dy):
 def _(B, h, x, Wr, Ur, Wz, Uz, Wn, Un, dy):
     """Each step's cotangent is dy_t alone: what the later steps send back to h_t is lost."""
     return _bptt(B, h, x, (Wr, Ur, Wz, Uz, Wn, Un), dy, carry=False)
+
+
+@gru_cell.mutant("candidate_tanh_derivative_dropped",
+                 kills=["vjp[h]", "vjp[x]", "vjp[Wr]", "vjp[Ur]", "vjp[Wn]", "vjp[Un]"])
+def _(B, h, x, Wr, Ur, Wz, Uz, Wn, Un, dy):
+    """The candidate n's tanh left out of the chain: an = dy (1 - z), not dy (1 - z) (1 - n^2)."""
+    return _cell_backward(B, h, x, Wr, Ur, Wz, Uz, Wn, Un, dy, tanh_slope=False)

@@ -60,10 +60,27 @@ def prove_by_induction(op: Op, claim: str, budget: float, seed: int, certificate
         evidence["seconds_total"] = round(time.perf_counter() - start, 3)
         return certificate(verdict, dims, list(assumptions), evidence)
 
+    def refuted(instances):
+        """The first instance the ring refutes: a witness against the claim for every length."""
+        for d in instance_dims(op):
+            cert = prove_claim(op, claim, d, budget=max(1.0, (deadline - time.monotonic()) / 3), seed=seed)
+            instances.append({"dims": d, "verdict": cert.verdict, "method": cert.method})
+            if cert.verdict == "failed":
+                return d, cert.evidence.get("witness")
+        return None
+
+    deadline = time.monotonic() + budget
     if not rec.intact(op):
-        return done("inconclusive", reason="refused: the op's forward or backward is not the recurrence's own "
-                                           "(core.recurrence: the cell scanned, backpropagation through time over "
-                                           "its backward), so no induction on the length holds for it")
+        # no induction holds for another backward; a refutation at a length still refutes every length
+        not_own = ("the op's forward or backward is not the recurrence's own (core.recurrence: the cell "
+                   "scanned, backpropagation through time over its backward)")
+        instances: list = []
+        found = refuted(instances)
+        if found is not None:
+            return done("failed", witness=found[1], instances=instances,
+                        reason=f"{not_own}, and its {claim} is refuted at {found[0]} by the fixed-dims ring")
+        return done("inconclusive", instances=instances,
+                    reason=f"refused: {not_own}, so no induction on the length holds for it")
     if not claim.startswith("vjp["):
         return done("inconclusive", reason=f"refused: {claim!r} is not a VJP claim; only those follow from the "
                                            f"cell's by induction")
@@ -73,7 +90,6 @@ def prove_by_induction(op: Op, claim: str, budget: float, seed: int, certificate
     if missing:
         return done("inconclusive", reason=f"the cell {rec.cell.name} does not declare {missing} for every size "
                                            f"(cell.every_size(...)): the induction needs them")
-    deadline = time.monotonic() + budget
     cells = {}
     for k, c in enumerate(needed):
         left = deadline - time.monotonic()
@@ -83,12 +99,10 @@ def prove_by_induction(op: Op, claim: str, budget: float, seed: int, certificate
                     **({"reason": cert.evidence.get("reason")} if cert.verdict != "proved-general" else {})}
     evidence["cell_claims"] = cells
     instances = []
-    for d in instance_dims(op):
-        cert = prove_claim(op, claim, d, budget=max(1.0, (deadline - time.monotonic()) / 3), seed=seed)
-        instances.append({"dims": d, "verdict": cert.verdict, "method": cert.method})
-        if cert.verdict == "failed":
-            return done("failed", witness=cert.evidence.get("witness"), instances=instances,
-                        reason=f"the recurrence's {claim} is refuted at {d} by the fixed-dims ring")
+    found = refuted(instances)
+    if found is not None:
+        return done("failed", witness=found[1], instances=instances,
+                    reason=f"the recurrence's {claim} is refuted at {found[0]} by the fixed-dims ring")
     evidence["instances"] = instances
     not_proved = [c for c, r in cells.items() if r["verdict"] != "proved-general"]
     if not_proved:

@@ -65,15 +65,19 @@ class SymArray:
         self.boolean = boolean
         self.ctx = _ctx()
 
-    # numpy's aliasing (``writes``): the array this one is a view of, how, and its own live views
+    # numpy's aliasing (``writes``): the array this one is a view of, how, and its own live views; a
+    # view is read again from its base at its first use after the base was written (``_dirty``)
     _parent = _kind = _key = _children = None
-    _stale = False
+    _stale = _dirty = False
 
     @property
     def pieces(self) -> list:
         if self._stale:
             language.refuse_view_write("a use of the result of a reshape, transpose or other view after its "
                                        "base was written")
+        if self._dirty:
+            self._dirty = False
+            self._pieces = CONSTRUCTS["getitem"](self._parent, self._key)._pieces
         return self._pieces
 
     # ------------------------------------------------------------------ construction

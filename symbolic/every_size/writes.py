@@ -9,7 +9,7 @@ function of its indices for every size, with no test of a size or a value.
 
 Views. A basic index of an array is a view in numpy: the result remembers its parent and key
 (``view``), a write into it is a write into the parent at that key (up the chain to the array that
-owns the entries), and every live view of a written array is read again from it. Other results that
+owns the entries), and every live view of a written array is read again from it at its next use. Other results that
 numpy may make views of their base -- transpose, reshape, flip, broadcast_to, ... (``derived``) -- are
 marked stale when their base is written: a write into one, or a use after the base changed, is refused
 (``core.language.refuse_view_write``), never guessed. Writes into a spec's inputs, or views of them,
@@ -61,12 +61,13 @@ def derived(out: SymArray, parent) -> SymArray:
 
 
 def _refresh(A: SymArray) -> None:
-    """Every live view of A read again from it; derived results marked stale."""
+    """Every live view of A to be read again from it at its next use (``SymArray.pieces``: a view the
+    spec never uses again costs nothing); derived results marked stale."""
     live = [c for c in (r() for r in A._children or ()) if c is not None]
     A._children = [weakref.ref(c) for c in live] or None
     for child in live:
         if child._kind == VIEW and not A._stale:
-            child._pieces = getitem(A, child._key)._pieces
+            child._dirty = True
         else:
             child._stale = True
         _refresh(child)
