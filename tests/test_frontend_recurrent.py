@@ -26,7 +26,9 @@ def test_a_torch_loop_over_elman_s_cell_is_proved_with_the_spec_s_shapes():
         assert set(_all_proved(o, dims).values()) == {"proved"}, dims
 
 
-@pytest.mark.parametrize("kind, dtype", [("GRU", None), ("LSTM", "float64"), ("RNN", None)])
+# LSTM stands for the three in the default run (its graph has the most in it); --slow runs them all
+@pytest.mark.parametrize("kind, dtype", [pytest.param("GRU", None, marks=pytest.mark.slow), ("LSTM", "float64"),
+                                         pytest.param("RNN", None, marks=pytest.mark.slow)])
 def test_torch_s_own_recurrent_layers_are_proved_from_their_code(kind, dtype):
     o = pytorch.from_torch(models.Recurrent, init={"k": "k", "n": "n", "kind": kind}, name=f"tfr_nn_{kind}",
                            inputs=SEQ, output=("T", "n"), dims=[{"T": 2, "n": 2, "k": 3}], dtype=dtype)

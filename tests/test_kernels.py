@@ -317,6 +317,7 @@ def test_negative_control_goes_red(control, op, dims, launch, cases, check, kind
         assert w["error"] > 10 * w["bound"]          # ~1e-4 against a bound of a few u |x|
 
 
+@pytest.mark.slow        # why each check is there; that each control goes red is test_negative_control_goes_red
 def test_the_adversarial_kernel_faults_hide_from_what_the_checks_were_before():
     """Why the cases and the GPU's launch configuration: the overflow fault passes on standard normal
     inputs, the undersized dQ accumulator passes at every size of the simulator's configuration and at
