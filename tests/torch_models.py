@@ -244,6 +244,19 @@ def lstm_cell(x, h, c, Wi, Wh):
     return o * torch.tanh(c_new) + c_new
 
 
+def lstm_loop(s, x, Wi, Ui, Wf, Uf, Wo, Uo, Wg, Ug):
+    """An LSTM network as people write it in PyTorch, with the spec's state (h, c) stacked: a loop."""
+    h, c, states = s[0], s[1], []
+    for t in range(x.shape[0]):
+        i = torch.sigmoid(Wi @ x[t] + Ui @ h)
+        f = torch.sigmoid(Wf @ x[t] + Uf @ h)
+        o = torch.sigmoid(Wo @ x[t] + Uo @ h)
+        c = f * c + i * torch.tanh(Wg @ x[t] + Ug @ h)
+        h = o * torch.tanh(c)
+        states.append(torch.stack([h, c]))
+    return torch.stack(states)
+
+
 class Recurrent(nn.Module):
     """torch.nn.RNN / GRU / LSTM over a sequence (batch-less input (T, k)), its outputs h_1 .. h_T."""
 
