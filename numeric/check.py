@@ -400,8 +400,12 @@ def check_claim(op: Op, claim: str, dims: dict, *, dps: int = tol.DEFAULT_DPS, m
 
 def numeric_dims(op: Op) -> list[dict]:
     """Where the numeric tier checks by default: the op's check dims (odd sizes), and long rows
-    (LONG_ROW entries, crossing 1024) where the op has a row dim and allows it."""
+    (LONG_ROW entries, crossing 1024) where the op has a row dim and allows it; for a recurrence, its
+    length instead (LONG_LENGTH steps, at the check dims' widths)."""
     base = op.resolve_dims(op.check_dims)
+    recurrence = getattr(op, "recurrence", None)
+    if recurrence is not None:
+        return [base, op.resolve_dims({**base, recurrence.length: tol.LONG_LENGTH})]
     first = next(iter(op.inputs.values()))
     row = first[-1] if first and isinstance(first[-1], str) and first[-1].isidentifier() else None
     out = [base]

@@ -45,6 +45,7 @@ KINK_MIN_DISTANCE = 1e-3    # sampled points stay this far from a declared kink
 TINY_VJP = 1e-10
 LONG_ROW = 1025             # crosses 1024: the row length of the "long rows" dims
 LONG_ROW_MAX_ENTRIES = 8 * LONG_ROW   # skip the long-row dims where they would make every input long
+LONG_LENGTH = 1025          # a recurrence's long dims: backpropagation through more than 1024 steps
 
 # ------------------------------------------------------------------ the `reference` claim (numeric/reference.py)
 # The mpmath backend's run of a spec must agree with the traced spec (evaluated at the same digits) to

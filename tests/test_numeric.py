@@ -96,6 +96,8 @@ def test_cotangents_are_signed_and_never_constant():
 def test_long_rows_cross_1024():
     assert {"rows": 1, "n": 1025} in numeric_dims(OPS["softmax"])
     assert {"rows": 1, "d": 1026} in numeric_dims(OPS["rope_half"])   # d must be even
+    # a recurrence's long axis is its length: backpropagation through more than 1024 steps
+    assert numeric_dims(OPS["elman_rnn"]) == [OPS["elman_rnn"].check_dims, {**OPS["elman_rnn"].check_dims, "T": 1025}]
 
 
 # ------------------------------------------------------------------ a bug float64 cannot see

@@ -177,10 +177,16 @@ def sample_paths(root: Path, k: int | None, seed: int, keep=None) -> list[Path]:
 
 def quick_to_derive(ops: dict):
     """A ``keep`` for ``sample_paths``: certificates of leaf ops (a whole block's proof takes a minute
-    or more), not the modular test at production dims (minutes per trial)."""
+    or more), not the modular test at production dims (minutes per trial), and of a recurrence not the
+    numeric checks at its long length (a thousand steps in mpmath: half a minute or more per claim)."""
+    from vjpcert.numeric.settings import LONG_LENGTH
+
     def keep(rel: Path) -> bool:
         op = ops.get(rel.parent.name)
-        return op is not None and not op.nodes and not rel.name.startswith("symbolic-modular__")
+        if op is None or op.nodes or rel.name.startswith("symbolic-modular__"):
+            return False
+        recurrence = getattr(op, "recurrence", None)
+        return recurrence is None or f"{recurrence.length}{LONG_LENGTH}" not in rel.stem.split("__")[-1].split("-")
     return keep
 
 
