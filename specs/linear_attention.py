@@ -117,8 +117,15 @@ def linear_attention_chunked(B, q, k, v, gamma, C):
     return chunked(B, q, k, v, gamma, C)
 
 
-@linear_attention_chunked.defvjp
-def _(B, q, k, v, gamma, C, dy):
+def _carried_back(dS, own, decay):
+    """The cotangent of the state before a chunk: the one after it, decayed across the chunk's n steps
+    (decay = gamma^n), plus what the chunk's own outputs send to it."""
+    return decay * dS + own
+
+
+def chunked_backward(B, q, k, v, gamma, C, dy, carried_back=_carried_back):
+    """The chunked form's backward: the chunks in reverse, the state's cotangent carried between them
+    by ``carried_back``."""
     T = q.shape[1]
     starts = [B.zeros((k.shape[0], k.shape[2], v.shape[2]))]      # the state before each chunk
     for s, e in _chunks(T, C):
@@ -138,8 +145,13 @@ def _(B, q, k, v, gamma, C, dy):
         dK = (dM.transpose(0, 2, 1) @ Qg) / g[:n, None] + (V @ dS.transpose(0, 2, 1)) * w[:, None]
         dV = M.transpose(0, 2, 1) @ dO + (K * w[:, None]) @ dS
         dq.insert(0, dQ), dk.insert(0, dK), dv.insert(0, dV)
-        dS = g[n] * dS + (Q * g[1:, None]).transpose(0, 2, 1) @ dO     # to the state before the chunk
+        dS = carried_back(dS, (Q * g[1:, None]).transpose(0, 2, 1) @ dO, g[n])
     return np.concatenate(dq, axis=1), np.concatenate(dk, axis=1), np.concatenate(dv, axis=1)
+
+
+@linear_attention_chunked.defvjp
+def _(B, q, k, v, gamma, C, dy):
+    return chunked_backward(B, q, k, v, gamma, C, dy)
 
 
 def _equals_the_recurrent_form(C):

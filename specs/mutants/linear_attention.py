@@ -4,8 +4,8 @@ cotangent not carried between chunks or not decayed across one, the boundary sta
 the decay mask transposed."""
 import numpy as np
 
-from vjpcert.specs.linear_attention import (_chunks, _powers, linear_attention, linear_attention_chunked,
-                                            next_state, states)
+from vjpcert.specs.linear_attention import (_chunks, _powers, chunked_backward, linear_attention,
+                                            linear_attention_chunked, next_state, states)
 
 VJPS = ["vjp[q]", "vjp[k]", "vjp[v]"]
 
@@ -54,42 +54,16 @@ def _(B, q, k, v, gamma):
                     axis=1)
 
 
-def _chunked_backward(B, q, k, v, gamma, C, dy, *, carry=True, decay_across=True):
-    """The chunked form's backward with one bug switched on."""
-    T = q.shape[1]
-    starts = [B.zeros((k.shape[0], k.shape[2], v.shape[2]))]
-    for s, e in _chunks(T, C):
-        starts.append(next_state(starts[-1], k[:, s:e], v[:, s:e], _powers(B, gamma, e - s + 1)))
-    dq, dk, dv = [], [], []
-    dS = B.zeros(starts[0].shape)
-    for c, (s, e) in reversed(list(enumerate(_chunks(T, C)))):
-        Q, K, V, dO, S = q[:, s:e], k[:, s:e], v[:, s:e], dy[:, s:e], starts[c]
-        n = e - s
-        g = _powers(B, gamma, n + 1)
-        mask = np.tril(np.ones((n, n), dtype=bool))
-        Qg, Kg = Q * g[:n, None], K / g[:n, None]
-        M = np.where(mask, Qg @ Kg.transpose(0, 2, 1), B.c(0))
-        dM = np.where(mask, dO @ V.transpose(0, 2, 1), B.c(0))
-        w = g[n] / g[1:]
-        dQ = (dM @ Kg) * g[:n, None] + (dO @ S.transpose(0, 2, 1)) * g[1:, None]
-        dK = (dM.transpose(0, 2, 1) @ Qg) / g[:n, None] + (V @ dS.transpose(0, 2, 1)) * w[:, None]
-        dV = M.transpose(0, 2, 1) @ dO + (K * w[:, None]) @ dS
-        dq.insert(0, dQ), dk.insert(0, dK), dv.insert(0, dV)
-        here = (Q * g[1:, None]).transpose(0, 2, 1) @ dO
-        dS = ((g[n] if decay_across else 1) * dS + here) if carry else here
-    return np.concatenate(dq, axis=1), np.concatenate(dk, axis=1), np.concatenate(dv, axis=1)
-
-
 @linear_attention_chunked.mutant("state_cotangent_not_carried_between_chunks", kills=["vjp[k]", "vjp[v]"])
 def _(B, q, k, v, gamma, C, dy):
     """Each chunk starts its backward from its own outputs' cotangent: the later chunks' is dropped."""
-    return _chunked_backward(B, q, k, v, gamma, C, dy, carry=False)
+    return chunked_backward(B, q, k, v, gamma, C, dy, carried_back=lambda dS, own, decay: own)
 
 
 @linear_attention_chunked.mutant("state_cotangent_not_decayed_across_a_chunk", kills=["vjp[k]", "vjp[v]"])
 def _(B, q, k, v, gamma, C, dy):
     """The carried cotangent passes a chunk of n steps without its gamma^n."""
-    return _chunked_backward(B, q, k, v, gamma, C, dy, decay_across=False)
+    return chunked_backward(B, q, k, v, gamma, C, dy, carried_back=lambda dS, own, decay: dS + own)
 
 
 def _chunked_forward(B, q, k, v, gamma, C, *, before_twice=False, mask_transposed=False):
