@@ -9,12 +9,9 @@ import numpy as np
 
 from vjpcert.core.recurrence import recurrence
 from vjpcert.core.registry import op
+from vjpcert.specs.swiglu import sigmoid
 
 N, K = ("n", "n"), ("n", "k")
-
-
-def sigmoid(B, a):
-    return 1 / (1 + B.exp(-a))
 
 
 def gates(B, h, x, Wr, Ur, Wz, Uz, Wn, Un):
