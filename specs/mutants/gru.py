@@ -42,7 +42,7 @@ def _bptt(B, h, x, weights, dy, *, first=0, carry=True):
         grads = gru_cell.vjp(B, h if t == 0 else hs[t - 1], x[t], *weights, g)
         dh, dxs[t] = grads[0], grads[1]
         dw = [a + b for a, b in zip(dw, grads[2:])]
-    return (dh, np.stack(dxs), *dw)
+    return (h * 0 if dh is None else dh, np.stack(dxs), *dw)      # T = 1 with first = 1: no step ran
 
 
 @gru.mutant("reverse_loop_stops_before_the_first_step", kills=ALL)
