@@ -179,14 +179,15 @@ def quick_to_derive(ops: dict):
     """A ``keep`` for ``sample_paths``: certificates of leaf ops (a whole block's proof takes a minute
     or more), not the modular test at production dims (minutes per trial), and of a recurrence not the
     numeric checks at its long length (a thousand steps in mpmath: half a minute or more per claim)."""
-    from vjpcert.numeric.settings import LONG_LENGTH
+    from vjpcert.core.certificate import dims_slug
+    from vjpcert.numeric.check import numeric_dims
+    long = {name: dims_slug(numeric_dims(op)[-1]) for name, op in ops.items() if getattr(op, "recurrence", None)}
 
     def keep(rel: Path) -> bool:
         op = ops.get(rel.parent.name)
         if op is None or op.nodes or rel.name.startswith("symbolic-modular__"):
             return False
-        recurrence = getattr(op, "recurrence", None)
-        return recurrence is None or f"{recurrence.length}{LONG_LENGTH}" not in rel.stem.split("__")[-1].split("-")
+        return not (rel.name.startswith("numeric__") and rel.stem.endswith("__" + long.get(op.name, "")))
     return keep
 
 
