@@ -53,7 +53,7 @@ import sympy as sp
 
 from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate
-from vjpcert.core.registry import Op, SpecError
+from vjpcert.core.registry import KINK_CLAIM, Op, SpecError
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.every_size.form import (GeneralBuilder, Statement, _cot_name, _entry, assumptions_of,  # noqa: F401
                                    build_statement, general_claims, general_dims, render)
@@ -190,6 +190,9 @@ def prove_general(op: Op, claim: str, *, budget: float = GENERAL_BUDGET_S, seed:
     if form is None and claim not in op.general:
         raise SpecError(op.name, f"{claim!r} is not proved for every size; every-size claims: "
                                  f"{general_claims(op)} (declare them with op.every_size(...))")
+    if claim == KINK_CLAIM:
+        raise SpecError(op.name, f"{claim!r} is checked at exact points on the kinks (the fixed-dims tier), not for "
+                                 f"every size: leave it out of op.every_size(...)")
     if form is None and getattr(op, "recurrence", None) is not None:
         # every length: by induction from the cell's claims (a length in a loop has no one statement)
         return prove_by_induction(op, claim, budget, seed, lambda verdict, dims, assumptions, evidence: _certificate(

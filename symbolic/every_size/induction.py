@@ -13,7 +13,12 @@ vjp[carry] and vjp[v] hold:
     dy_1 plus that cotangent, which by the cell's claims is the transpose of the cell's Jacobian; the
     chain rule composes the two, and a shared input's cotangents add up as its uses do.
 
-So the claim rests on the cell's claims, proved here for every size of the cell's dims by the
+With a readout (y_t = readout(h_t, x_t, s), the output (y_1, ..., y_T)), each step's backward is the
+readout's on dy_t, then the cell's on the state's two cotangents (the readout's and the later steps'):
+the claim then needs the readout's vjp[carry] and vjp[v] (where it reads v) too, and the chain rule
+composes three Jacobians per step instead of two.
+
+So the claim rests on the step ops' claims, proved here for every size of the cell's dims by the
 every-size tier, and on bptt being that reverse loop: the library's code, not the spec's. An op whose
 forward or backward is not the recurrence's own any more (a mutant, a hand-written backward) is
 refused, never proved. The loop is also checked against the definition, unrolled: the recurrence's
@@ -30,13 +35,22 @@ from vjpcert.symbolic.every_size.dims import general_dims
 from vjpcert.symbolic.fixed.prover import prove_claim
 
 INDUCTION = ("For every length {T} >= 1: by induction on {T}. {T} = 1: the recurrence is the cell {cell}, "
-             "and its backward one call of the cell's backward, so the claim is the cell's {cell_claim}. "
+             "and its backward one call of the cell's backward, so the claim is the cell's. "
              "{T} -> {T} + 1: the forward is the cell at t = 1, then the recurrence of length {T} from h_1; "
              "the backward (core.recurrence.bptt) runs the length-{T} backward first (the hypothesis: the "
              "transpose of the rest's Jacobian, the cotangent sent back to h_1 included), then the cell's "
              "backward at t = 1 on dy_1 plus that cotangent, which is the transpose of the cell's Jacobian by "
-             "its claims {cell_claims}; the chain rule composes them, and a shared input's cotangents add up "
+             "{claims}; the chain rule composes them, and a shared input's cotangents add up "
              "as its uses do.")
+INDUCTION_WITH_READOUT = (
+    "For every length {T} >= 1: by induction on {T}. {T} = 1: the recurrence is the readout {readout} of the "
+    "cell {cell}, and its backward the readout's backward, then the cell's on the state's cotangent: the chain "
+    "rule of the two Jacobians. {T} -> {T} + 1: the forward is the cell and the readout at t = 1, then the "
+    "recurrence of length {T} from h_1; the backward (core.recurrence.bptt) runs the length-{T} backward first "
+    "(the hypothesis: the transpose of the rest's Jacobian, the cotangent sent back to h_1 included), then the "
+    "readout's backward at t = 1 on dy_1, then the cell's on the sum of the state's two cotangents, each the "
+    "transpose of its Jacobian by {claims}; the chain rule composes them, and an input read at several places "
+    "(a shared input, a sequence both steps read) gets the sum of its cotangents as its uses add up.")
 
 
 def instance_dims(op: Op) -> list[dict]:
@@ -85,34 +99,40 @@ def prove_by_induction(op: Op, claim: str, budget: float, seed: int, certificate
         return done("inconclusive", reason=f"refused: {claim!r} is not a VJP claim; only those follow from the "
                                            f"cell's by induction")
     v = claim[4:-1]
-    needed = list(dict.fromkeys([f"vjp[{rec.carry}]", claim]))
-    missing = [c for c in needed if c not in rec.cell.general]
+    # each step op's VJP of the carry (the state's cotangent flows through it) and of v where it reads v
+    needed = [(o, c) for o in rec.steps for c in dict.fromkeys([f"vjp[{rec.carry}]", claim]) if c[4:-1] in o.inputs]
+    missing = [f"{o.name}: {c}" for o, c in needed if c not in o.general]
     if missing:
-        return done("inconclusive", reason=f"the cell {rec.cell.name} does not declare {missing} for every size "
-                                           f"(cell.every_size(...)): the induction needs them")
-    cells = {}
-    for k, c in enumerate(needed):
+        return done("inconclusive", reason=f"the step ops do not declare {missing} for every size "
+                                           f"(op.every_size(...)): the induction needs them")
+    proved = {}
+    for k, (o, c) in enumerate(needed):
         left = deadline - time.monotonic()
-        cert = prove_general(rec.cell, c, budget=max(1.0, left / (len(needed) - k + 1)), seed=seed)
-        cells[c] = {"verdict": cert.verdict, "statement_dims": cert.dims,
-                    "assumptions": list(cert.assumptions),
-                    **({"reason": cert.evidence.get("reason")} if cert.verdict != "proved-general" else {})}
-    evidence["cell_claims"] = cells
+        cert = prove_general(o, c, budget=max(1.0, left / (len(needed) - k + 1)), seed=seed)
+        proved[(o, c)] = {"verdict": cert.verdict, "statement_dims": cert.dims,
+                          "assumptions": list(cert.assumptions),
+                          **({"reason": cert.evidence.get("reason")} if cert.verdict != "proved-general" else {})}
+    evidence["cell_claims"] = {c: r for (o, c), r in proved.items() if o is rec.cell}
+    if rec.readout is not None:
+        evidence["readout"] = rec.readout.name
+        evidence["readout_claims"] = {c: r for (o, c), r in proved.items() if o is rec.readout}
     instances = []
     found = refuted(instances)
     if found is not None:
         return done("failed", witness=found[1], instances=instances,
                     reason=f"the recurrence's {claim} is refuted at {found[0]} by the fixed-dims ring")
     evidence["instances"] = instances
-    not_proved = [c for c, r in cells.items() if r["verdict"] != "proved-general"]
+    not_proved = [(o, c) for (o, c), r in proved.items() if r["verdict"] != "proved-general"]
     if not_proved:
-        return done("inconclusive", reason=f"the cell's {not_proved} not proved for every size: "
-                                           f"{[cells[c].get('reason') for c in not_proved]}"[:500])
+        return done("inconclusive", reason=f"{[f'{o.name}: {c}' for o, c in not_proved]} not proved for every "
+                                           f"size: {[proved[k].get('reason') for k in not_proved]}"[:500])
     if any(i["verdict"] != "proved" for i in instances[:2]):
         return done("inconclusive", reason="the recurrence is not proved unrolled at T = 1 and 2: the backward "
                                            "loop is not checked against the definition")
-    assumptions = sorted({a for r in cells.values() for a in r["assumptions"]} | {f"{rec.length} >= 1"})
+    assumptions = sorted({a for r in proved.values() for a in r["assumptions"]} | {f"{rec.length} >= 1"})
+    claims = " and ".join(f"{o.name}'s {c}" for o, c in needed)
+    template = INDUCTION if rec.readout is None else INDUCTION_WITH_READOUT
     return done("proved-general", assumptions,
-                statement=INDUCTION.format(T=rec.length, cell=rec.cell.name, cell_claim=claim,
-                                           cell_claims=" and ".join(needed)),
+                statement=template.format(T=rec.length, cell=rec.cell.name, readout=getattr(rec.readout, "name", ""),
+                                          claims=claims),
                 variable=v)
