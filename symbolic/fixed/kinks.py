@@ -12,7 +12,10 @@ a Huber loss' x - t - delta -- that input at the argument's root, found by probi
 component of the backward must equal J^T dy of the derivative table, whose step(0) =
 ``core.derivatives.STEP_AT_KINK`` is the convention. It is a check at sampled points, not a proof:
 its verdict is ``checked`` (with how many kink entries the points met), ``failed`` with the exact
-point, or ``inconclusive`` when no point met a kink or a claim left the rationals.
+point, or ``inconclusive`` when no point met a kink. Past a transcendental (softplus' log(1 + e^a)
+beside its threshold) the values are reals at ``KINK_DIGITS`` digits while the kinks' rational
+arguments stay exact (``_Reals``); a difference of reals is reported only when it is there again at
+twice the digits.
 
 At every point it also bounds the one-sided derivatives: J^T dy with each step *on* its kink
 ranging over [0, 1] (``_OneSided``, exact interval arithmetic) encloses the limit of J^T dy from
@@ -30,7 +33,7 @@ from fractions import Fraction
 from vjpcert.core.budget import run_with_budget
 from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.derivatives import CONVENTION
-from vjpcert.core.evaluate import NotRational, QField
+from vjpcert.core.evaluate import MpField, NotRational, QField, SignUndecided
 from vjpcert.core.registry import KINK_CLAIM, Op
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.fixed.claims import assumptions_of, trace_claim
@@ -38,12 +41,80 @@ from vjpcert.symbolic.fixed.evaluate import Evaluator
 
 CHECKER_SHA256 = checker_code_sha256(__name__)
 
+# Past a transcendental (softplus' log(1 + e^a) beside its threshold) the values are reals in mpmath at
+# KINK_DIGITS digits: the two sides are one real number by two formulas, equal to ~60 digits unless
+# terms 10^20 times larger cancel, so a difference is one above KINK_REAL_RTOL of their scale,
+# confirmed at twice the digits (where a rounding residue shrinks by 10^-60 and a convention's
+# difference -- 1 - sigmoid(20) = 2e-9 -- stays). Kept here, not in symbolic/settings.py, which every
+# prover imports: these numbers are this check's alone, and its certificates its own.
+KINK_DIGITS = 60
+KINK_REAL_RTOL = 1e-40
 
-class _OnKinks(QField):
-    """Exact rationals, counting the steps whose argument is exactly 0."""
 
-    def __init__(self, values: dict):
+class _Reals(QField):
+    """Exact rationals while the values are rational; a transcendental's value (exp, log, ...) and what
+    is computed from it in mpmath at ``digits`` digits (a private context). The kinks' arguments stay
+    exact wherever they are rational -- an input's kink, softplus' threshold at dt + bias = 20 -- and a
+    step of a transcendental value is decided only away from 0 (``SignUndecided``: the point decides
+    nothing)."""
+
+    def __init__(self, values: dict, digits: int = KINK_DIGITS):
         super().__init__(values)
+        self.mp = MpField(digits, values)
+
+    def real(self, a):
+        return self.mp.const(a) if isinstance(a, Fraction) else a
+
+    def pow(self, a, k):
+        if isinstance(a, Fraction) and Fraction(k).denominator == 1:
+            return super().pow(a, int(k))
+        if a == 0 and k < 0:
+            raise ZeroDivisionError("division by zero at the sampled point")
+        return self.real(a) ** self.real(Fraction(k))
+
+    def cpow(self, base, k):
+        return self.pow(Fraction(base), k)
+
+    def pi(self):
+        return self.mp.pi()
+
+    def step(self, a):
+        return super().step(a) if isinstance(a, Fraction) else self.mp.step(a)
+
+    def __getattr__(self, kind):       # exp, log, sqrt, erf, tanh, sin, cos
+        if kind.startswith("_"):
+            raise AttributeError(kind)
+        exact, real = super().__getattr__(kind), getattr(self.mp, kind)
+
+        def transcendental(a):
+            if isinstance(a, Fraction):
+                try:
+                    return exact(a)             # a rational's exact square root
+                except NotRational:
+                    pass
+            return real(self.real(a))
+        return transcendental
+
+    def differ(self, a, b) -> bool:
+        """Whether the two sides differ: exactly, for rationals; else by more than
+        ``KINK_REAL_RTOL`` of their scale (two formulas of one real number agree far closer at
+        ``digits`` digits; a difference is confirmed at twice the digits before it is reported)."""
+        if isinstance(a, Fraction) and isinstance(b, Fraction):
+            return a != b
+        a, b = self.real(a), self.real(b)
+        return abs(a - b) > KINK_REAL_RTOL * max(1, abs(a), abs(b))
+
+    def relative(self, a, b) -> str:
+        """|a - b| over their scale, as a witness states it."""
+        a, b = self.real(a), self.real(b)
+        return self.mp.ctx.nstr(abs(a - b) / max(1, abs(a), abs(b)), 6)
+
+
+class _OnKinks(_Reals):
+    """Exact rationals (and reals past a transcendental), counting the steps whose argument is exactly 0."""
+
+    def __init__(self, values: dict, digits: int = KINK_DIGITS):
+        super().__init__(values, digits)
         self.on_kink = 0
 
     def step(self, a):
@@ -140,8 +211,9 @@ def _point(leaves, rng: random.Random, small: bool) -> dict:
     return point
 
 
-class _StepArguments(QField):
-    """Exact rationals, recording the argument of every step in evaluation order."""
+class _StepArguments(_Reals):
+    """Exact rationals (and reals past a transcendental), recording the argument of every step in
+    evaluation order."""
 
     def __init__(self, values: dict):
         super().__init__(values)
@@ -160,7 +232,7 @@ def _arguments(claim, point: dict) -> list | None:
     try:
         for root in claim.roots():
             E.array(root)
-    except (ZeroDivisionError, NotRational):
+    except (ZeroDivisionError, NotRational, SignUndecided):
         return None
     return F.arguments
 
@@ -183,7 +255,7 @@ def kink_roots(claim, leaves, rng: random.Random) -> tuple[dict, dict]:
         if not all(r is not None and len(r) == len(at0) for r in runs):
             continue
         for a0, a1, a2 in zip(at0, *runs):
-            if a2 - a1 == a1 - a0 != 0:
+            if all(isinstance(a, Fraction) for a in (a0, a1, a2)) and a2 - a1 == a1 - a0 != 0:
                 roots.setdefault(leaf, set()).add(base[leaf] - a0 / (a1 - a0))
     return base, {leaf: sorted(values) for leaf, values in roots.items()}
 
@@ -206,8 +278,26 @@ def _worst(pairs, enclosure, missed: list) -> tuple[int, dict]:
                            "convention than the one stated (a one-sided value, or a mix of them)"}
 
 
+def _text(v) -> str:
+    return str(v) if isinstance(v, Fraction) else v.context.nstr(v, 30)
+
+
+def _confirmed(claim, point: dict, pairs, missed: list) -> list:
+    """The components of ``missed`` that are real differences: rationals that differ, and reals that
+    differ again at twice the digits (a rounding residue of cancelling terms shrinks far below the
+    tolerance there; a convention's difference stays as it was)."""
+    if all(isinstance(v, Fraction) for j in missed for v in pairs[j]):
+        return missed
+    F = _OnKinks(point, 2 * KINK_DIGITS)
+    try:
+        again = claim.components(F)
+    except (ZeroDivisionError, SignUndecided):
+        return []
+    return [j for j in missed if F.differ(*again[j])]
+
+
 def at_the_kink(op: Op, dims: dict, *, seed: int = 0, points: int = tol.KINK_POINTS) -> dict:
-    """{"status": "checked" | "failed" | "none-on-kink" | "not-rational", ...} for every differentiable
+    """{"status": "checked" | "failed" | "none-on-kink", ...} for every differentiable
     input of the op, at ``points`` points each."""
     rng = random.Random(seed)
     met = evaluated = bounded = 0
@@ -223,22 +313,24 @@ def at_the_kink(op: Op, dims: dict, *, seed: int = 0, points: int = tol.KINK_POI
             F = _OnKinks(point)
             try:
                 pairs = claim.components(F)
-            except ZeroDivisionError:
-                continue                       # a pole of the spec at this point: another one
-            except NotRational as exc:
-                return {"status": "not-rational", "reason": f"the claim has a non-rational term ({exc})"}
+            except (ZeroDivisionError, SignUndecided):
+                continue                       # a pole of the spec, or a step it cannot decide: another point
             evaluated += 1
             met += F.on_kink
             if not F.on_kink:
                 continue
             enclosure = _one_sided(claim, point)
             bounded += enclosure is not None
-            missed = [j for j, (a, b) in enumerate(pairs) if a != b]
+            missed = _confirmed(claim, point, pairs, [j for j, (a, b) in enumerate(pairs) if F.differ(a, b)])
             if missed:
                 j, one_sided = _worst(pairs, enclosure, missed)
+                exact = all(isinstance(v, Fraction) for v in pairs[j])
                 return {"status": "failed", "method": "exact-at-kink", "witness": {
-                    "component": labels[j], "backward": str(pairs[j][0]), "J^T dy": str(pairs[j][1]),
-                    "residual": str(pairs[j][0] - pairs[j][1]), "exact": True, "steps_on_kink": F.on_kink,
+                    "component": labels[j], "backward": _text(pairs[j][0]), "J^T dy": _text(pairs[j][1]),
+                    "residual": _text(F.real(pairs[j][0]) - F.real(pairs[j][1]) if not exact else pairs[j][0] - pairs[j][1]),
+                    "exact": exact,
+                    **({} if exact else {"digits": KINK_DIGITS, "relative": F.relative(*pairs[j])}),
+                    "steps_on_kink": F.on_kink,
                     "convention": CONVENTION, "one_sided": one_sided,
                     "point": {leaf.name: str(v) for leaf, v in list(point.items())[:tol.WITNESS_MAX_LEAVES]},
                     "point_truncated": len(point) > tol.WITNESS_MAX_LEAVES, "seed": seed}}
