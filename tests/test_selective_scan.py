@@ -1,14 +1,13 @@
 """The selective state-space scan (``specs/selective_scan.py``): a recurrence with a readout
 (``core.recurrence``), proved for every length by induction from its cell's and its readout's claims;
-its forward and backward are what a torch reference of Mamba's scan computes; softplus' threshold is
-a kink whose value on the kink is checked past the transcendentals around it."""
+softplus' threshold is a kink whose value on the kink is checked past the transcendentals around it.
+A torch reference of the scan: tests/test_frontend_selective_scan.py."""
 import numpy as np
 import pytest
 
 import vjpcert.core.recurrence as R
 from vjpcert.core.backends import F64
 from vjpcert.core.errors import SpecError
-from vjpcert.core.spec_array import plain
 from vjpcert.specs import builtin_ops
 from vjpcert.symbolic.every_size.general import prove_general
 from vjpcert.symbolic.fixed.prover import prove_claim
@@ -67,33 +66,6 @@ def test_a_readout_that_does_not_fit_is_refused():
     with pytest.raises(SpecError, match="one input has one shape"):
         R.recurrence(CELL, readout=other_shape, carry="h", over=("x", "dt", "b"), name="tr_bad_shape_readout",
                      dims=[{"T": 1, "d": 2, "N": 2}])
-
-
-torch = pytest.importorskip("torch")
-
-
-def _torch_reference(h, x, dt, b, A, dt_bias, c, z, D):
-    """Mamba's selective_scan_ref for one sequence, as its users write it, in torch: autograd is the
-    backward to compare with."""
-    F = torch.nn.functional
-    delta = F.softplus(dt + dt_bias)                                # threshold 20, as the spec
-    ys = []
-    for t in range(x.shape[0]):
-        h = torch.exp(delta[t][:, None] * A) * h + (delta[t] * x[t])[:, None] * b[t][None, :]
-        ys.append((h @ c[t] + D * x[t]) * F.silu(z[t]))
-    return torch.stack(ys)
-
-
-def test_the_spec_is_what_a_torch_reference_of_mamba_s_scan_computes_forward_and_backward():
-    rng = np.random.default_rng(1)
-    v = _inputs(rng, 7, 4, 3)
-    tv = {k: torch.tensor(a, dtype=torch.float64, requires_grad=True) for k, a in v.items()}
-    y = _torch_reference(*tv.values())
-    dy = rng.standard_normal(y.shape)
-    y.backward(torch.tensor(dy))
-    np.testing.assert_allclose(plain(SCAN(F64, *v.values())), y.detach().numpy(), rtol=1e-12, atol=1e-12)
-    for name, ours in zip(SCAN.inputs, SCAN.vjp(F64, *v.values(), dy)):
-        np.testing.assert_allclose(plain(ours), tv[name].grad.numpy(), rtol=1e-10, atol=1e-12, err_msg=name)
 
 
 # ------------------------------------------------------------------------------ every length
