@@ -131,6 +131,28 @@ def report_functions() -> dict:
     def sdpa_causal(Q, K, V):
         with sdpa_kernel(SDPBackend.MATH):
             return F.scaled_dot_product_attention(Q, K, V, is_causal=True)
+
+    def rnn_tanh(h, x, W, U, b):
+        """torch.nn.RNN's own layer (one sequence, one layer): its bias b_ih = b, b_hh = 0."""
+        out, _ = torch.rnn_tanh(x[:, None], h[None, None], [U, W, b, torch.zeros_like(b)], True, 1, 0.0, False,
+                                False, False)
+        return out[:, 0]
+
+    def gru(h, x, Wr, Ur, Wz, Uz, Wn, Un):
+        """torch.nn.GRU's own layer without biases, its gates stacked in PyTorch's order (r, z, n)."""
+        out, _ = torch.gru(x[:, None], h[None, None], [torch.cat([Wr, Wz, Wn]), torch.cat([Ur, Uz, Un])], False, 1,
+                           0.0, False, False, False)
+        return out[:, 0]
+
+    def selective_scan(h, x, dt, b, A, dt_bias, c, z, D):
+        """Mamba's selective_scan_ref (one sequence) as its users write it: F.softplus (threshold 20) for
+        delta, exp(delta A), a loop over the sequence, the D skip and the silu gate."""
+        delta = F.softplus(dt + dt_bias)
+        ys = []
+        for t in range(x.shape[0]):
+            h = torch.exp(delta[t][:, None] * A) * h + (delta[t] * x[t])[:, None] * b[t][None, :]
+            ys.append((h @ c[t] + D * x[t]) * F.silu(z[t]))
+        return torch.stack(ys)
     return {
         "softmax": (lambda x: torch.softmax(x, -1), {}),
         "log_softmax": (lambda x: torch.log_softmax(x, -1), {}),
@@ -151,4 +173,7 @@ def report_functions() -> dict:
         "max_pool2d": (lambda x: F.max_pool2d(x, 2), {}),
         "max_pool2d_3x3s2": (lambda x: F.max_pool2d(x, 3, 2, padding=1), {}),
         "avg_pool2d": (lambda x: F.avg_pool2d(x, 2), {}),
+        "rnn_tanh": (rnn_tanh, {}),
+        "gru": (gru, {}),
+        "selective_scan": (selective_scan, {}),
     }

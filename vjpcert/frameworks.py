@@ -3,7 +3,8 @@ decompositions, as shipped in the installed version) and, where JAX is installed
 log_softmax, layer_norm, rms_norm, GELU (erf and tanh), linear, scaled dot-product attention (the
 math path, plain and causal) and the convolutional networks' ops (relu, relu6, batch_norm, conv2d,
 conv2d dilated and grouped, conv_transpose2d, max_pool2d 2x2 and 3x3/2 padded, avg_pool2d; the value on
-the kink included):
+the kink included) and recurrences (nn.RNN's and nn.GRU's layers, Mamba's selective scan as its users
+write it, softplus' threshold included):
 traced from the framework's own code, `proved` at small dims and
 `checked` (mpmath, 50 digits) at realistic ones, each forward tied to the certified spec by the law
 ``matches_spec[<spec>]``.
@@ -62,6 +63,10 @@ TABLE = [
     ("max_pool2d_3x3s2", "max_pool2d_3x3s2", "F.max_pool2d(x, 3, 2, padding=1)", False,
      {"N": 2, "C": 2, "Ho": 4, "Wo": 4}, None),
     ("avg_pool2d", "avg_pool2d", "F.avg_pool2d(x, 2)", False, {"N": 2, "C": 2, "Ho": 4, "Wo": 4}, None),
+    ("rnn_tanh", "elman_rnn", "torch.rnn_tanh (nn.RNN's layer)", False, {"T": 32, "n": 8, "k": 4}, None),
+    ("gru", "gru", "torch.gru (nn.GRU's layer, no biases)", False, {"T": 16, "n": 8, "k": 4}, None),
+    ("selective_scan", "selective_scan", "Mamba's selective_scan_ref: F.softplus, torch.exp, a loop over T", False,
+     {"T": 16, "d": 8, "N": 4}, None),
 ]
 
 
