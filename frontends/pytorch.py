@@ -117,6 +117,20 @@ def torch_op(fn=None, **declaration):
 
 
 # ------------------------------------------------------------------------------------ the report's functions
+def selective_scan_ref(h, x, dt, b, A, dt_bias, c, z, D, softplus=None):
+    """Mamba's selective_scan_ref for one sequence, as its users write it: F.softplus (threshold 20) for
+    delta, exp(delta A), a loop over the sequence, the D skip and the silu gate. x, dt, z (T, d); b, c
+    (T, N); A (d, N); D, dt_bias (d,); the state h (d, N). ``softplus`` replaces F.softplus."""
+    torch = _torch()
+    import torch.nn.functional as F
+    delta = (softplus or F.softplus)(dt + dt_bias)
+    ys = []
+    for t in range(x.shape[0]):
+        h = torch.exp(delta[t][:, None] * A) * h + (delta[t] * x[t])[:, None] * b[t][None, :]
+        ys.append((h @ c[t] + D * x[t]) * F.silu(z[t]))
+    return torch.stack(ys)
+
+
 def report_functions() -> dict:
     """PyTorch's own code for the ops of the Framework backwards report (``vjpcert.frameworks``):
     name -> (function of tensors, its parameters). Attention takes the math path explicitly."""
@@ -145,14 +159,7 @@ def report_functions() -> dict:
         return out[:, 0]
 
     def selective_scan(h, x, dt, b, A, dt_bias, c, z, D):
-        """Mamba's selective_scan_ref (one sequence) as its users write it: F.softplus (threshold 20) for
-        delta, exp(delta A), a loop over the sequence, the D skip and the silu gate."""
-        delta = F.softplus(dt + dt_bias)
-        ys = []
-        for t in range(x.shape[0]):
-            h = torch.exp(delta[t][:, None] * A) * h + (delta[t] * x[t])[:, None] * b[t][None, :]
-            ys.append((h @ c[t] + D * x[t]) * F.silu(z[t]))
-        return torch.stack(ys)
+        return selective_scan_ref(h, x, dt, b, A, dt_bias, c, z, D)
     return {
         "softmax": (lambda x: torch.softmax(x, -1), {}),
         "log_softmax": (lambda x: torch.log_softmax(x, -1), {}),

@@ -1,9 +1,11 @@
-"""Mamba's selective scan as its users write it in PyTorch (``torch_models.selective_scan_ref``: a loop
+"""Mamba's selective scan as its users write it in PyTorch (``frontends.pytorch.selective_scan_ref``, the
+Framework backwards report's: a loop
 over the sequence, F.softplus with its threshold, autograd's backward), against the spec
 ``selective_scan``: the same numbers forward and backward in float64, and proved from torch's own code
 at small dims, the value on softplus' kink included; the control, a hand-written softplus backward
 that takes the linear branch on the threshold, is failed there."""
 import numpy as np
+import pytest
 
 from optional import importorskip
 from vjpcert.core.backends import F64
@@ -30,7 +32,7 @@ def test_the_spec_computes_what_the_torch_reference_computes_forward_and_backwar
     rng = np.random.default_rng(1)
     v = _inputs(rng, 7, 4, 3)
     tv = {k: torch.tensor(a, dtype=torch.float64, requires_grad=True) for k, a in v.items()}
-    y = models.selective_scan_ref(*tv.values())
+    y = pytorch.selective_scan_ref(*tv.values())
     dy = rng.standard_normal(tuple(y.shape))
     y.backward(torch.tensor(dy))
     np.testing.assert_allclose(plain(SCAN(F64, *v.values())), y.detach().numpy(), rtol=1e-12, atol=1e-12)
@@ -38,8 +40,9 @@ def test_the_spec_computes_what_the_torch_reference_computes_forward_and_backwar
         np.testing.assert_allclose(plain(ours), tv[name].grad.numpy(), rtol=1e-10, atol=1e-12, err_msg=name)
 
 
+@pytest.mark.slow     # seconds; the committed Framework backwards certificates (pytorch.selective_scan) say it too
 def test_the_torch_reference_is_proved_from_its_own_code_and_is_the_spec_s_scan():
-    o = pytorch.from_torch(models.selective_scan_ref, name="tfs_selective_scan", spec=SCAN)
+    o = pytorch.from_torch(pytorch.selective_scan_ref, name="tfs_selective_scan", spec=SCAN)
     dims = {"T": 2, "d": 2, "N": 1}
     verdicts = {claim: prove_claim(o, claim, dims).verdict for claim in o.claims()}
     assert verdicts.pop("at_the_kink") == "checked" and "matches_spec[selective_scan]" in verdicts

@@ -290,17 +290,6 @@ def elman_loop_wrong_step(h, x, W, U, b):
     return torch.stack(hs)
 
 
-def selective_scan_ref(h, x, dt, b, A, dt_bias, c, z, D, softplus=None):
-    """Mamba's selective_scan_ref for one sequence, as its users write it: x, dt, z (T, d); b, c (T, N);
-    A (d, N); D, dt_bias (d,); the state h (d, N). ``softplus`` replaces F.softplus (a hand-written one)."""
-    delta = (softplus or F.softplus)(dt + dt_bias)                # threshold 20
-    ys = []
-    for t in range(x.shape[0]):
-        h = torch.exp(delta[t][:, None] * A) * h + (delta[t] * x[t])[:, None] * b[t][None, :]
-        ys.append((h @ c[t] + D * x[t]) * F.silu(z[t]))
-    return torch.stack(ys)
-
-
 class _SoftplusThresholdOnTheKink(torch.autograd.Function):
     """softplus with a hand-written backward that takes the linear branch at a >= 20, not a > 20."""
 
@@ -316,4 +305,6 @@ class _SoftplusThresholdOnTheKink(torch.autograd.Function):
 
 
 def selective_scan_ref_softplus_on_the_kink(h, x, dt, b, A, dt_bias, c, z, D):
+    """Mamba's scan (``vjpcert.frontends.pytorch.selective_scan_ref``) over that softplus."""
+    from vjpcert.frontends.pytorch import selective_scan_ref
     return selective_scan_ref(h, x, dt, b, A, dt_bias, c, z, D, softplus=_SoftplusThresholdOnTheKink.apply)
