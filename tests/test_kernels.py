@@ -286,6 +286,11 @@ CONTROL_CASES = [
     # the kinks: exact zeros and ties, which no other case draws
     ("relu_bwd_passes_zero", "relu", {"rows": 7, "n": 33}, None, None, "tolerance", "on_kinks"),
     ("max_pool_bwd_tie_to_last", "max_pool2d", {"N": 2, "C": 3, "Ho": 3, "Wo": 5}, None, None, "tolerance", "on_kinks"),
+    # the chunk boundary (the simulator's chunks are 8 steps): one step past it
+    ("linear_attention_fwd_carry_dropped", "linear_attention", {"h": 1, "T": 9, "d": 2, "e": 2}, None, ("random",),
+     "tolerance", "random"),
+    ("linear_attention_bwd_carry_dropped", "linear_attention", {"h": 1, "T": 9, "d": 2, "e": 2}, None, ("random",),
+     "tolerance", "random"),
 ]
 
 
@@ -362,6 +367,15 @@ def test_the_kink_faults_hide_from_every_case_but_the_kinks():
         spec = CONTROLS[control]
         cert = check_kernel_claim(OPS[op], spec.claim, dims, kernel=spec, cases=ktol.CASES)
         assert cert.verdict == "kernel-match", (control, cert.evidence)
+
+
+def test_a_dropped_chunk_carry_hides_within_one_chunk():
+    """Why the sizes cross the chunk: a chunked kernel that drops the carry between chunks is right
+    for every sequence of one chunk (T <= C = 8 in the simulator), however the inputs are drawn."""
+    for control in ("linear_attention_fwd_carry_dropped", "linear_attention_bwd_carry_dropped"):
+        spec = CONTROLS[control]
+        cert = check_kernel_claim(OPS["linear_attention"], spec.claim, {"h": 2, "T": 8, "d": 2, "e": 3}, kernel=spec)
+        assert cert.verdict == "kernel-match", (control, cert.evidence.get("witness"))
 
 
 def test_launchers_refuse_shapes_a_gpu_cannot_run():

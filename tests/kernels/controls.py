@@ -3,7 +3,7 @@ turn red. They are real kernels (same conventions as cuda_kernels/), launched th
 checker as the registry's, via ``check_kernel_claim(..., kernel=<KernelSpec>)``. This file is their
 index (``CONTROLS``, ``ptx_controls``); the kernels are in one file per op family beside it:
 controls_rows.py (softmax, LayerNorm, RMSNorm), controls_elementwise.py (GELU, RoPE) and
-controls_tiled.py (linear's matmul, attention).
+controls_tiled.py (linear's matmul, attention) and controls_chunked.py (chunked linear attention).
 
     missing_sync          a tree reduction without the barrier between levels   -> race detector
     uninitialised_read    threads beyond the row read shared slots nobody wrote -> race detector
@@ -42,6 +42,10 @@ only, the simulator's launch configuration only, a tolerance of k x numpy's floa
     batchnorm_bwd_no_mean_term  dx without - mean(g)                             -> tolerance
     relu_bwd_passes_zero  relu's mask x >= 0: relu'(0) = 1                       -> tolerance (on_kinks only)
     max_pool_bwd_tie_to_last  a tie's gradient to the last maximum              -> tolerance (on_kinks only)
+    linear_attention_fwd_carry_dropped  each chunk starts from a zero state: right while the
+                          sequence is one chunk (T <= C), wrong from T = C + 1  -> tolerance
+    linear_attention_bwd_carry_dropped  dv without the later chunks' state cotangent: the same
+                                                                                 -> tolerance
 """
 from __future__ import annotations
 
@@ -65,6 +69,7 @@ def _family(name: str):
 rows = _family("rows")
 elementwise = _family("elementwise")
 tiled = _family("tiled")
+chunked = _family("chunked")
 
 
 def _spec(base: str, launcher, name: str) -> KernelSpec:
@@ -112,6 +117,11 @@ CONTROLS = {
     "relu_bwd_passes_zero": _spec("relu_bwd", elementwise.relu_bwd_ge, "relu_bwd~passes_zero"),
     "max_pool_bwd_tie_to_last": _spec("max_pool2d_bwd", elementwise.max_pool_bwd_tie_to_last,
                                       "max_pool2d_bwd~tie_to_last"),
+    # the chunk boundary: right within one chunk, wrong across two
+    "linear_attention_fwd_carry_dropped": _spec("linear_attention_fwd", chunked.linear_attention_fwd_carry_dropped,
+                                                "linear_attention_fwd~carry_dropped"),
+    "linear_attention_bwd_carry_dropped": _spec("linear_attention_bwd", chunked.linear_attention_bwd_carry_dropped,
+                                                "linear_attention_bwd~carry_dropped"),
 }
 
 
