@@ -91,7 +91,7 @@ def recurrence(cell: Op, *, carry: str, over, name: str, dims, length: str = "T"
     y_t = h_t, or y_t = readout(h_t, x_t, shared...) where a ``readout`` op is given (its input named
     ``carry`` is the state; its other inputs are the cell's, with the same shapes, or its own). Inputs:
     the initial carry, each ``over`` input with a leading axis ``length``, and the other inputs shared
-    by every step. Its backward is ``bptt``: the readout's and the cell's backwards from the last step
+    by every step; an input's sampler (its domain) is the step op's. Its backward is ``bptt``: the readout's and the cell's backwards from the last step
     to the first, each state's cotangent what its output sends back plus what the later steps return.
     ``dims`` must give ``length``."""
     over = (over,) if isinstance(over, str) else tuple(over)
@@ -121,6 +121,15 @@ def recurrence(cell: Op, *, carry: str, over, name: str, dims, length: str = "T"
                               f"not one of the cell's")
     shared = tuple(n for n in names if n != carry and n not in over)
     inputs = {n: ((length, *shape[n]) if n in over else shape[n]) for n in names}
+    # a step op's sampler states its input's domain (a gate in (0, 1)); a sampler takes the whole
+    # shape, so it draws a sequence of them as well: over many steps a value outside the domain (a
+    # gate of 1.5) makes the state grow geometrically, past what any working precision resolves
+    sample = {}
+    for o in steps:
+        for n, draw in o.sample.items():
+            if sample.setdefault(n, draw) is not draw:
+                raise SpecError(name, f"recurrence: input {n!r} has a sampler in {cell.name} and another in "
+                                      f"{o.name}: one input has one domain")
 
     def run_forward(B, values):
         hs = states(B, cell, carry, over, shared, values)
@@ -149,7 +158,8 @@ def recurrence(cell: Op, *, carry: str, over, name: str, dims, length: str = "T"
                               f"{', '.join(f'{n}_t' for n in over)}{', ' if shared else ''}{', '.join(shared)}); "
                               f"the output stacks {read} for t = 1 .. {length}")
     o = op(inputs=inputs, output=(length, *output), dims=dims, large_dims=large_dims, check_dims=check_dims,
-           modular_dims=modular_dims, constraints=_joined(cell.constraints, constraints), name=name)(forward)
+           modular_dims=modular_dims, constraints=_joined(cell.constraints, constraints), name=name,
+           sample=sample)(forward)
     o.__class__ = RecurrenceOp
     o.defvjp(backward)
     o.module = caller

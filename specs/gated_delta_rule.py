@@ -3,7 +3,8 @@ per head, erased along the key before the new value is written, and decayed by a
 
     S_t = alpha_t (I - beta_t k_t k_t^T) S_(t-1) + beta_t k_t v_t^T        o_t = S_t^T q_t
 
-alpha_t in (0, 1] is the gate (alpha = 1: DeltaNet's delta rule), beta_t the writing strength. The
+alpha_t in (0, 1] is the gate (alpha = 1: DeltaNet's delta rule), beta_t in (0, 1) the writing strength,
+k_t a unit key (the numeric checks draw them so; the proofs hold for every value). The
 cell (the state's update) and the readout each have their backward written out by hand:
 
     P = S - beta k (k^T S), S' = alpha P + beta k v^T, dP = alpha dS'
@@ -38,8 +39,21 @@ def _keyed(S, k):
     return (S * k[:, :, None]).sum(1)
 
 
+def gates(rng, shape):
+    """alpha and beta as the model makes them, sigmoids: in (0, 1)."""
+    return 1 / (1 + np.exp(-2 * rng.standard_normal(shape)))
+
+
+def unit_keys(rng, shape):
+    """Keys L2-normalised per head, as Gated DeltaNet's are: with beta in (0, 1) the erasure
+    I - beta k k^T is then a contraction. (With |k|^2 beta > 2 it has an eigenvalue below -1 and the
+    state grows geometrically, past what any working precision resolves over a thousand steps.)"""
+    k = rng.standard_normal(shape)
+    return k / np.sqrt((k * k).sum(-1, keepdims=True))
+
+
 @op(inputs={"S": STATE, "k": ("h", "dk"), "v": ("h", "dv"), "alpha": ("h",), "beta": ("h",)}, output=STATE,
-    **STEP_DIMS)
+    sample={"k": unit_keys, "alpha": gates, "beta": gates}, **STEP_DIMS)
 def gated_delta_cell(B, S, k, v, alpha, beta):
     erased = S - _per_head(beta) * _outer(k, _keyed(S, k))          # (I - beta k k^T) S
     return _per_head(alpha) * erased + _per_head(beta) * _outer(k, v)

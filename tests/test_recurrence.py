@@ -71,6 +71,44 @@ def test_a_recurrence_is_refused_where_its_cell_does_not_fit():
         R.recurrence(CELL, carry="h", over="x", name="tr_bad_length", length="n", dims=[{"n": 2, "k": 2}])
 
 
+def test_a_recurrence_draws_its_inputs_in_its_step_ops_domains():
+    """A gate drawn outside (0, 1) makes a thousand-step state grow past any working precision (the
+    gated delta rule's recall law was `failed` at T = 1025 that way): the recurrence takes its step
+    ops' samplers, which draw whole sequences, and refuses two domains for one input."""
+    from vjpcert.numeric.sampling import sample_point
+    gdr = OPS["gated_delta_rule"]
+    assert gdr.sample["alpha"] is OPS["gated_delta_cell"].sample["alpha"]
+    for case in ("random", "near_constant", "large_magnitude"):
+        pt = sample_point(gdr, {"T": 1025, "h": 2, "dk": 3, "dv": 2}, case, 0)
+        assert ((0 < pt["alpha"]) & (pt["alpha"] < 1) & (0 < pt["beta"]) & (pt["beta"] < 1)).all(), case
+        np.testing.assert_allclose((pt["k"] ** 2).sum(-1), 1.0)
+        S = pt["S"]
+        for t in range(1025):           # bounded: alpha (I - beta k k^T) is a contraction
+            S = OPS["gated_delta_cell"].forward(F64, S, pt["k"][t], pt["v"][t], pt["alpha"][t], pt["beta"][t])
+        assert np.abs(S).max() < 1e3, case
+    assert (OPS["selective_scan"].sample["A"](np.random.default_rng(0), (4, 3)) < 0).all()
+
+    @op(name="tr_other_domain", inputs={"h": ("n",), "x": ("n",)}, output=("n",),
+        dims=[{"n": 2}], sample={"x": lambda rng, shape: rng.uniform(0, 1, shape)})
+    def readout(B, h, x):
+        return h * x
+
+    @readout.defvjp
+    def _(B, h, x, dy):
+        return dy * x, dy * h
+
+    @op(name="tr_cell_domain", inputs={"h": ("n",), "x": ("n",)}, output=("n",),
+        dims=[{"n": 2}], sample={"x": lambda rng, shape: rng.uniform(-1, 0, shape)})
+    def cell(B, h, x):
+        return h + x
+
+    @cell.defvjp
+    def _(B, h, x, dy):
+        return dy, dy
+    with pytest.raises(SpecError, match="one input has one domain"):
+        R.recurrence(cell, carry="h", over="x", readout=readout, name="tr_two_domains", dims=[{"T": 1, "n": 2}])
+
+
 def test_the_recurrence_is_its_cell_scanned_and_its_backward_the_loop_over_the_cell_s():
     rng = np.random.default_rng(1)
     T, n, k = 4, 3, 2
