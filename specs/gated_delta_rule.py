@@ -98,8 +98,9 @@ gated_delta_rule.every_size("vjp[S]", "vjp[k]", "vjp[v]", "vjp[alpha]", "vjp[bet
 
 
 @gated_delta_rule.law
-def a_unit_key_written_at_full_strength_recalls_its_value(B, S, k, v, alpha, beta, q, forward):
-    """With beta_t = 1 and a unit key (k_t^T k_t = 1), S_t^T k_t = v_t whatever the gate and the state
-    before: the delta rule replaces the value stored under k_t (read out with q_t = k_t)."""
-    unit = k / B.sqrt((k * k).sum(-1, keepdims=True))
-    return forward(S, unit, v, alpha, beta * 0 + 1, unit), v
+def a_key_written_at_full_strength_recalls_its_value(B, S, k, v, alpha, beta, q, forward):
+    """Written at full strength, beta_t = 1 / (k_t^T k_t) (the erasure I - beta_t k_t k_t^T is then the
+    projection away from k_t), S_t^T k_t = v_t whatever the gate and the state before: the delta rule
+    replaces the value stored under k_t (read out with q_t = k_t). A rational identity, so every tier
+    decides it (a unit key k / sqrt(k^T k) put a square root in it, which mod p leaves undecided)."""
+    return forward(S, k, v, alpha, 1 / (k * k).sum(-1), k), v

@@ -1,7 +1,7 @@
 """The gated delta rule (``specs/gated_delta_rule.py``): the paper's recurrence (Gated DeltaNet, state as
 d_v x d_k: S_t = S_(t-1) alpha_t (I - beta_t k_t k_t^T) + beta_t v_t k_t^T, o_t = S_t q_t) in float64,
 its VJPs proved for every length by induction from the cell's and the readout's, and its law -- a
-unit key written at full strength recalls its value -- proved exactly and refuted for a forward that
+key written at full strength recalls its value -- proved exactly and refuted for a forward that
 writes without erasing."""
 import numpy as np
 import pytest
@@ -14,7 +14,7 @@ from vjpcert.symbolic.fixed.prover import prove_claim
 
 OPS = builtin_ops()
 RULE, CELL, READOUT = OPS["gated_delta_rule"], OPS["gated_delta_cell"], OPS["gated_delta_readout"]
-LAW = "a_unit_key_written_at_full_strength_recalls_its_value"
+LAW = "a_key_written_at_full_strength_recalls_its_value"
 
 
 def test_the_spec_is_the_paper_s_recurrence_in_its_own_layout():
@@ -43,7 +43,7 @@ def test_every_vjp_is_proved_for_every_length_from_the_cell_s_and_the_readout_s(
     assert set(ev["readout_claims"]) == {"vjp[S]"} | ({claim} if v in READOUT.inputs else set())
 
 
-def test_a_unit_key_recalls_its_value_and_a_rule_that_does_not_erase_is_refuted():
+def test_a_key_written_at_full_strength_recalls_its_value_and_a_rule_that_does_not_erase_is_refuted():
     for dims in RULE.dims:
         assert prove_claim(RULE, LAW, dims).verdict == "proved", dims
     m = next(m for m in RULE.mutants if m.name == "writes_without_erasing")

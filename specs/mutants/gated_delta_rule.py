@@ -104,7 +104,7 @@ def _(B, S, k, v, alpha, beta, q, dy):
 
 
 @gated_delta_rule.mutant("writes_without_erasing", replaces="forward",
-                         kills=[*(f"vjp[{n}]" for n in SCAN_INPUTS), "a_unit_key_written_at_full_strength_recalls_its_value"])
+                         kills=[*(f"vjp[{n}]" for n in SCAN_INPUTS), "a_key_written_at_full_strength_recalls_its_value"])
 def _(B, S, k, v, alpha, beta, q):
     """S_t = alpha_t S_(t-1) + beta_t k_t v_t^T: linear attention with a decay where the delta rule was
     meant (the erase term dropped), under the delta rule's backward."""
