@@ -49,6 +49,7 @@ def test_the_torch_reference_is_proved_from_its_own_code_and_is_the_spec_s_scan(
     assert set(verdicts.values()) == {"proved"}, verdicts
 
 
+@pytest.mark.slow     # ~15 s; tests/test_frontend_kinks.py's x >= 0 mask is the frontend's kink control by default
 def test_a_softplus_backward_that_takes_the_linear_branch_on_the_threshold_is_failed_there():
     o = pytorch.from_torch(models.selective_scan_ref_softplus_on_the_kink, name="tfs_selective_scan_geq", spec=SCAN)
     dims = {"T": 2, "d": 2, "N": 1}
