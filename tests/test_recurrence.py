@@ -78,7 +78,7 @@ def test_a_recurrence_draws_its_inputs_in_its_step_ops_domains():
     from vjpcert.numeric.sampling import sample_point
     gdr = OPS["gated_delta_rule"]
     assert gdr.sample["alpha"] is OPS["gated_delta_cell"].sample["alpha"]
-    for case in ("random", "near_constant", "large_magnitude"):
+    for case in ("near_constant",):        # where the gate drawn near -1.47 at every step grew the state
         pt = sample_point(gdr, {"T": 1025, "h": 2, "dk": 3, "dv": 2}, case, 0)
         assert ((0 < pt["alpha"]) & (pt["alpha"] < 1) & (0 < pt["beta"]) & (pt["beta"] < 1)).all(), case
         np.testing.assert_allclose((pt["k"] ** 2).sum(-1), 1.0)
