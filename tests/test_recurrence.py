@@ -155,8 +155,8 @@ def test_a_hand_written_backward_that_is_right_is_not_proved_for_every_length():
     """The same loop written by hand without a bug: right at every T, but not the library's loop, so
     the every-size tier proves nothing (inconclusive), and the ring proves it at fixed T."""
     def bptt_by_hand(B, h, x, W, U, b, dy):
-        return R.bptt(B, CELL, "h", ("x",), ("W", "U", "b"), {"h": h, "x": x, "W": W, "U": U, "b": b},
-                      RNN(B, h, x, W, U, b), dy)
+        values = {"h": h, "x": x, "W": W, "U": U, "b": b}
+        return R.bptt(B, RNN.recurrence, values, R.states(B, RNN.recurrence, values), dy)
     twin = RNN.with_mutant(Mutant("by_hand", bptt_by_hand, "vjp", (), "the right loop, written by hand"))
     cert = prove_general(twin, "vjp[W]", budget=60)
     assert cert.verdict == "inconclusive" and "not the recurrence's own" in cert.evidence["reason"]
@@ -176,7 +176,8 @@ def test_a_recurrence_over_a_wrong_cell_is_failed_not_proved():
 def test_a_wrong_loop_in_the_library_is_caught_by_the_unrolled_instances(monkeypatch):
     """The control on the induction's one trusted piece: a bptt that drops the carry's cotangent is
     refuted where the ring proves the op unrolled (T = 2), so its claims are failed, not proved."""
-    def no_carry(B, cell, carry, over, shared, values, hs, dy):
+    def no_carry(B, rec, values, hs, dy):
+        cell, carry, over, shared = rec.cell, rec.carry, rec.over, rec.shared
         step_vjp, names = R.BoundNode(cell, B).vjp, list(cell.inputs)
         steps = [dict(zip(names, step_vjp(**{carry: values[carry] if t == 0 else hs[t - 1]},
                                           **{n: values[n][t] for n in over}, **{n: values[n] for n in shared},
