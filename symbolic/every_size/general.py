@@ -58,7 +58,7 @@ from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.every_size.form import (GeneralBuilder, Statement, _cot_name, _entry, assumptions_of,  # noqa: F401
                                    build_statement, general_claims, general_dims, render)
 from vjpcert.symbolic.every_size.cases import by_cases
-from vjpcert.symbolic.every_size.induction import prove_by_induction
+from vjpcert.symbolic.every_size.induction import prove_by_induction, prove_chunked
 from vjpcert.symbolic.every_size.concrete import cross_check, default_check_dims, find_witness, own_dims
 from vjpcert.symbolic.every_size.normal import NormalFormError, Normaliser
 from vjpcert.symbolic.every_size.shape_trace import DerivationRefused, derive, source_of, spec_line
@@ -193,6 +193,10 @@ def prove_general(op: Op, claim: str, *, budget: float = GENERAL_BUDGET_S, seed:
     if claim == KINK_CLAIM:
         raise SpecError(op.name, f"{claim!r} is checked at exact points on the kinks (the fixed-dims tier), not for "
                                  f"every size: leave it out of op.every_size(...)")
+    if form is None and getattr(op, "chunked", None) is not None:
+        # every length and chunk size: by induction over the chunks from the chunk ops' claims
+        return prove_chunked(op, claim, budget, seed, lambda verdict, dims, assumptions, evidence: _certificate(
+            op, claim, verdict, dims, assumptions, evidence, start, None), prove_general)
     if form is None and getattr(op, "recurrence", None) is not None:
         # every length: by induction from the cell's claims (a length in a loop has no one statement)
         return prove_by_induction(op, claim, budget, seed, lambda verdict, dims, assumptions, evidence: _certificate(

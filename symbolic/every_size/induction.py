@@ -136,3 +136,123 @@ def prove_by_induction(op: Op, claim: str, budget: float, seed: int, certificate
                 statement=template.format(T=rec.length, cell=rec.cell.name, readout=getattr(rec.readout, "name", ""),
                                           claims=claims),
                 variable=v)
+
+
+# ------------------------------------------------------------------------------ a recurrence in chunks
+CHUNKED_FORWARD = (
+    "For every length {T} >= 1 and chunk size C >= 1: the chunked forward is {rec}'s. First, by induction on "
+    "the chunk's length {n}: {state} over {n} steps is {n} steps of the cell {cell} from the state before the "
+    "chunk ({state}'s laws one_step_is_the_cell and one_more_step_is_the_cell, for every {n} and width), and "
+    "{out} over {n} steps is the recurrence's {n} outputs from that state ({out}'s laws one_step_is_the_readout "
+    "and one_more_step_is_the_readout, which read the state after {n} steps through {state}). Then, by "
+    "induction on the number of chunks: one chunk (T <= C, partial or whole) is {out} and {state} over T steps, "
+    "so the recurrence; K + 1 chunks are a chunk of C steps, which is the recurrence's first C steps and the "
+    "state after them, followed by K chunks from that state, which by the hypothesis are the recurrence from "
+    "it over the rest (core.chunked.run_chunks cuts the chunks and carries the state; core.recurrence.scan "
+    "is the recurrence's loop).")
+CHUNKED_BACKWARD = (
+    "For every length {T} >= 1 and chunk size C >= 1: by induction on the number of chunks. One chunk: the "
+    "forward is {out} on it and the backward {out}'s backward (the state after it is no output), so the claim "
+    "is {out}'s. K -> K + 1: the forward is the first chunk ({out}'s outputs and {state}'s state after it), then "
+    "K chunks from that state; the backward (core.chunked.backprop_chunks) runs the K chunks' backward first "
+    "(the hypothesis: the transpose of their Jacobian, the cotangent sent back to the state after the first "
+    "chunk included), then {out}'s backward on the first chunk's output cotangent and {state}'s on that "
+    "cotangent, each the transpose of its Jacobian by {claims} -- proved for every chunk length {n}, so for "
+    "chunks of C steps and the last partial one alike; the chain rule composes them, and an input read by "
+    "several chunks or by both ops gets the sum of its cotangents as its uses add up.")
+
+
+def chunked_instance_dims(op: Op) -> list[dict]:
+    """The chunked op against the definition, unrolled at its default chunk size: T = 1 (one partial
+    chunk at C >= 2) and T = C (one whole chunk), which the ring must prove, and T = C + 1 (a whole chunk
+    and a partial one), which must not be refuted."""
+    rec, C = op.chunked.recurrent.recurrence, op.params[op.chunked.chunk].default
+    return [{**op.dims[0], rec.length: t} for t in dict.fromkeys((1, C, C + 1))]
+
+
+def prove_chunked(op: Op, claim: str, budget: float, seed: int, certificate, prove_general) -> Certificate:
+    """The chunked op's claims for every length and chunk size, from its chunk ops' claims for every
+    chunk length (``core.chunked``). Arguments as ``prove_by_induction``'s."""
+    from vjpcert.core.chunked import EQUALS_RECURRENT, OUT_LAWS, STATE_LAWS
+    start = time.perf_counter()
+    cells = op.chunked
+    rec = cells.recurrent.recurrence
+    dims = general_dims(op, claim)
+    evidence: dict = {"proof": "induction on the number of chunks", "length": rec.length,
+                      "chunk_size": cells.chunk, "chunk_length": cells.chunk_length,
+                      "recurrence": cells.recurrent.name, "state_op": cells.state.name, "out_op": cells.out.name}
+    deadline = time.monotonic() + budget
+
+    def done(verdict, assumptions=(), **extra):
+        evidence.update(extra)
+        evidence["seconds_total"] = round(time.perf_counter() - start, 3)
+        return certificate(verdict, dims, list(assumptions), evidence)
+
+    def refuted(instances):
+        for d in chunked_instance_dims(op):
+            cert = prove_claim(op, claim, d, budget=max(1.0, (deadline - time.monotonic()) / 3), seed=seed)
+            instances.append({"dims": d, "verdict": cert.verdict, "method": cert.method})
+            if cert.verdict == "failed":
+                return d, cert.evidence.get("witness")
+        return None
+
+    if not cells.intact(op):
+        not_own = ("the op's forward or backward is not the chunked recurrence's own (core.chunked: the chunk ops "
+                   "run chunk after chunk, their backwards in reverse)")
+        instances: list = []
+        found = refuted(instances)
+        if found is not None:
+            return done("failed", witness=found[1], instances=instances,
+                        reason=f"{not_own}, and its {claim} is refuted at {found[0]} by the fixed-dims ring")
+        return done("inconclusive", instances=instances,
+                    reason=f"refused: {not_own}, so no induction on the chunks holds for it")
+    if claim == EQUALS_RECURRENT:
+        needed = [(cells.state, c) for c in STATE_LAWS] + [(cells.out, c) for c in OUT_LAWS]
+        template = CHUNKED_FORWARD
+    elif claim.startswith("vjp["):
+        v = claim[4:-1]
+        needed = [(o, c) for o in cells.steps for c in dict.fromkeys([f"vjp[{rec.carry}]", claim])
+                  if c[4:-1] in o.inputs]
+        template = CHUNKED_BACKWARD
+    else:
+        return done("inconclusive", reason=f"refused: {claim!r} is neither a VJP claim nor {EQUALS_RECURRENT}; "
+                                           f"only those follow from the chunk ops' claims by induction")
+    missing = [f"{o.name}: {c}" for o, c in needed if c not in o.general]
+    if missing:
+        return done("inconclusive", reason=f"the chunk ops do not declare {missing} for every size "
+                                           f"(op.every_size(...)): the induction needs them")
+    proved = {}
+    for k, (o, c) in enumerate(needed):
+        left = deadline - time.monotonic()
+        cert = prove_general(o, c, budget=max(1.0, left / (len(needed) - k + 1)), seed=seed)
+        row = {"verdict": cert.verdict, "statement_dims": cert.dims, "assumptions": list(cert.assumptions)}
+        if cert.verdict == "proved-general" and cert.dims.get(cells.chunk_length) != cells.chunk_length:
+            # the chunk's length must be a symbol of the statement: every chunk size, the partial one too
+            row.update(verdict="inconclusive", reason=f"not stated for every chunk length {cells.chunk_length}: "
+                                                      f"{cert.dims}")
+        elif cert.verdict != "proved-general":
+            row["reason"] = cert.evidence.get("reason")
+        proved[(o, c)] = row
+    evidence["chunk_op_claims"] = {f"{o.name}: {c}": r for (o, c), r in proved.items()}
+    instances = []
+    found = refuted(instances)
+    if found is not None:
+        return done("failed", witness=found[1], instances=instances,
+                    reason=f"the chunked op's {claim} is refuted at {found[0]} by the fixed-dims ring")
+    evidence["instances"] = instances
+    not_proved = [k for k, r in proved.items() if r["verdict"] != "proved-general"]
+    if not_proved:
+        return done("inconclusive", reason=f"{[f'{o.name}: {c}' for o, c in not_proved]} not proved for every "
+                                           f"size: {[proved[k].get('reason') for k in not_proved]}"[:500])
+    if any(i["verdict"] != "proved" for i in instances[:2]):
+        return done("inconclusive", reason="the chunked op is not proved unrolled at one chunk (partial and whole): "
+                                           "its loop is not checked against the definition")
+    assumptions = sorted({a for r in proved.values() for a in r["assumptions"]
+                          if not a.startswith(f"{cells.chunk_length} ")}
+                         | {f"{rec.length} >= 1", "C >= 1 (an integer)"})
+    claims = " and ".join(f"{o.name}'s {c}" for o, c in needed)
+    return done("proved-general", assumptions,
+                statement=template.format(T=rec.length, n=cells.chunk_length, rec=cells.recurrent.name,
+                                          cell=rec.cell.name, state=cells.state.name, out=cells.out.name,
+                                          claims=claims),
+                **({"variable": claim[4:-1]} if claim.startswith("vjp[") else {}))

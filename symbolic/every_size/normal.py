@@ -91,9 +91,23 @@ class Normaliser(SumForms):
         num = self._reduce_indicators(self._reduce_trig(self._reduce_radicals(num)))
         if num != 0:
             num = self.merge_bodies(num)
+        if num != 0 and self._merges_once_expanded(nf):
+            info["numerator_terms_after_relations"] = 0
+            return True, info
         info["numerator_terms_after_relations"] = len(sp.Add.make_args(num)) if num != 0 else 0
         info["remaining_atoms"] = sorted({str(self._back.get(s, s))[:80] for s in num.free_symbols})[:12]
         return num == 0, info
+
+    def _merges_once_expanded(self, nf) -> bool:
+        """The range join again on the expanded normal form: a sum a factor of a product of sums (a
+        chunk's state scaled by gamma, gamma (S + sum_(j < n - 1) ...), against the chunk one step longer)
+        meets its edge term only once the product is multiplied out. Tried only where the first test
+        failed, so what it already proves costs nothing more."""
+        expanded = self.expand(nf)
+        if expanded == nf:
+            return False
+        merged = self.merge_ranges(expanded)
+        return merged != expanded and rational_function_is_zero(self.atomise(merged))
 
     # ------------------------------------------------------------------ atoms <-> symbols
     def atom(self, e) -> sp.Dummy:
@@ -264,6 +278,10 @@ class Normaliser(SumForms):
         # a symbolic exponent (RoPE's base^(-2i/d)): an atom when the base is a positive constant
         if base.is_Rational and base > 0:
             return sp.Pow(base, self.expand(ex))
+        # a positive param to a symbolic power (a decay gamma^(i - j)): e^((i - j) log gamma), so that
+        # gamma^n meets gamma^(n - 1) gamma and the exps' relations decide it
+        if base.is_Symbol and base.is_positive:
+            return self.exp(self.expand(ex * self.log(base)))
         raise NormalFormError(f"symbolic power of a non-constant base: ({base})**({ex})")
 
     def root(self, base, q: int):

@@ -251,14 +251,21 @@ class SumForms:
                     continue
                 if want.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
                     continue
-                want = sp.Add.make_args(want)
                 others = terms[:pos] + terms[pos + 1:]
-                for w in want:
+                whole = Sum(body, *(S.limits[:k] + ((v, lo, hi + 1),) + S.limits[k + 1:]))
+                if want == 0:
+                    # an edge that is 0 (a causal mask past the last row) extends the range by itself,
+                    # where another term holds the sum over the extended range (else no end to it)
+                    joined = self(c * whole)
+                    longer = [f for f in sp.Mul.make_args(joined) if isinstance(f, Sum)]
+                    if longer and any(longer[0] in sp.Mul.make_args(o) for o in others):
+                        return sp.Add(joined, *others)
+                    continue
+                for w in sp.Add.make_args(want):
                     if w not in others:
                         break
                     others.remove(w)
                 else:
-                    whole = Sum(body, *(S.limits[:k] + ((v, lo, hi + 1),) + S.limits[k + 1:]))
                     return sp.Add(self(c * whole), *others)
         return None
 

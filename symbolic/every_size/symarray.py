@@ -506,8 +506,9 @@ def power(A, k) -> SymArray:
         return elementwise(lambda a: a ** e, A)
     K = lift(k)
     base, ex = A.sample(), K.sample()
-    if base.is_Rational and base > 0 and not ex.has(sp.Indexed):
-        return elementwise(lambda a, b: a ** b, A, K)       # RoPE's base ** (-2i/d): a constant per entry
+    if (base.is_Rational and base > 0 or base.is_Symbol and base.is_positive) and not ex.has(sp.Indexed):
+        # RoPE's base ** (-2i/d), a decay's gamma ** i (gamma > 0 a param): a constant per entry
+        return elementwise(lambda a, b: a ** b, A, K)
     if ex.is_Rational and ex.q in (1, 2):
         return elementwise(lambda a, b: a ** b, A, K)
     refuse("x ** y with a non-constant exponent is not supported; use B.exp/B.log")
