@@ -3,23 +3,26 @@
     S_t = gamma S_(t-1) + k_t v_t^T  (S_0 = 0),   o_t = S_t^T q_t
         = sum_(s <= t) gamma^(t - s) (q_t . k_s) v_s
 
-gamma = 1 is plain causal linear attention (the law below). The recurrent form is the reference; its
-backward is the reverse loop people write (the state's cotangent dS_t = q_t do_t^T + gamma dS_(t+1)).
-The chunked form cuts the sequence into chunks of C steps (the last one partial): inside a chunk the
-quadratic form (Q K^T masked by the decays) V, across chunks the state carried from chunk to chunk;
-its backward runs the chunks in reverse with the state's cotangent carried between them. Its law says
-the chunked forward is the recurrent one, for every chunk size at each length of the ladder (a chunk
-of C >= T steps is the whole sequence).
+gamma = 1 is plain causal linear attention (the law below). The recurrent form is the reference: the
+cell (the state's update) and the readout, each with its backward written out by hand, scanned along
+T (``core.recurrence``: its backward is backpropagation through time over theirs, its VJP claims proved
+for every length by induction). The chunked form (``core.chunked``) cuts the sequence into chunks of C
+steps, the last one partial: inside a chunk the quadratic form (Q K^T masked by the decays) V, across
+chunks the state carried from chunk to chunk, each written for a chunk of any length n with its
+backward by hand. That it is the recurrent form, and that its backward is its VJP, is proved for every
+length T and every chunk size C from the chunk ops' claims for every n.
 """
 from fractions import Fraction
 
 import numpy as np
 
+from vjpcert.core.chunked import chunked
+from vjpcert.core.recurrence import recurrence
 from vjpcert.core.registry import Param, op
 
-SHAPES = dict(inputs={"q": ("h", "T", "d"), "k": ("h", "T", "d"), "v": ("h", "T", "e")}, output=("h", "T", "e"),
-              modular_dims=[{"h": 4, "T": 2048, "d": 64, "e": 64}])
+STATE = ("h", "d", "e")
 DECAY = Param(Fraction(9, 10), positive=True, doc="the state's decay per step (1: none)")
+STEP_DIMS = dict(dims=[{"h": 1, "d": 2, "e": 2}, {"h": 2, "d": 2, "e": 1}], check_dims={"h": 2, "d": 3, "e": 2})
 
 
 def _outer(a, b):
@@ -32,39 +35,40 @@ def _read(S, a):
     return (S * a[:, :, None]).sum(1)
 
 
-def states(B, k, v, gamma):
-    """S_1 .. S_T, the recurrent form's states."""
-    S = B.zeros((k.shape[0], k.shape[2], v.shape[2]))
-    out = []
-    for t in range(k.shape[1]):
-        S = gamma * S + _outer(k[:, t], v[:, t])
-        out.append(S)
-    return out
+@op(inputs={"S": STATE, "k": ("h", "d"), "v": ("h", "e")}, output=STATE, params={"gamma": DECAY}, **STEP_DIMS)
+def linear_attention_cell(B, S, k, v, gamma):
+    return gamma * S + _outer(k, v)
+
+
+@linear_attention_cell.defvjp
+def _(B, S, k, v, gamma, dy):
+    return gamma * dy, (dy * v[:, None, :]).sum(2), _read(dy, k)
+
+
+@op(inputs={"S": STATE, "q": ("h", "d")}, output=("h", "e"), **STEP_DIMS)
+def linear_attention_readout(B, S, q):
+    return _read(S, q)
+
+
+@linear_attention_readout.defvjp
+def _(B, S, q, dy):
+    return _outer(q, dy), (S * dy[:, None, :]).sum(2)
+
+
+linear_attention_cell.every_size("vjp[S]", "vjp[k]", "vjp[v]")
+linear_attention_readout.every_size("vjp[S]", "vjp[q]")
+
+linear_attention = recurrence(
+    linear_attention_cell, readout=linear_attention_readout, carry="S", over=("q", "k", "v"), order=("q", "k", "v"),
+    axis=1, zero_carry=True, name="linear_attention",
+    dims=[{"h": 1, "T": 1, "d": 2, "e": 2}, {"h": 1, "T": 3, "d": 2, "e": 1}, {"h": 2, "T": 4, "d": 1, "e": 2}],
+    check_dims={"h": 2, "T": 9, "d": 3, "e": 2}, modular_dims=[{"h": 4, "T": 2048, "d": 64, "e": 64}])
+linear_attention.every_size("vjp[q]", "vjp[k]", "vjp[v]")
 
 
 def recurrent(B, q, k, v, gamma):
-    return np.stack([_read(S, q[:, t]) for t, S in enumerate(states(B, k, v, gamma))], axis=1)
-
-
-@op(**SHAPES, params={"gamma": DECAY},
-    dims=[{"h": 1, "T": 1, "d": 2, "e": 2}, {"h": 1, "T": 3, "d": 2, "e": 1}, {"h": 2, "T": 4, "d": 1, "e": 2}],
-    check_dims={"h": 2, "T": 9, "d": 3, "e": 2})
-def linear_attention(B, q, k, v, gamma):
-    return recurrent(B, q, k, v, gamma)
-
-
-@linear_attention.defvjp
-def _(B, q, k, v, gamma, dy):
-    S = states(B, k, v, gamma)
-    dq, dk, dv = [None] * q.shape[1], [None] * q.shape[1], [None] * q.shape[1]
-    dS = B.zeros(S[0].shape)
-    for t in reversed(range(q.shape[1])):
-        dS = dS + _outer(q[:, t], dy[:, t])              # o_t = S_t^T q_t
-        dq[t] = (S[t] * dy[:, t][:, None, :]).sum(2)     # S_t do_t
-        dk[t] = (dS * v[:, t][:, None, :]).sum(2)        # dS_t v_t
-        dv[t] = _read(dS, k[:, t])                       # dS_t^T k_t
-        dS = gamma * dS                                  # S_t = gamma S_(t-1) + ...
-    return np.stack(dq, axis=1), np.stack(dk, axis=1), np.stack(dv, axis=1)
+    """The recurrent form's outputs (h, T, e), for tests and laws."""
+    return linear_attention.forward(B, q, k, v, gamma)
 
 
 @linear_attention.law(params={"gamma": 1})
@@ -76,91 +80,61 @@ def without_decay_it_is_causal_attention_without_softmax(B, q, k, v, forward):
 
 
 # ------------------------------------------------------------------------------ the chunked form
-def _powers(B, gamma, n):
-    """gamma^0 .. gamma^(n-1), as an array of length n."""
-    p = [B.c(1)]
-    for _ in range(n - 1):
-        p.append(p[-1] * gamma)
-    return np.stack(p)
+CHUNK = dict(dims=[{"h": 1, "n": 1, "d": 2, "e": 2}, {"h": 1, "n": 2, "d": 2, "e": 1}, {"h": 2, "n": 3, "d": 1, "e": 2}],
+             check_dims={"h": 2, "n": 4, "d": 3, "e": 2})
 
 
-def _chunks(T, C):
-    return [(s, min(s + C, T)) for s in range(0, T, C)]
+def powers(B, gamma, n):
+    """gamma^0 .. gamma^(n - 1): gamma to the power of each step's index in the chunk."""
+    return gamma ** B.array(np.arange(n))
 
 
-def next_state(S, K, V, g):
-    """The state after a chunk of n = len(g) - 1 steps: gamma^n S + sum_j gamma^(n-1-j) k_j v_j^T."""
-    n = len(g) - 1
-    return g[n] * S + (K * (g[n] / g[1:])[:, None]).transpose(0, 2, 1) @ V
+@op(inputs={"S": STATE, "k": ("h", "n", "d"), "v": ("h", "n", "e")}, output=STATE, params={"gamma": DECAY}, **CHUNK)
+def linear_attention_chunk_state(B, S, k, v, gamma):
+    """The state after a chunk of n steps: gamma^n S + sum_j gamma^(n-1-j) k_j v_j^T."""
+    n = k.shape[1]
+    w = gamma ** n / (powers(B, gamma, n) * gamma)          # gamma^(n-1-j): k_j's weight
+    return gamma ** n * S + (k * w[None, :, None]).transpose(0, 2, 1) @ v
 
 
-def chunked(B, q, k, v, gamma, C):
-    S = B.zeros((k.shape[0], k.shape[2], v.shape[2]))
-    out = []
-    for s, e in _chunks(q.shape[1], C):
-        Q, K, V = q[:, s:e], k[:, s:e], v[:, s:e]
-        n = e - s
-        g = _powers(B, gamma, n + 1)                      # gamma^0 .. gamma^n
-        mask = np.tril(np.ones((n, n), dtype=bool))
-        A = (Q * g[:n, None]) @ (K / g[:n, None]).transpose(0, 2, 1)     # gamma^(i - j) q_i . k_j
-        inside = np.where(mask, A, B.c(0)) @ V
-        before = (Q * g[1:, None]) @ S                    # gamma^(i + 1) S^T q_i
-        out.append(inside + before)
-        S = next_state(S, K, V, g)
-    return np.concatenate(out, axis=1)
+@linear_attention_chunk_state.defvjp
+def _(B, S, k, v, gamma, dy):
+    n = k.shape[1]
+    w = gamma ** n / (powers(B, gamma, n) * gamma)
+    return gamma ** n * dy, (v @ dy.transpose(0, 2, 1)) * w[None, :, None], (k * w[None, :, None]) @ dy
 
 
-@op(**SHAPES, params={"gamma": DECAY, "C": Param(2, symbolic=False, doc="the chunk's length")},
+@op(inputs={"S": STATE, "q": ("h", "n", "d"), "k": ("h", "n", "d"), "v": ("h", "n", "e")}, output=("h", "n", "e"),
+    params={"gamma": DECAY}, **CHUNK)
+def linear_attention_chunk_out(B, S, q, k, v, gamma):
+    """A chunk's outputs from the state S before it: o_i = gamma^(i+1) S^T q_i (what came before) plus
+    sum_(j <= i) gamma^(i-j) (q_i . k_j) v_j (the chunk itself, the masked quadratic form)."""
+    n = q.shape[1]
+    g = powers(B, gamma, n)[None, :, None]
+    mask = np.tril(np.ones((n, n), dtype=bool))
+    inside = np.where(mask, (q * g) @ (k / g).transpose(0, 2, 1), B.c(0)) @ v
+    return inside + (q * g * gamma) @ S
+
+
+@linear_attention_chunk_out.defvjp
+def _(B, S, q, k, v, gamma, dy):
+    n = q.shape[1]
+    g = powers(B, gamma, n)[None, :, None]
+    mask = np.tril(np.ones((n, n), dtype=bool))
+    Qg, Kg = q * g, k / g
+    M = np.where(mask, Qg @ Kg.transpose(0, 2, 1), B.c(0))            # inside = M V
+    dM = np.where(mask, dy @ v.transpose(0, 2, 1), B.c(0))
+    dS = (q * g * gamma).transpose(0, 2, 1) @ dy
+    dq = (dM @ Kg) * g + (dy @ S.transpose(0, 2, 1)) * g * gamma
+    return dS, dq, (dM.transpose(0, 2, 1) @ Qg) / g, M.transpose(0, 2, 1) @ dy
+
+
+for _chunk_op in (linear_attention_chunk_state, linear_attention_chunk_out):
+    _chunk_op.every_size(*(c for c in _chunk_op.claims() if c.startswith("vjp[")))
+
+linear_attention_chunked = chunked(
+    linear_attention, state=linear_attention_chunk_state, out=linear_attention_chunk_out,
+    name="linear_attention_chunked", chunk=2,
     dims=[{"h": 1, "T": 1, "d": 2, "e": 2}, {"h": 1, "T": 3, "d": 2, "e": 1}, {"h": 2, "T": 5, "d": 1, "e": 2}],
-    check_dims={"h": 2, "T": 5, "d": 3, "e": 2})     # T = 5: the laws' chunk sizes are every chunking of it
-def linear_attention_chunked(B, q, k, v, gamma, C):
-    return chunked(B, q, k, v, gamma, C)
-
-
-def _carried_back(dS, own, decay):
-    """The cotangent of the state before a chunk: the one after it, decayed across the chunk's n steps
-    (decay = gamma^n), plus what the chunk's own outputs send to it."""
-    return decay * dS + own
-
-
-def chunked_backward(B, q, k, v, gamma, C, dy, carried_back=_carried_back):
-    """The chunked form's backward: the chunks in reverse, the state's cotangent carried between them
-    by ``carried_back``."""
-    T = q.shape[1]
-    starts = [B.zeros((k.shape[0], k.shape[2], v.shape[2]))]      # the state before each chunk
-    for s, e in _chunks(T, C):
-        starts.append(next_state(starts[-1], k[:, s:e], v[:, s:e], _powers(B, gamma, e - s + 1)))
-    dq, dk, dv = [], [], []
-    dS = B.zeros(starts[0].shape)                        # the cotangent of the state after the chunk
-    for c, (s, e) in reversed(list(enumerate(_chunks(T, C)))):
-        Q, K, V, dO, S = q[:, s:e], k[:, s:e], v[:, s:e], dy[:, s:e], starts[c]
-        n = e - s
-        g = _powers(B, gamma, n + 1)
-        mask = np.tril(np.ones((n, n), dtype=bool))
-        Qg, Kg = Q * g[:n, None], K / g[:n, None]
-        M = np.where(mask, Qg @ Kg.transpose(0, 2, 1), B.c(0))            # inside = M V
-        dM = np.where(mask, dO @ V.transpose(0, 2, 1), B.c(0))
-        w = g[n] / g[1:]                          # gamma^(n-1-j): k_j's weight in the next state
-        dQ = (dM @ Kg) * g[:n, None] + (dO @ S.transpose(0, 2, 1)) * g[1:, None]
-        dK = (dM.transpose(0, 2, 1) @ Qg) / g[:n, None] + (V @ dS.transpose(0, 2, 1)) * w[:, None]
-        dV = M.transpose(0, 2, 1) @ dO + (K * w[:, None]) @ dS
-        dq.insert(0, dQ), dk.insert(0, dK), dv.insert(0, dV)
-        dS = carried_back(dS, (Q * g[1:, None]).transpose(0, 2, 1) @ dO, g[n])
-    return np.concatenate(dq, axis=1), np.concatenate(dk, axis=1), np.concatenate(dv, axis=1)
-
-
-@linear_attention_chunked.defvjp
-def _(B, q, k, v, gamma, C, dy):
-    return chunked_backward(B, q, k, v, gamma, C, dy)
-
-
-def _equals_the_recurrent_form(C):
-    def law(B, q, k, v, gamma, forward):
-        return forward(q, k, v), recurrent(B, q, k, v, gamma)
-    law.__doc__ = f"Cut into chunks of {C} steps (the last one partial), the forward is the recurrent form's."
-    linear_attention_chunked.law(law, params={"C": C}, name=f"chunks_of_{C}_equal_the_recurrent_form")
-
-
-# Every chunking of the ladder's lengths (T <= 5): a chunk of C >= T steps is the whole sequence
-for _C in range(1, 6):
-    _equals_the_recurrent_form(_C)
+    check_dims={"h": 2, "T": 9, "d": 3, "e": 2})
+linear_attention_chunked.every_size("vjp[q]", "vjp[k]", "vjp[v]", "equals_the_recurrent_form")

@@ -100,6 +100,9 @@ simple("positive", "ufunc", lambda B, x, y: np.positive(x) + y)
 simple("power", "square", lambda B, x, y: x ** 2)
 simple("power", "cube_inverse", lambda B, x, y: x ** 3 + y ** -1)
 simple("power", "ufunc", lambda B, x, y: np.power(x, 2) * y ** 0)
+# a decay's powers: a value to the power of each index (gamma ** np.arange(n), gamma not a constant)
+simple("power", "int_powers_of_a_value", lambda B, x, y: x[0, 0] ** B.array(np.arange(x.shape[1])) * y[0],
+       truth=lambda B, x, y: np.array([x[0, 0] ** j for j in range(x.shape[1])], dtype=object) * y[0])
 
 # ------------------------------------------------------------------ reductions
 simple("sum", "all", lambda B, x, y: x.sum() * y)

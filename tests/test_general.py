@@ -35,7 +35,8 @@ REQUIRED = {
 }
 # Every claim whose statement is derived from the spec's code; a recurrence's claims are proved by
 # induction from its cell's instead (tests/test_recurrence.py), and its cell's are here.
-GENERAL = [(name, claim) for name, o in OPS.items() if getattr(o, "recurrence", None) is None
+GENERAL = [(name, claim) for name, o in OPS.items()
+           if getattr(o, "recurrence", None) is None and getattr(o, "chunked", None) is None
            for claim in general_claims(o)]
 # The default run proves (and refutes a wrong spec of) every every-size claim of these ops, which
 # between them use reductions, exp, a causal mask and laws; tests/test_every_size_language.py holds

@@ -23,6 +23,15 @@ from vjpcert.symbolic.modular.backend import Field, ModArray, ModularBackend, de
 from vjpcert.symbolic.modular.bound import LEAF
 
 
+# Cells an interpreter does not follow yet, each a strict xfail (it turns red when fixed): a decline
+# there is a refusal (the claim inconclusive), never another value. The modular tier's arrays raise a
+# value that is not a constant (a decay param) to an array of int powers only with a change to
+# symbolic/modular/array.py, which stales every modular certificate: it waits for the next full
+# regeneration of them.
+KNOWN_GAPS = {("power:int_powers_of_a_value", "modular"):
+              "mod p: x ** k with an array of exponents needs a positive rational constant base"}
+
+
 def _cells(primitives=None):
     out = []
     for prim, cases in by_primitive(primitives).items():
@@ -35,9 +44,11 @@ def _cells(primitives=None):
                     for interp in INTERPRETERS:
                         # the symbolic-size column derives a statement per cell: its first shape by default
                         later = slow or (interp == "every_size_symbolic" and k > 0)
+                        gap = KNOWN_GAPS.get((case.id, interp))
+                        marks = ([pytest.mark.slow] if later else []) + \
+                            ([pytest.mark.xfail(reason=gap, strict=True)] if gap else [])
                         out.append(pytest.param(prim, case, shape_pair, interp,
-                                                id=f"{case.id}-{'slow' if slow else 's'}{k}-{interp}",
-                                                marks=pytest.mark.slow if later else ()))
+                                                id=f"{case.id}-{'slow' if slow else 's'}{k}-{interp}", marks=marks))
     return out
 
 

@@ -1,11 +1,19 @@
-"""Causal linear attention (``specs/linear_attention.py``): the chunked form is the recurrent form for
-every chunk size of the ladder's lengths, the last partial chunk included; each form's backward is
-its VJP; and the two forms agree in floats at a long length whose last chunk is partial."""
+"""Causal linear attention (``specs/linear_attention.py``) and the chunked recurrence it is built with
+(``core.chunked``): the chunked form is the recurrent form, and its backward its VJP, for every length
+and every chunk size (by induction over the chunks, from the chunk ops' claims for every chunk length);
+a chunked op that breaks the construct, or chunk ops that are not the recurrence's steps, are never
+proved; and the two forms agree in floats at a long length whose last chunk is partial."""
 import numpy as np
+import pytest
 
 from vjpcert.core.backends import F64
+from vjpcert.core.chunked import EQUALS_RECURRENT, chunked
+from vjpcert.core.errors import SpecError
+from vjpcert.core.registry import Mutant, op
 from vjpcert.specs import builtin_ops
-from vjpcert.specs.linear_attention import chunked, recurrent
+from vjpcert.specs.linear_attention import (CHUNK, DECAY, STATE, linear_attention, linear_attention_chunk_out,
+                                            linear_attention_chunk_state, powers, recurrent)
+from vjpcert.symbolic.every_size.general import prove_general
 from vjpcert.symbolic.fixed.prover import prove_claim
 
 OPS = builtin_ops()
@@ -20,24 +28,81 @@ def test_every_claim_of_both_forms_is_proved_at_every_dims_of_the_ladder():
                 assert cert.verdict == "proved", (o.name, dims, claim, cert.evidence)
 
 
-def test_the_laws_cover_every_chunking_of_the_longest_length():
-    """A chunk of C >= T steps is the whole sequence: C = 1 .. T is every chunking there is at T."""
-    longest = max(d["T"] for d in CHUNKED.dims)
-    assert {law.params["C"] for law in CHUNKED.laws} == set(range(1, longest + 1))
-    assert any(d["T"] % CHUNKED.params["C"].default for d in CHUNKED.dims)   # a partial last chunk
+@pytest.mark.parametrize("claim", CHUNKED.claims())
+def test_the_chunked_form_is_the_recurrent_one_for_every_length_and_chunk_size(claim):
+    cert = prove_general(CHUNKED, claim, budget=120)
+    ev = cert.evidence
+    assert cert.verdict == "proved-general", ev.get("reason")
+    assert ev["proof"] == "induction on the number of chunks" and "C >= 1" in ev["statement"]
+    assert cert.dims == {"T": "T", "d": "d", "e": "e", "h": "h"} and "C >= 1 (an integer)" in cert.assumptions
+    # every premise is a claim of a chunk op for every chunk length n, the partial last chunk among them
+    assert ev["chunk_op_claims"] and all(r["verdict"] == "proved-general" and r["statement_dims"]["n"] == "n"
+                                         for r in ev["chunk_op_claims"].values())
+    assert [i["verdict"] for i in ev["instances"]] == ["proved"] * 3
 
 
-def test_a_chunked_forward_whose_chunks_do_not_meet_is_refuted_with_a_witness():
-    """The control, written here: the state is not carried from chunk to chunk."""
-    from vjpcert.core.registry import Mutant
-    def forgets(B, q, k, v, gamma, C):
-        return np.concatenate([chunked(B, q[:, s:s + C], k[:, s:s + C], v[:, s:s + C], gamma, C)
-                               for s in range(0, q.shape[1], C)], axis=1)
-    twin = CHUNKED.with_mutant(Mutant("chunks_forget_the_state", forgets, "forward",
-                                      ("chunks_of_2_equal_the_recurrent_form",), "each chunk starts from 0"))
-    cert = prove_claim(twin, "chunks_of_2_equal_the_recurrent_form", CHUNKED.dims[-1])
-    assert cert.verdict == "failed" and cert.evidence["witness"]["exact"], cert.evidence
-    assert prove_claim(twin, "chunks_of_5_equal_the_recurrent_form", CHUNKED.dims[-1]).verdict == "proved"
+def test_the_chunk_ops_carry_the_laws_that_make_them_the_recurrence_s_steps():
+    assert {"one_step_is_the_cell", "one_more_step_is_the_cell"} <= set(linear_attention_chunk_state.general)
+    assert {"one_step_is_the_readout", "one_more_step_is_the_readout"} <= set(linear_attention_chunk_out.general)
+
+
+def _chunk_state(name, forward):
+    o = op(name=name, inputs=dict(linear_attention_chunk_state.inputs), output=STATE, params={"gamma": DECAY},
+           **CHUNK)(forward)
+    o.defvjp(linear_attention_chunk_state.vjp)
+    o.every_size("vjp[S]", "vjp[k]", "vjp[v]")
+    return o
+
+
+def test_a_chunk_state_that_is_not_the_cell_s_steps_is_refuted_not_proved():
+    """The bug my first chunked forward had: k_j weighted by gamma^j instead of gamma^(n-1-j). Its
+    backward is consistent with it (each VJP claim alone proved), so only the generated laws catch it,
+    and the chunked op's equality with the recurrence is then failed with a witness, not proved."""
+    def forward(B, S, k, v, gamma):
+        n = k.shape[1]
+        return gamma ** n * S + (k * powers(B, gamma, n)[None, :, None]).transpose(0, 2, 1) @ v
+
+    def backward(B, S, k, v, gamma, dy):
+        n = k.shape[1]
+        w = powers(B, gamma, n)
+        return gamma ** n * dy, (v @ dy.transpose(0, 2, 1)) * w[None, :, None], (k * w[None, :, None]) @ dy
+    wrong = op(name="tla_wrong_chunk_state", inputs=dict(linear_attention_chunk_state.inputs), output=STATE,
+               params={"gamma": DECAY}, **CHUNK)(forward)
+    wrong.defvjp(backward)
+    wrong.every_size("vjp[S]", "vjp[k]", "vjp[v]")
+    ch = chunked(linear_attention, state=wrong, out=linear_attention_chunk_out, name="tla_wrong_chunked",
+                 dims=CHUNKED.dims)
+    ch.every_size("vjp[k]", EQUALS_RECURRENT)
+    assert prove_general(wrong, "vjp[k]", budget=60).verdict == "proved-general"
+    law = prove_general(wrong, "one_more_step_is_the_cell", budget=60)
+    assert law.verdict == "failed" and law.evidence["witness"], law.evidence
+    cert = prove_general(ch, EQUALS_RECURRENT, budget=120)
+    assert cert.verdict == "failed" and cert.evidence["witness"], cert.evidence
+    assert prove_claim(ch, EQUALS_RECURRENT, {"h": 1, "T": 3, "d": 2, "e": 1}).verdict == "failed"
+
+
+def test_a_hand_written_chunked_backward_is_not_proved_by_induction():
+    """The construct's loop replaced (a mutant's backward): no induction holds; a wrong one is failed
+    with the ring's witness, at the length of two chunks."""
+    m = next(x for x in CHUNKED.mutants if x.name == "state_cotangent_not_carried_between_chunks")
+    twin = CHUNKED.with_mutant(m)
+    cert = prove_general(twin, "vjp[k]", budget=60)
+    assert cert.verdict == "failed" and "not the chunked recurrence's own" in cert.evidence["reason"]
+    assert cert.evidence["witness"]
+
+
+def test_chunk_ops_that_do_not_fit_the_recurrence_are_refused():
+    with pytest.raises(SpecError, match="not one of the recurrence's"):
+        bad = op(name="tla_bad_input", inputs={"S": STATE, "x": ("h", "n", "d")}, output=STATE, **CHUNK)(
+            lambda B, S, x: S)
+        bad.defvjp(lambda B, S, x, dy: (dy, x * 0))
+        chunked(linear_attention, state=bad, out=linear_attention_chunk_out, name="tla_bad", dims=CHUNKED.dims)
+    with pytest.raises(SpecError, match="not built by core.recurrence"):
+        chunked(OPS["softmax"], state=linear_attention_chunk_state, out=linear_attention_chunk_out,
+                name="tla_not_a_recurrence", dims=CHUNKED.dims)
+    with pytest.raises(SpecError, match="chunk size"):
+        chunked(linear_attention, state=linear_attention_chunk_state, out=linear_attention_chunk_out,
+                name="tla_chunk_0", dims=CHUNKED.dims, chunk=0)
 
 
 def test_both_forms_agree_in_floats_at_a_long_length_with_a_partial_last_chunk():
@@ -46,6 +111,11 @@ def test_both_forms_agree_in_floats_at_a_long_length_with_a_partial_last_chunk()
     q, k = rng.standard_normal((h, T, d)) / 2, rng.standard_normal((h, T, d)) / 2
     v, dy = rng.standard_normal((h, T, e)), rng.standard_normal((h, T, e))
     gamma = 0.97
-    np.testing.assert_allclose(chunked(F64, q, k, v, gamma, C), recurrent(F64, q, k, v, gamma), rtol=1e-10, atol=1e-10)
-    for a, b in zip(CHUNKED.vjp(F64, q, k, v, gamma, C, dy), RECURRENT.vjp(F64, q, k, v, gamma, dy)):
-        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+    def f(x):
+        return np.asarray(x, dtype=float)
+    np.testing.assert_allclose(f(CHUNKED(F64, q, k, v, gamma, C)), f(recurrent(F64, q, k, v, gamma)), rtol=1e-10,
+                               atol=1e-10)
+    for a, b in zip(CHUNKED.vjp(F64, q, k, v, dy, gamma, C), RECURRENT.vjp(F64, q, k, v, dy, gamma)):
+        np.testing.assert_allclose(f(a), f(b), rtol=1e-10, atol=1e-10)
+    # a param given positionally is the one used (not silently its default)
+    assert not np.allclose(f(CHUNKED(F64, q, k, v, 0.5, C)), f(recurrent(F64, q, k, v, gamma)))
