@@ -178,12 +178,11 @@ def chunked(recurrent: Op, *, state: Op, out: Op, name: str, dims, chunk: int = 
                           *(f for s in cells.steps for f in (s.forward, s.vjp)))
 
     def equals_the_recurrent_form(B, *args, **values):
-        values.pop("forward", None)
+        own = values.pop("forward")          # the forward under test (a mutant's too), params bound
         values.update(_positional(list(inputs) + list(params), args))
         run = {n: values[n] for n in [*inputs, *recurrent.params]}
-        return (forward(B, **{**run, "C": values["C"]}),
-                BoundNode(recurrent, B)(**run))
-    law = _with_signature(equals_the_recurrent_form, [*inputs, *params])
+        return own(**{n: values[n] for n in inputs}), BoundNode(recurrent, B)(**run)
+    law = _with_signature(equals_the_recurrent_form, [*inputs, *params, "forward"])
     law.__doc__ = (f"Cut into chunks of C steps (the last one partial), the forward is {recurrent.name}'s: for "
                    f"every length and chunk size by induction (F and G are the recurrence's steps, by their laws)")
     o.law(law, name=EQUALS_RECURRENT)

@@ -119,3 +119,13 @@ def test_both_forms_agree_in_floats_at_a_long_length_with_a_partial_last_chunk()
         np.testing.assert_allclose(f(a), f(b), rtol=1e-10, atol=1e-10)
     # a param given positionally is the one used (not silently its default)
     assert not np.allclose(f(CHUNKED(F64, q, k, v, 0.5, C)), f(recurrent(F64, q, k, v, gamma)))
+
+
+def test_the_equality_law_holds_the_forward_under_test_not_the_construct_s():
+    """A mutant's forward (each chunk from a zero state) is what the law compares with the recurrence:
+    failed at two chunks, in the ring and for every size."""
+    m = next(x for x in CHUNKED.mutants if x.name == "chunks_start_from_a_zero_state")
+    twin = CHUNKED.with_mutant(m)
+    assert prove_claim(twin, EQUALS_RECURRENT, {"h": 1, "T": 3, "d": 2, "e": 1}).verdict == "failed"
+    assert prove_claim(twin, EQUALS_RECURRENT, {"h": 1, "T": 1, "d": 2, "e": 2}).verdict == "proved"   # one chunk
+    assert prove_general(twin, EQUALS_RECURRENT, budget=60).verdict == "failed"

@@ -178,3 +178,14 @@ def _(B, S, q, k, v, gamma):
 def _(B, S, q, k, v, gamma):
     """Inside a chunk gamma^(j - i) for gamma^(i - j) (no effect on chunks of one step)."""
     return _chunk_out(B, S, q, k, v, gamma, transposed=True)
+
+
+@linear_attention_chunked.mutant("chunks_start_from_a_zero_state", replaces="forward",
+                                 kills=["vjp[q]", "vjp[k]", "vjp[v]", "equals_the_recurrent_form"])
+def _(B, q, k, v, gamma, C):
+    """The state is not carried into the next chunk: each chunk's outputs see only the chunk itself
+    (right while the sequence is one chunk)."""
+    G, T = BoundNode(linear_attention_chunk_out, B), q.shape[1]
+    zero = B.zeros((k.shape[0], k.shape[2], v.shape[2]))
+    return np.concatenate([G(zero, q[:, s:s + C], k[:, s:s + C], v[:, s:s + C], gamma=gamma)
+                           for s in range(0, T, C)], axis=1)
