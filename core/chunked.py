@@ -261,6 +261,14 @@ def backprop_chunks(B, cells: Chunked, values: dict, dy):
 
 
 # ------------------------------------------------------------------------------ the laws on F and G
+def is_premise(o: Op, name: str, rec) -> bool:
+    """Whether ``o``'s law ``name`` is the one ``chunked`` generated from ``rec``'s cell and readout: the
+    only law the induction over the chunks may take as a premise (a law written under that name, or the
+    laws list edited after the build, is not)."""
+    law = next((l for l in o.laws if l.name == name), None)
+    return law is not None and getattr(law.fn, "premise_of", None) is rec
+
+
 def _add_laws(rec, state: Op, out: Op, n: str) -> None:
     """The four laws that make F and G the recurrence's steps, each declared for every size."""
     cell, readout, carry, axis = rec.cell, rec.readout, rec.carry, rec.axis
@@ -281,12 +289,21 @@ def _add_laws(rec, state: Op, out: Op, n: str) -> None:
     def law_for(o: Op, name: str, body, doc: str):
         def law(B, *args, **values):
             forward = values.pop("forward")
-            values.update(zip(list(o.inputs), args))
+            values.update(_positional([*o.inputs, *o.params], args))
             return body(B, values, forward)
         law = _with_signature(law, [*o.inputs, *o.params, "forward"])
         law.__doc__ = doc
-        if name not in {l.name for l in o.laws}:
+        law.premise_of = rec        # what the induction takes as its premise (is_premise), and nothing else
+        have = next((l for l in o.laws if l.name == name), None)
+        if have is None:
             o.law(law, name=name)
+        elif not is_premise(o, name, rec):
+            whose = ("generated for another recurrence" if hasattr(have.fn, "premise_of")
+                     else "written by hand")
+            raise SpecError(o.name, f"chunked: {name!r} is the law chunked generates on this chunk op from "
+                                    f"{cell.name}, and the op already has a law of that name, {whose}: the "
+                                    f"induction would take that one as its premise. Rename the law, or give "
+                                    f"each recurrence its own chunk ops")
         o.every_size(name)
 
     def chunk_args(o, values):

@@ -129,3 +129,57 @@ def test_the_equality_law_holds_the_forward_under_test_not_the_construct_s():
     assert prove_claim(twin, EQUALS_RECURRENT, {"h": 1, "T": 3, "d": 2, "e": 1}).verdict == "failed"
     assert prove_claim(twin, EQUALS_RECURRENT, {"h": 1, "T": 1, "d": 2, "e": 2}).verdict == "proved"   # one chunk
     assert prove_general(twin, EQUALS_RECURRENT, budget=60).verdict == "failed"
+
+
+def _state_wrong_from_three_steps(name):
+    """The chunk state right over one or two steps and wrong from three on (step j written again j (j - 1)
+    times): a chunked op with C = 2 never meets the wrong part, one with C = 3 does."""
+    def forward(B, S, k, v, gamma):
+        right = linear_attention_chunk_state.forward(B, S, k, v, gamma)
+        j = B.array(np.arange(k.shape[1]))
+        return right + (k * (j * (j - 1))[None, :, None]).transpose(0, 2, 1) @ v
+    o = op(name=name, inputs=dict(linear_attention_chunk_state.inputs), output=STATE, params={"gamma": DECAY},
+           **CHUNK)(forward)
+    o.defvjp(linear_attention_chunk_state.vjp)
+    return o
+
+
+def test_a_hand_written_law_under_a_generated_name_is_refused_not_taken_as_the_premise():
+    """The premises of the induction are the laws chunked generates from the recurrence's cell. A chunk
+    op that brings its own law under one of their names (here one that holds for every state op) would
+    make the induction prove a chunked form that is wrong for every chunk size from 3 on: refused."""
+    wrong = _state_wrong_from_three_steps("tla_vacuous_premise")
+    for name in ("one_step_is_the_cell", "one_more_step_is_the_cell"):
+        wrong.law(lambda B, S, k, v, gamma, forward: (S, S), name=name)
+    with pytest.raises(SpecError, match="one_step_is_the_cell.*generates.*written by hand"):
+        chunked(linear_attention, state=wrong, out=linear_attention_chunk_out, name="tla_vacuous_chunked",
+                dims=CHUNKED.dims)
+
+
+def test_a_generated_premise_replaced_after_the_build_is_not_proved_from():
+    """The laws list edited after chunked built the op (a generated law swapped for one that always
+    holds): the induction does not take it as its premise, and the wrong chunk state is still found."""
+    from vjpcert.core.registry import Law
+    wrong = _state_wrong_from_three_steps("tla_swapped_premise")
+    ch = chunked(linear_attention, state=wrong, out=linear_attention_chunk_out, name="tla_swapped_chunked",
+                 dims=CHUNKED.dims, chunk=3)
+    ch.every_size(EQUALS_RECURRENT)
+    law = prove_general(wrong, "one_more_step_is_the_cell", budget=60)
+    assert law.verdict == "failed", law.evidence                # the generated law finds it
+    wrong.laws[:] = [Law(l.name, lambda B, S, k, v, gamma, forward: (S, S), l.doc, l.params, False)
+                     if l.name == "one_more_step_is_the_cell" else l for l in wrong.laws]
+    cert = prove_general(ch, EQUALS_RECURRENT, budget=60)
+    assert cert.verdict == "inconclusive" and "no premise of the induction" in cert.evidence["reason"], cert.evidence
+
+
+def test_a_chunk_op_is_the_step_of_one_recurrence_only():
+    """Chunk ops carry the laws of the recurrence they were built for: the same ops in a second chunked
+    op over another recurrence would be proved against the first one's cell. Refused."""
+    from vjpcert.core.recurrence import recurrence
+    from vjpcert.specs.linear_attention import linear_attention_cell, linear_attention_readout
+    other = recurrence(linear_attention_cell, readout=linear_attention_readout, carry="S", over=("q", "k", "v"),
+                       name="tla_other_recurrence", axis=1, zero_carry=True, order=("q", "k", "v"),
+                       dims=RECURRENT.dims)
+    with pytest.raises(SpecError, match="another recurrence"):
+        chunked(other, state=linear_attention_chunk_state, out=linear_attention_chunk_out, name="tla_other_chunked",
+                dims=CHUNKED.dims)

@@ -101,6 +101,10 @@ def prove_by_induction(op: Op, claim: str, budget: float, seed: int, certificate
     v = claim[4:-1]
     # each step op's VJP of the carry (the state's cotangent flows through it) and of v where it reads v
     needed = [(o, c) for o in rec.steps for c in dict.fromkeys([f"vjp[{rec.carry}]", claim]) if c[4:-1] in o.inputs]
+    forged = [f"{o.name}: {c}" for o, c in needed if not c.startswith("vjp[") and not is_premise(o, c, rec)]
+    if forged:
+        return done("inconclusive", reason=f"refused: the chunk ops' laws {forged} are not the ones chunked "
+                                           f"generated from {rec.cell.name}, so they are no premise of the induction")
     missing = [f"{o.name}: {c}" for o, c in needed if c not in o.general]
     if missing:
         return done("inconclusive", reason=f"the step ops do not declare {missing} for every size "
@@ -173,7 +177,7 @@ def chunked_instance_dims(op: Op) -> list[dict]:
 def prove_chunked(op: Op, claim: str, budget: float, seed: int, certificate, prove_general) -> Certificate:
     """The chunked op's claims for every length and chunk size, from its chunk ops' claims for every
     chunk length (``core.chunked``). Arguments as ``prove_by_induction``'s."""
-    from vjpcert.core.chunked import EQUALS_RECURRENT, OUT_LAWS, STATE_LAWS
+    from vjpcert.core.chunked import EQUALS_RECURRENT, OUT_LAWS, STATE_LAWS, is_premise
     start = time.perf_counter()
     cells = op.chunked
     rec = cells.recurrent.recurrence
@@ -217,6 +221,10 @@ def prove_chunked(op: Op, claim: str, budget: float, seed: int, certificate, pro
     else:
         return done("inconclusive", reason=f"refused: {claim!r} is neither a VJP claim nor {EQUALS_RECURRENT}; "
                                            f"only those follow from the chunk ops' claims by induction")
+    forged = [f"{o.name}: {c}" for o, c in needed if not c.startswith("vjp[") and not is_premise(o, c, rec)]
+    if forged:
+        return done("inconclusive", reason=f"refused: the chunk ops' laws {forged} are not the ones chunked "
+                                           f"generated from {rec.cell.name}, so they are no premise of the induction")
     missing = [f"{o.name}: {c}" for o, c in needed if c not in o.general]
     if missing:
         return done("inconclusive", reason=f"the chunk ops do not declare {missing} for every size "
