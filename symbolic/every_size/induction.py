@@ -61,85 +61,116 @@ def instance_dims(op: Op) -> list[dict]:
     return [{**op.dims[0], length: t} for t in (1, 2, 3)]
 
 
-def prove_by_induction(op: Op, claim: str, budget: float, seed: int, certificate, prove_general) -> Certificate:
-    """``certificate(verdict, dims, assumptions, evidence)`` issues the every-size tier's certificate;
-    ``prove_general(op, claim, budget=, seed=)`` proves the cell's claims."""
-    start = time.perf_counter()
-    rec = op.recurrence
-    dims = general_dims(op, claim)
-    evidence: dict = {"proof": "induction on the length", "length": rec.length, "cell": rec.cell.name}
+class _Induction:
+    """One claim proved by induction (on a recurrence's length or on its chunks): the evidence it
+    gathers, its deadline, the premises it proves for every size, the unrolled instances it checks the
+    loop with, and the certificate it ends in."""
 
-    def done(verdict, assumptions=(), **extra):
-        evidence.update(extra)
-        evidence["seconds_total"] = round(time.perf_counter() - start, 3)
-        return certificate(verdict, dims, list(assumptions), evidence)
+    def __init__(self, op: Op, claim: str, budget: float, seed: int, certificate, evidence: dict, instances):
+        self.op, self.claim, self.seed, self.certificate = op, claim, seed, certificate
+        self.start = time.perf_counter()
+        self.dims = general_dims(op, claim)
+        self.evidence = evidence
+        self.instance_dims = instances
+        self.deadline = time.monotonic() + budget
 
-    def refuted(instances):
-        """The first instance the ring refutes: a witness against the claim for every length."""
-        for d in instance_dims(op):
-            cert = prove_claim(op, claim, d, budget=max(1.0, (deadline - time.monotonic()) / 3), seed=seed)
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def done(self, verdict, assumptions=(), **extra) -> Certificate:
+        self.evidence.update(extra)
+        self.evidence["seconds_total"] = round(time.perf_counter() - self.start, 3)
+        return self.certificate(verdict, self.dims, list(assumptions), self.evidence)
+
+    def refuted(self, instances: list):
+        """The first instance the ring refutes: a witness against the claim for every size."""
+        for d in self.instance_dims:
+            cert = prove_claim(self.op, self.claim, d, budget=max(1.0, self.left() / 3), seed=self.seed)
             instances.append({"dims": d, "verdict": cert.verdict, "method": cert.method})
             if cert.verdict == "failed":
                 return d, cert.evidence.get("witness")
         return None
 
-    deadline = time.monotonic() + budget
-    if not rec.intact(op):
-        # no induction holds for another backward; a refutation at a length still refutes every length
-        not_own = ("the op's forward or backward is not the recurrence's own (core.recurrence: the cell "
-                   "scanned, backpropagation through time over its backward)")
+    def not_own(self, why: str, over: str) -> Certificate:
+        """An op whose forward or backward is not the construct's own: no induction holds for it, but a
+        refutation at fixed dims still refutes every size."""
         instances: list = []
-        found = refuted(instances)
+        found = self.refuted(instances)
         if found is not None:
-            return done("failed", witness=found[1], instances=instances,
-                        reason=f"{not_own}, and its {claim} is refuted at {found[0]} by the fixed-dims ring")
-        return done("inconclusive", instances=instances,
-                    reason=f"refused: {not_own}, so no induction on the length holds for it")
+            return self.done("failed", witness=found[1], instances=instances,
+                             reason=f"{why}, and its {self.claim} is refuted at {found[0]} by the fixed-dims ring")
+        return self.done("inconclusive", instances=instances,
+                         reason=f"refused: {why}, so no induction on {over} holds for it")
+
+    def undeclared(self, needed, whose: str) -> Certificate | None:
+        missing = [f"{o.name}: {c}" for o, c in needed if c not in o.general]
+        if missing:
+            return self.done("inconclusive", reason=f"the {whose} do not declare {missing} for every size "
+                                                    f"(op.every_size(...)): the induction needs them")
+        return None
+
+    def premises(self, needed, prove_general) -> dict:
+        """Each premise proved for every size, the time left shared among those still to come."""
+        proved = {}
+        for k, (o, c) in enumerate(needed):
+            cert = prove_general(o, c, budget=max(1.0, self.left() / (len(needed) - k + 1)), seed=self.seed)
+            proved[(o, c)] = {"verdict": cert.verdict, "statement_dims": cert.dims,
+                              "assumptions": list(cert.assumptions),
+                              **({"reason": cert.evidence.get("reason")} if cert.verdict != "proved-general" else {})}
+        return proved
+
+    def unproved(self, proved: dict, what: str, unrolled: str) -> Certificate | None:
+        """The loop against the definition, unrolled (a refutation is a witness), then every premise
+        proved for every size and the first two instances proved; None when all of that holds."""
+        instances: list = []
+        found = self.refuted(instances)
+        if found is not None:
+            return self.done("failed", witness=found[1], instances=instances,
+                             reason=f"{what}'s {self.claim} is refuted at {found[0]} by the fixed-dims ring")
+        self.evidence["instances"] = instances
+        not_proved = [k for k, r in proved.items() if r["verdict"] != "proved-general"]
+        if not_proved:
+            return self.done("inconclusive", reason=f"{[f'{o.name}: {c}' for o, c in not_proved]} not proved for "
+                                                    f"every size: {[proved[k].get('reason') for k in not_proved]}"[:500])
+        if any(i["verdict"] != "proved" for i in instances[:2]):
+            return self.done("inconclusive", reason=unrolled)
+        return None
+
+
+def prove_by_induction(op: Op, claim: str, budget: float, seed: int, certificate, prove_general) -> Certificate:
+    """``certificate(verdict, dims, assumptions, evidence)`` issues the every-size tier's certificate;
+    ``prove_general(op, claim, budget=, seed=)`` proves the cell's claims."""
+    rec = op.recurrence
+    run = _Induction(op, claim, budget, seed, certificate,
+                     {"proof": "induction on the length", "length": rec.length, "cell": rec.cell.name},
+                     instance_dims(op))
+    if not rec.intact(op):
+        return run.not_own("the op's forward or backward is not the recurrence's own (core.recurrence: the cell "
+                           "scanned, backpropagation through time over its backward)", "the length")
     if not claim.startswith("vjp["):
-        return done("inconclusive", reason=f"refused: {claim!r} is not a VJP claim; only those follow from the "
-                                           f"cell's by induction")
-    v = claim[4:-1]
+        return run.done("inconclusive", reason=f"refused: {claim!r} is not a VJP claim; only those follow from "
+                                               f"the cell's by induction")
     # each step op's VJP of the carry (the state's cotangent flows through it) and of v where it reads v
     needed = [(o, c) for o in rec.steps for c in dict.fromkeys([f"vjp[{rec.carry}]", claim]) if c[4:-1] in o.inputs]
-    forged = [f"{o.name}: {c}" for o, c in needed if not c.startswith("vjp[") and not is_premise(o, c, rec)]
-    if forged:
-        return done("inconclusive", reason=f"refused: the chunk ops' laws {forged} are not the ones chunked "
-                                           f"generated from {rec.cell.name}, so they are no premise of the induction")
-    missing = [f"{o.name}: {c}" for o, c in needed if c not in o.general]
-    if missing:
-        return done("inconclusive", reason=f"the step ops do not declare {missing} for every size "
-                                           f"(op.every_size(...)): the induction needs them")
-    proved = {}
-    for k, (o, c) in enumerate(needed):
-        left = deadline - time.monotonic()
-        cert = prove_general(o, c, budget=max(1.0, left / (len(needed) - k + 1)), seed=seed)
-        proved[(o, c)] = {"verdict": cert.verdict, "statement_dims": cert.dims,
-                          "assumptions": list(cert.assumptions),
-                          **({"reason": cert.evidence.get("reason")} if cert.verdict != "proved-general" else {})}
-    evidence["cell_claims"] = {c: r for (o, c), r in proved.items() if o is rec.cell}
+    refused = run.undeclared(needed, "step ops")
+    if refused is not None:
+        return refused
+    proved = run.premises(needed, prove_general)
+    run.evidence["cell_claims"] = {c: r for (o, c), r in proved.items() if o is rec.cell}
     if rec.readout is not None:
-        evidence["readout"] = rec.readout.name
-        evidence["readout_claims"] = {c: r for (o, c), r in proved.items() if o is rec.readout}
-    instances = []
-    found = refuted(instances)
-    if found is not None:
-        return done("failed", witness=found[1], instances=instances,
-                    reason=f"the recurrence's {claim} is refuted at {found[0]} by the fixed-dims ring")
-    evidence["instances"] = instances
-    not_proved = [(o, c) for (o, c), r in proved.items() if r["verdict"] != "proved-general"]
-    if not_proved:
-        return done("inconclusive", reason=f"{[f'{o.name}: {c}' for o, c in not_proved]} not proved for every "
-                                           f"size: {[proved[k].get('reason') for k in not_proved]}"[:500])
-    if any(i["verdict"] != "proved" for i in instances[:2]):
-        return done("inconclusive", reason="the recurrence is not proved unrolled at T = 1 and 2: the backward "
-                                           "loop is not checked against the definition")
+        run.evidence["readout"] = rec.readout.name
+        run.evidence["readout_claims"] = {c: r for (o, c), r in proved.items() if o is rec.readout}
+    short = run.unproved(proved, "the recurrence", "the recurrence is not proved unrolled at T = 1 and 2: the "
+                                                   "backward loop is not checked against the definition")
+    if short is not None:
+        return short
     assumptions = sorted({a for r in proved.values() for a in r["assumptions"]} | {f"{rec.length} >= 1"})
     claims = " and ".join(f"{o.name}'s {c}" for o, c in needed)
     template = INDUCTION if rec.readout is None else INDUCTION_WITH_READOUT
-    return done("proved-general", assumptions,
-                statement=template.format(T=rec.length, cell=rec.cell.name, readout=getattr(rec.readout, "name", ""),
-                                          claims=claims),
-                variable=v)
+    return run.done("proved-general", assumptions,
+                    statement=template.format(T=rec.length, cell=rec.cell.name,
+                                              readout=getattr(rec.readout, "name", ""), claims=claims),
+                    variable=claim[4:-1])
 
 
 # ------------------------------------------------------------------------------ a recurrence in chunks
@@ -178,89 +209,50 @@ def prove_chunked(op: Op, claim: str, budget: float, seed: int, certificate, pro
     """The chunked op's claims for every length and chunk size, from its chunk ops' claims for every
     chunk length (``core.chunked``). Arguments as ``prove_by_induction``'s."""
     from vjpcert.core.chunked import EQUALS_RECURRENT, OUT_LAWS, STATE_LAWS, is_premise
-    start = time.perf_counter()
     cells = op.chunked
     rec = cells.recurrent.recurrence
-    dims = general_dims(op, claim)
-    evidence: dict = {"proof": "induction on the number of chunks", "length": rec.length,
+    run = _Induction(op, claim, budget, seed, certificate,
+                     {"proof": "induction on the number of chunks", "length": rec.length,
                       "chunk_size": cells.chunk, "chunk_length": cells.chunk_length,
-                      "recurrence": cells.recurrent.name, "state_op": cells.state.name, "out_op": cells.out.name}
-    deadline = time.monotonic() + budget
-
-    def done(verdict, assumptions=(), **extra):
-        evidence.update(extra)
-        evidence["seconds_total"] = round(time.perf_counter() - start, 3)
-        return certificate(verdict, dims, list(assumptions), evidence)
-
-    def refuted(instances):
-        for d in chunked_instance_dims(op):
-            cert = prove_claim(op, claim, d, budget=max(1.0, (deadline - time.monotonic()) / 3), seed=seed)
-            instances.append({"dims": d, "verdict": cert.verdict, "method": cert.method})
-            if cert.verdict == "failed":
-                return d, cert.evidence.get("witness")
-        return None
-
+                      "recurrence": cells.recurrent.name, "state_op": cells.state.name, "out_op": cells.out.name},
+                     chunked_instance_dims(op))
     if not cells.intact(op):
-        not_own = ("the op's forward or backward is not the chunked recurrence's own (core.chunked: the chunk ops "
-                   "run chunk after chunk, their backwards in reverse)")
-        instances: list = []
-        found = refuted(instances)
-        if found is not None:
-            return done("failed", witness=found[1], instances=instances,
-                        reason=f"{not_own}, and its {claim} is refuted at {found[0]} by the fixed-dims ring")
-        return done("inconclusive", instances=instances,
-                    reason=f"refused: {not_own}, so no induction on the chunks holds for it")
+        return run.not_own("the op's forward or backward is not the chunked recurrence's own (core.chunked: the "
+                           "chunk ops run chunk after chunk, their backwards in reverse)", "the chunks")
     if claim == EQUALS_RECURRENT:
         needed = [(cells.state, c) for c in STATE_LAWS] + [(cells.out, c) for c in OUT_LAWS]
         template = CHUNKED_FORWARD
     elif claim.startswith("vjp["):
-        v = claim[4:-1]
         needed = [(o, c) for o in cells.steps for c in dict.fromkeys([f"vjp[{rec.carry}]", claim])
                   if c[4:-1] in o.inputs]
         template = CHUNKED_BACKWARD
     else:
-        return done("inconclusive", reason=f"refused: {claim!r} is neither a VJP claim nor {EQUALS_RECURRENT}; "
-                                           f"only those follow from the chunk ops' claims by induction")
+        return run.done("inconclusive", reason=f"refused: {claim!r} is neither a VJP claim nor {EQUALS_RECURRENT}; "
+                                               f"only those follow from the chunk ops' claims by induction")
     forged = [f"{o.name}: {c}" for o, c in needed if not c.startswith("vjp[") and not is_premise(o, c, rec)]
     if forged:
-        return done("inconclusive", reason=f"refused: the chunk ops' laws {forged} are not the ones chunked "
-                                           f"generated from {rec.cell.name}, so they are no premise of the induction")
-    missing = [f"{o.name}: {c}" for o, c in needed if c not in o.general]
-    if missing:
-        return done("inconclusive", reason=f"the chunk ops do not declare {missing} for every size "
-                                           f"(op.every_size(...)): the induction needs them")
-    proved = {}
-    for k, (o, c) in enumerate(needed):
-        left = deadline - time.monotonic()
-        cert = prove_general(o, c, budget=max(1.0, left / (len(needed) - k + 1)), seed=seed)
-        row = {"verdict": cert.verdict, "statement_dims": cert.dims, "assumptions": list(cert.assumptions)}
-        if cert.verdict == "proved-general" and cert.dims.get(cells.chunk_length) != cells.chunk_length:
+        return run.done("inconclusive", reason=f"refused: the chunk ops' laws {forged} are not the ones chunked "
+                                               f"generated from {rec.cell.name}, so they are no premise of the induction")
+    refused = run.undeclared(needed, "chunk ops")
+    if refused is not None:
+        return refused
+    proved = run.premises(needed, prove_general)
+    for row in proved.values():
+        if row["verdict"] == "proved-general" and row["statement_dims"].get(cells.chunk_length) != cells.chunk_length:
             # the chunk's length must be a symbol of the statement: every chunk size, the partial one too
             row.update(verdict="inconclusive", reason=f"not stated for every chunk length {cells.chunk_length}: "
-                                                      f"{cert.dims}")
-        elif cert.verdict != "proved-general":
-            row["reason"] = cert.evidence.get("reason")
-        proved[(o, c)] = row
-    evidence["chunk_op_claims"] = {f"{o.name}: {c}": r for (o, c), r in proved.items()}
-    instances = []
-    found = refuted(instances)
-    if found is not None:
-        return done("failed", witness=found[1], instances=instances,
-                    reason=f"the chunked op's {claim} is refuted at {found[0]} by the fixed-dims ring")
-    evidence["instances"] = instances
-    not_proved = [k for k, r in proved.items() if r["verdict"] != "proved-general"]
-    if not_proved:
-        return done("inconclusive", reason=f"{[f'{o.name}: {c}' for o, c in not_proved]} not proved for every "
-                                           f"size: {[proved[k].get('reason') for k in not_proved]}"[:500])
-    if any(i["verdict"] != "proved" for i in instances[:2]):
-        return done("inconclusive", reason="the chunked op is not proved unrolled at one chunk (partial and whole): "
-                                           "its loop is not checked against the definition")
+                                                      f"{row['statement_dims']}")
+    run.evidence["chunk_op_claims"] = {f"{o.name}: {c}": r for (o, c), r in proved.items()}
+    short = run.unproved(proved, "the chunked op", "the chunked op is not proved unrolled at one chunk (partial and "
+                                                   "whole): its loop is not checked against the definition")
+    if short is not None:
+        return short
     assumptions = sorted({a for r in proved.values() for a in r["assumptions"]
                           if not a.startswith(f"{cells.chunk_length} ")}
                          | {f"{rec.length} >= 1", "C >= 1 (an integer)"})
     claims = " and ".join(f"{o.name}'s {c}" for o, c in needed)
-    return done("proved-general", assumptions,
-                statement=template.format(T=rec.length, n=cells.chunk_length, rec=cells.recurrent.name,
-                                          cell=rec.cell.name, state=cells.state.name, out=cells.out.name,
-                                          claims=claims),
-                **({"variable": claim[4:-1]} if claim.startswith("vjp[") else {}))
+    return run.done("proved-general", assumptions,
+                    statement=template.format(T=rec.length, n=cells.chunk_length, rec=cells.recurrent.name,
+                                              cell=rec.cell.name, state=cells.state.name, out=cells.out.name,
+                                              claims=claims),
+                    **({"variable": claim[4:-1]} if claim.startswith("vjp[") else {}))
