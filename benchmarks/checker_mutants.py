@@ -190,7 +190,7 @@ MUTANTS = [
     Mutant("bound-add-carry-dropped", "symbolic/modular/bound.py", "add",
            "max(a.h + k - a.k, b.h + k - b.k) + 1.0", ("drop", "right"),
            "the coefficient bits of a sum of arrays forget the carry bit"),
-    Mutant("bound-sum-distinct-once", "symbolic/modular/bound.py", "sum_axes", "count * deg", ("drop", "left"),
+    Mutant("bound-sum-distinct-once", "symbolic/modular/bound.py", "products", "count * deg", ("drop", "left"),
            "a sum meets each varying denominator once, not once per distinct factor"),
     Mutant("bound-distinct-off-by-one", "symbolic/modular/bound.py", "_distinct_along",
            "int((np.diff(x, axis=1) != 0).sum(axis=1).max()) + 1", ("drop", "right"),

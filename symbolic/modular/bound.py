@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import operator
 from fractions import Fraction
 
 import numpy as np
@@ -51,17 +52,18 @@ def fresh_source() -> int:
     return next(_SOURCES)
 
 
-def _key(src, idx: np.ndarray):
+def _key(idx: np.ndarray):
+    """The key of an index array: its shape and its entries (a digest of them above one entry)."""
     if idx.size <= 1:
-        return (src, idx.shape, int(idx.ravel()[0]) if idx.size else None)
+        return (idx.shape, int(idx.ravel()[0]) if idx.size else None)
     digest = hashlib.blake2b(np.ascontiguousarray(idx).tobytes(), digest_size=16).digest()
-    return (src, idx.shape, digest)
+    return (idx.shape, digest)
 
 
 def _rekey(key, idx: np.ndarray, size: int):
     """The key of ``idx``, made from an index array of ``size`` entries keyed ``key`` by adding or
     dropping unit axes: the same entries in the same order, so the same bytes -- no second hash."""
-    return (key[0], idx.shape, key[2]) if idx.size == size else _key(key[0], idx)
+    return (idx.shape, key[1]) if idx.size == size else _key(idx)
 
 
 def reduce_index(x: np.ndarray) -> np.ndarray:
@@ -81,8 +83,86 @@ def reduce_index(x: np.ndarray) -> np.ndarray:
     return x
 
 
+class Sources(dict):
+    """The classes of one index array, {source: (e, deg, bits)}, with their totals ``d`` = sum e deg
+    and ``k`` = sum e bits. Never changed once built: bounds share them, so a recurrence's state, met
+    at every step with the classes of all the steps before, is carried from one bound to the next
+    by reference, and only the classes a step adds are visited (each operation is then linear in the
+    index arrays and the new classes, not in all the classes -- quadratic in a recurrence's length)."""
+
+    __slots__ = ("d", "k", "memo")
+
+    def __init__(self, items=(), d=None, k=None):
+        super().__init__(items)
+        self.d = float(sum(e * deg for e, deg, _ in self.values())) if d is None else d
+        self.k = float(sum(e * bits for e, _, bits in self.values())) if k is None else k
+        self.memo = {}
+
+
+def _merge(a: Sources, b: Sources, how) -> Sources:
+    """The classes of both (an entry's factor met in both: one factor, its exponent ``how`` of the
+    two exponents -- the larger for a sum's common denominator, their sum for a product). Set
+    operations on the entries, so that a state met again with its classes unchanged costs no visit."""
+    big, small = (a, b) if len(a) >= len(b) else (b, a)
+    if not small:
+        return big
+    if small.keys().isdisjoint(big.keys()):
+        out = Sources(big, big.d + small.d, big.k + small.k)
+        out.update(small)
+        return out
+    # under the larger exponent, an entry of both with the same (e, deg, bits) is already counted
+    met = small.items() - big.items() if how is max else small.items()
+    if not met:
+        return big
+    d, k, changed = big.d, big.k, {}
+    for s, (e, deg, bits) in met:
+        old = big.get(s)
+        if old is not None:
+            if how is max and old[0] >= e and old[1] >= deg and old[2] >= bits:
+                continue                    # counted already, with no smaller exponent
+            e, deg, bits = how(old[0], e), max(old[1], deg), max(old[2], bits)
+            d -= old[0] * old[1]
+            k -= old[0] * old[2]
+        changed[s] = (e, deg, bits)
+        d += e * deg
+        k += e * bits
+    if not changed:
+        return big
+    out = Sources(big, d, k)
+    out.update(changed)
+    return out
+
+
+def put(cls: dict, idx, sources: Sources, how=max, key=None) -> None:
+    """Add the classes ``sources`` on index array ``idx`` to ``cls`` ({key: (idx, Sources)}; ``key``:
+    idx's key where the caller has it -- hashing a large index array again is most of a small op's
+    cost)."""
+    if not sources:
+        return
+    key = _key(idx) if key is None else key
+    old = cls.get(key)
+    cls[key] = (idx, sources) if old is None else (old[0], _merge(old[1], sources, how))
+
+
+def _one(src, idx, e, deg, bits) -> dict:
+    return {_key(idx): (idx, Sources({src: (e, float(deg), float(bits))}))}
+
+
+def products(sources: Sources, key, vary: tuple, count: int) -> Sources:
+    """The classes of a product over the ``count`` distinct factors met along the axes ``vary`` of each
+    class of ``sources`` (on the index array keyed ``key``). It depends only on the class (its source
+    and index) and on those axes: the same product has the same source everywhere."""
+    memo = (key, vary, count)
+    out = sources.memo.get(memo)
+    if out is None:
+        out = sources.memo[memo] = Sources({("prod", (s,) + key, vary): (e, count * deg, count * bits)
+                                            for s, (e, deg, bits) in sources.items()})
+    return out
+
+
 class Bound:
-    """(n, h) of the numerator and the denominator classes {key: (index, e, deg, bits)}."""
+    """(n, h) of the numerator and the denominator classes, grouped by index array:
+    {key: (index, Sources)}; never changed once built."""
 
     __slots__ = ("n", "h", "cls")
 
@@ -93,18 +173,19 @@ class Bound:
 
     @property
     def d(self) -> float:
-        return float(sum(e * deg for _, e, deg, _ in self.cls.values()))
+        return float(sum(s.d for _, s in self.cls.values()))
 
     @property
     def k(self) -> float:
-        return float(sum(e * bits for _, e, _, bits in self.cls.values()))
+        return float(sum(s.k for _, s in self.cls.values()))
 
     def numbers(self) -> tuple:
         """(deg N, deg D, log2 |N|_1, log2 |D|_1) of every entry."""
         return (self.n, self.d, self.h, self.k)
 
     def __repr__(self):
-        return f"Bound(n={self.n:g}, d={self.d:g}, h={self.h:.1f}, k={self.k:.1f}, classes={len(self.cls)})"
+        return (f"Bound(n={self.n:g}, d={self.d:g}, h={self.h:.1f}, k={self.k:.1f}, "
+                f"classes={sum(len(s) for _, s in self.cls.values())})")
 
 
 LEAF = Bound(1, 0)
@@ -119,42 +200,29 @@ def const(q) -> Bound | None:
         return None
     cls = {}
     if q.denominator > 1:
-        _add_class(cls, ("int", q.denominator), np.zeros((), np.int64), 1, 0.0, math.log2(q.denominator))
+        cls = _one(("int", q.denominator), np.zeros((), np.int64), 1, 0.0, math.log2(q.denominator))
     return Bound(0, math.log2(abs(q.numerator)), cls)
 
 
 def constant_class(src, deg, bits, e=1) -> Bound:
     """1 / (a fixed polynomial of degree ``deg``): sqrt(pi)^-e and the like."""
-    cls = {}
-    _add_class(cls, src, np.zeros((), np.int64), e, float(deg), float(bits))
-    return Bound(0, 0, cls)
-
-
-def _add_class(cls: dict, src, idx, e, deg, bits, how=max, key=None):
-    """Add a class (``key``: its key where the caller has it, ``idx`` unchanged -- hashing a large index
-    array again is most of a small op's cost)."""
-    key = _key(src, idx) if key is None else key
-    old = cls.get(key)
-    if old is None:
-        cls[key] = (idx, e, deg, bits)
-    else:
-        cls[key] = (idx, how(old[1], e), max(old[2], deg), max(old[3], bits))
+    return Bound(0, 0, _one(src, np.zeros((), np.int64), e, deg, bits))
 
 
 def align(b: Bound | None, ndim: int) -> Bound | None:
     """Index arrays with ``ndim`` axes (numpy's broadcasting: new axes on the left)."""
-    if b is None or not b.cls or all(idx.ndim == ndim for idx, *_ in b.cls.values()):
+    if b is None or not b.cls or all(idx.ndim == ndim for idx, _ in b.cls.values()):
         return b
     cls = {}
-    for key, (idx, e, deg, bits) in b.cls.items():
+    for key, (idx, sources) in b.cls.items():
         if idx.ndim == ndim:
-            _add_class(cls, key[0], idx, e, deg, bits, key=key)
+            put(cls, idx, sources, key=key)
             continue
         if idx.ndim > ndim:
             moved = idx.reshape(idx.shape[idx.ndim - ndim:])       # only unit axes are dropped
         else:
             moved = idx.reshape((1,) * (ndim - idx.ndim) + idx.shape)
-        _add_class(cls, key[0], moved, e, deg, bits, key=_rekey(key, moved, idx.size))
+        put(cls, moved, sources, key=_rekey(key, moved, idx.size))
     return Bound(b.n, b.h, cls)
 
 
@@ -163,8 +231,8 @@ def mul(a: Bound | None, b: Bound | None, ndim: int) -> Bound | None:
         return None
     a, b = align(a, ndim), align(b, ndim)
     cls = dict(a.cls)
-    for key, (idx, e, deg, bits) in b.cls.items():
-        _add_class(cls, key[0], idx, e, deg, bits, how=lambda x, y: x + y, key=key)
+    for key, (idx, sources) in b.cls.items():
+        put(cls, idx, sources, how=operator.add, key=key)
     return Bound(a.n + b.n, a.h + b.h, cls)
 
 
@@ -176,8 +244,8 @@ def add(a: Bound | None, b: Bound | None, ndim: int) -> Bound | None:
         return align(a, ndim)
     a, b = align(a, ndim), align(b, ndim)
     cls = dict(a.cls)
-    for key, (idx, e, deg, bits) in b.cls.items():
-        _add_class(cls, key[0], idx, e, deg, bits, key=key)
+    for key, (idx, sources) in b.cls.items():
+        put(cls, idx, sources, key=key)
     out = Bound(0, 0, cls)
     d, k = out.d, out.k
     out.n = max(a.n + d - a.d, b.n + d - b.d)
@@ -198,23 +266,50 @@ def pow_(b: Bound | None, k: int) -> Bound | None:
         return ONE
     if b is None:
         return None
-    return Bound(k * b.n, k * b.h, {key: (idx, k * e, deg, bits) for key, (idx, e, deg, bits) in b.cls.items()})
+    return Bound(k * b.n, k * b.h, {key: (idx, _power(sources, k)) for key, (idx, sources) in b.cls.items()})
+
+
+def _power(sources: Sources, k: int) -> Sources:
+    out = sources.memo.get(("pow", k))
+    if out is None:
+        out = sources.memo[("pow", k)] = Sources({s: (k * e, deg, bits) for s, (e, deg, bits) in sources.items()})
+    return out
 
 
 def inv(a: Bound, shape) -> Bound:
     """1 / a: a's numerator, one factor per entry, becomes a fresh class; a's denominator the numerator."""
     idx = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape)
-    cls = {}
-    _add_class(cls, fresh_source(), idx, 1, a.n, a.h)
-    return Bound(a.d, a.k, cls)
+    return Bound(a.d, a.k, _one(fresh_source(), idx, 1, a.n, a.h))
 
 
 def fresh_per_entry(n, h, deg, bits, shape) -> Bound:
     """A value N / f with one new denominator f per entry (sin, cos as rational functions of u)."""
     idx = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape)
+    return Bound(n, h, _one(fresh_source(), idx, 1, deg, bits))
+
+
+def along(b: Bound, ndim: int, axes, keepdims: bool) -> dict:
+    """The classes of ``b`` (index arrays of ``ndim`` axes) after a product over ``axes``: a
+    class that does not vary along them is common to all the terms; one that varies contributes the
+    product of its distinct factors met along them (at most the most distinct indices at one position
+    of the other axes), a new class indexed by the remaining axes it varies along."""
+    kept = tuple(a for a in range(ndim) if a not in axes)
+
+    def drop(idx):
+        return idx if keepdims else idx.reshape(tuple(idx.shape[a] for a in kept))
+
     cls = {}
-    _add_class(cls, fresh_source(), idx, 1, float(deg), float(bits))
-    return Bound(n, h, cls)
+    for key, (idx, sources) in b.cls.items():
+        vary = tuple(a for a in axes if idx.shape[a] > 1)
+        if not vary:                        # the summed axes are unit axes of idx
+            kept_idx = drop(idx)
+            put(cls, kept_idx, sources, key=_rekey(key, kept_idx, idx.size))
+            continue
+        count = _distinct_along(idx, vary)
+        rest = tuple(1 if a in axes else idx.shape[a] for a in range(ndim))
+        new = np.arange(int(np.prod(rest, dtype=np.int64)), dtype=np.int64).reshape(rest)
+        put(cls, drop(new), products(sources, key, vary, count))
+    return cls
 
 
 def sum_axes(b: Bound | None, shape, axes, keepdims: bool = False) -> Bound | None:
@@ -225,25 +320,7 @@ def sum_axes(b: Bound | None, shape, axes, keepdims: bool = False) -> Bound | No
     if b is None or K == 0:
         return None
     b = align(b, ndim)
-    kept = tuple(a for a in range(ndim) if a not in axes)
-
-    def drop(idx):
-        return idx if keepdims else idx.reshape(tuple(idx.shape[a] for a in kept))
-
-    cls = {}
-    for key, (idx, e, deg, bits) in b.cls.items():
-        vary = [a for a in axes if idx.shape[a] > 1]
-        if not vary:                        # the summed axes are unit axes of idx
-            kept_idx = drop(idx)
-            _add_class(cls, key[0], kept_idx, e, deg, bits, key=_rekey(key, kept_idx, idx.size))
-            continue
-        count = _distinct_along(idx, vary)
-        rest = tuple(1 if a in axes else idx.shape[a] for a in range(ndim))
-        new = np.arange(int(np.prod(rest, dtype=np.int64)), dtype=np.int64).reshape(rest)
-        # the product over the distinct factors met along the summed axes depends only on the class
-        # (its source and index) and on those axes: the same product has the same source everywhere
-        _add_class(cls, ("prod", key, tuple(vary)), drop(new), e, count * deg, count * bits)
-    out = Bound(0, 0, cls)
+    out = Bound(0, 0, along(b, ndim, axes, keepdims))
     out.n = b.n + out.d - b.d
     out.h = b.h + out.k - b.k + math.log2(K) if K > 1 else b.h + out.k - b.k
     return out
@@ -267,9 +344,8 @@ def remap(b: Bound | None, fn, in_shape) -> Bound | None:
         return b
     b = align(b, len(in_shape))
     cls = {}
-    for key, (idx, e, deg, bits) in b.cls.items():
-        moved = reduce_index(np.asarray(fn(np.broadcast_to(idx, in_shape))))
-        _add_class(cls, key[0], moved, e, deg, bits)
+    for idx, sources in b.cls.values():
+        put(cls, reduce_index(np.asarray(fn(np.broadcast_to(idx, in_shape)))), sources)
     return Bound(b.n, b.h, cls)
 
 
@@ -278,9 +354,9 @@ def unit_axes(b: Bound | None, fn) -> Bound | None:
     if b is None or not b.cls:
         return b
     cls = {}
-    for key, (idx, e, deg, bits) in b.cls.items():
+    for key, (idx, sources) in b.cls.items():
         moved = fn(idx)
-        _add_class(cls, key[0], moved, e, deg, bits, key=_rekey(key, moved, idx.size))
+        put(cls, moved, sources, key=_rekey(key, moved, idx.size))
     return Bound(b.n, b.h, cls)
 
 

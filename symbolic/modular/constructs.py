@@ -53,16 +53,7 @@ def _placed(a, fn, ax: int, ndim: int):
         if fn is np.stack:
             return bnd.unit_axes(bnd.align(b, a.ndim), lambda x: np.expand_dims(x, ax))
         b = bnd.align(b, a.ndim)
-        cls = {}
-        for key, (idx, e, deg, bits) in b.cls.items():
-            if idx.shape[ax] == 1:
-                bnd._add_class(cls, key[0], idx, e, deg, bits)
-            else:
-                count = bnd._distinct_along(idx, [ax])
-                shape = tuple(1 if i == ax else s for i, s in enumerate(idx.shape))
-                fresh = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-                bnd._add_class(cls, ("prod", key, (ax,)), fresh, e, count * deg, count * bits)
-        return bnd.Bound(b.n, b.h, cls)
+        return bnd.Bound(b.n, b.h, bnd.along(b, a.ndim, (ax,), keepdims=True))
     return move(a.b), move(a.tb)
 
 

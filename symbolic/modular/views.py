@@ -81,10 +81,10 @@ def _placed(b, target, shape):
     b = bnd.align(b, target.ndim)
     cls = {}
     size = int(np.prod(shape, dtype=np.int64))
-    for key, (idx, e, deg, bits) in b.cls.items():
+    for idx, sources in b.cls.values():
         full = np.zeros(size, dtype=np.int64)
         full[target.ravel()] = np.broadcast_to(idx, target.shape).ravel()
-        bnd._add_class(cls, key[0], bnd.reduce_index(full.reshape(shape)), e, deg, bits)
+        bnd.put(cls, bnd.reduce_index(full.reshape(shape)), sources)
     return bnd.Bound(b.n, b.h, cls)
 
 
