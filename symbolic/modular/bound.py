@@ -38,18 +38,20 @@ residual's (deg N, deg D, log2 |N|_1, log2 |D|_1) into the false-pass probabilit
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import operator
 from fractions import Fraction
 
 import numpy as np
 
-_SOURCES = itertools.count(1)
+_NEXT_SOURCE = [1]
 
 
-def fresh_source() -> int:
-    return next(_SOURCES)
+def fresh_source(n: int = 1) -> int:
+    """A new source id (the first of ``n`` consecutive new ones)."""
+    out = _NEXT_SOURCE[0]
+    _NEXT_SOURCE[0] += n
+    return out
 
 
 def _key(idx: np.ndarray):
@@ -83,61 +85,101 @@ def reduce_index(x: np.ndarray) -> np.ndarray:
     return x
 
 
-class Sources(dict):
-    """The classes of one index array, {source: (e, deg, bits)}, with their totals ``d`` = sum e deg
-    and ``k`` = sum e bits. Never changed once built: bounds share them, so a recurrence's state, met
-    at every step with the classes of all the steps before, is carried from one bound to the next
-    by reference, and only the classes a step adds are visited (each operation is then linear in the
-    index arrays and the new classes, not in all the classes -- quadratic in a recurrence's length)."""
+def _source_id(src) -> int:
+    """An int for a source: a fresh source is one already; a constant's key ("int", sqrt(pi)) is
+    interned, so that the same one met twice is the same factor (ids are never reused)."""
+    if isinstance(src, int):
+        return src
+    out = _IDS.get(src)
+    if out is None:
+        out = _IDS[src] = fresh_source()
+    return out
 
-    __slots__ = ("d", "k", "memo")
 
-    def __init__(self, items=(), d=None, k=None):
-        super().__init__(items)
-        self.d = float(sum(e * deg for e, deg, _ in self.values())) if d is None else d
-        self.k = float(sum(e * bits for e, _, bits in self.values())) if k is None else k
+_IDS: dict = {}
+_PRODUCTS: dict = {}        # (index key, axes) -> (sorted ids of the classes, the ids of their products)
+
+
+def _product_ids(ids: np.ndarray, key, vary: tuple) -> np.ndarray:
+    """The ids of the products, over the axes ``vary``, of the classes ``ids`` on the index keyed ``key``
+    (interned like ``_source_id``'s keys, by array search)."""
+    known, products_ = _PRODUCTS.get((key, vary), (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+    pos = np.searchsorted(known, ids)
+    found = known[np.minimum(pos, len(known) - 1)] == ids if len(known) else np.zeros(len(ids), bool)
+    out = np.empty(len(ids), np.int64)
+    out[found] = products_[pos[found]]
+    fresh = ids[~found]
+    if len(fresh):
+        out[~found] = fresh_source(len(fresh)) + np.arange(len(fresh), dtype=np.int64)
+        where = pos[~found]
+        _PRODUCTS[(key, vary)] = (np.insert(known, where, fresh), np.insert(products_, where, out[~found]))
+    return out
+
+
+def forget_products() -> None:
+    """Drop the interned keys (between checks: a key met again later gets a new id, which can only
+    count its factor twice -- a looser bound, never a smaller one)."""
+    _IDS.clear()
+    _PRODUCTS.clear()
+
+
+class Sources:
+    """The classes of one index array: sorted source ids and their (e, deg, bits), with the totals
+    ``d`` = sum e deg and ``k`` = sum e bits. Never changed once built: bounds share them, so a
+    recurrence's state, met at every step with the classes of all the steps before, is carried from
+    one bound to the next by reference; two of them merge by array operations (a merge of a state
+    with itself or with classes it has already costs a search, no copy)."""
+
+    __slots__ = ("ids", "e", "deg", "bits", "d", "k", "memo")
+
+    def __init__(self, ids, e, deg, bits):
+        self.ids, self.e, self.deg, self.bits = ids, e, deg, bits
+        self.d = float(np.dot(e, deg)) if len(ids) else 0.0
+        self.k = float(np.dot(e, bits)) if len(ids) else 0.0
         self.memo = {}
+
+    @classmethod
+    def one(cls, src, e, deg, bits) -> "Sources":
+        return cls(np.array([_source_id(src)], np.int64), np.array([e], float), np.array([deg], float),
+                   np.array([bits], float))
+
+    def __len__(self):
+        return len(self.ids)
 
 
 def _merge(a: Sources, b: Sources, how) -> Sources:
     """The classes of both (an entry's factor met in both: one factor, its exponent ``how`` of the
-    two exponents -- the larger for a sum's common denominator, their sum for a product). Set
-    operations on the entries, so that a state met again with its classes unchanged costs no visit."""
-    big, small = (a, b) if len(a) >= len(b) else (b, a)
-    if not small:
-        return big
-    if small.keys().isdisjoint(big.keys()):
-        out = Sources(big, big.d + small.d, big.k + small.k)
-        out.update(small)
-        return out
-    # under the larger exponent, an entry of both with the same (e, deg, bits) is already counted
-    met = small.items() - big.items() if how is max else small.items()
-    if not met:
-        return big
-    d, k, changed = big.d, big.k, {}
-    for s, (e, deg, bits) in met:
-        old = big.get(s)
-        if old is not None:
-            if how is max and old[0] >= e and old[1] >= deg and old[2] >= bits:
-                continue                    # counted already, with no smaller exponent
-            e, deg, bits = how(old[0], e), max(old[1], deg), max(old[2], bits)
-            d -= old[0] * old[1]
-            k -= old[0] * old[2]
-        changed[s] = (e, deg, bits)
-        d += e * deg
-        k += e * bits
-    if not changed:
-        return big
-    out = Sources(big, d, k)
-    out.update(changed)
-    return out
+    two exponents -- the larger for a sum's common denominator, their sum for a product)."""
+    if len(a) < len(b):
+        a, b = b, a
+    if not len(b):
+        return a
+    pos = np.searchsorted(a.ids, b.ids)
+    at = np.minimum(pos, len(a) - 1)
+    met = a.ids[at] == b.ids
+    i, j = at[met], np.flatnonzero(met)
+    e, deg, bits = a.e.copy(), a.deg.copy(), a.bits.copy()
+    if how is max:
+        if met.all() and ((a.e[i] >= b.e) & (a.deg[i] >= b.deg) & (a.bits[i] >= b.bits)).all():
+            return a                        # b's classes are a's, none with a larger exponent
+        e[i] = np.maximum(a.e[i], b.e[j])
+    else:
+        e[i] = a.e[i] + b.e[j]
+    deg[i] = np.maximum(a.deg[i], b.deg[j])
+    bits[i] = np.maximum(a.bits[i], b.bits[j])
+    new = ~met
+    if not new.any():
+        return Sources(a.ids, e, deg, bits)
+    where = pos[new]
+    return Sources(np.insert(a.ids, where, b.ids[new]), np.insert(e, where, b.e[new]),
+                   np.insert(deg, where, b.deg[new]), np.insert(bits, where, b.bits[new]))
 
 
 def put(cls: dict, idx, sources: Sources, how=max, key=None) -> None:
     """Add the classes ``sources`` on index array ``idx`` to ``cls`` ({key: (idx, Sources)}; ``key``:
     idx's key where the caller has it -- hashing a large index array again is most of a small op's
     cost)."""
-    if not sources:
+    if not len(sources):
         return
     key = _key(idx) if key is None else key
     old = cls.get(key)
@@ -145,7 +187,7 @@ def put(cls: dict, idx, sources: Sources, how=max, key=None) -> None:
 
 
 def _one(src, idx, e, deg, bits) -> dict:
-    return {_key(idx): (idx, Sources({src: (e, float(deg), float(bits))}))}
+    return {_key(idx): (idx, Sources.one(src, e, float(deg), float(bits)))}
 
 
 def products(sources: Sources, key, vary: tuple, count: int) -> Sources:
@@ -155,8 +197,11 @@ def products(sources: Sources, key, vary: tuple, count: int) -> Sources:
     memo = (key, vary, count)
     out = sources.memo.get(memo)
     if out is None:
-        out = sources.memo[memo] = Sources({("prod", (s,) + key, vary): (e, count * deg, count * bits)
-                                            for s, (e, deg, bits) in sources.items()})
+        ids = _product_ids(sources.ids, key, vary)
+        order = np.argsort(ids, kind="stable")
+        deg, bits = sources.deg, sources.bits
+        out = sources.memo[memo] = Sources(ids[order], sources.e[order], (count * deg)[order],
+                                           (count * bits)[order])
     return out
 
 
@@ -272,7 +317,7 @@ def pow_(b: Bound | None, k: int) -> Bound | None:
 def _power(sources: Sources, k: int) -> Sources:
     out = sources.memo.get(("pow", k))
     if out is None:
-        out = sources.memo[("pow", k)] = Sources({s: (k * e, deg, bits) for s, (e, deg, bits) in sources.items()})
+        out = sources.memo[("pow", k)] = Sources(sources.ids, k * sources.e, sources.deg, sources.bits)
     return out
 
 

@@ -374,6 +374,7 @@ def check_vjps(op: Op, dims: dict, params: dict | None = None, *, seed: int = 0,
     "primes", "trials", "seconds_per_trial", "bound", ...}; an outcome is {"status": "zero"} or
     {"status": "nonzero", "witness": ...}."""
     params = dict(params or {})
+    bnd.forget_products()
     names = list(op.inputs)
     salt = _salt(op, dims, params, "vjp")
     outcome = {f"vjp[{x}]": {"status": "zero"} for x in names}
@@ -455,6 +456,7 @@ def _bisect(op, dims, point, group, R, lhs, rhs) -> dict:
 def check_law(op: Op, claim: str, dims: dict, params: dict | None = None, *, seed: int = 0,
               trials: int = tol.MODULAR_TRIALS) -> dict:
     params = dict(params or {})
+    bnd.forget_products()
     law = op.get_law(claim)
     salt = _salt(op, dims, params, claim)
     needed = _roots_at_small_dims(op, params, lambda d, point: law_residual(op, claim, d, point)[-1],
