@@ -136,5 +136,7 @@ linear_attention_chunked = chunked(
     linear_attention, state=linear_attention_chunk_state, out=linear_attention_chunk_out,
     name="linear_attention_chunked", chunk=2,
     dims=[{"h": 1, "T": 1, "d": 2, "e": 2}, {"h": 1, "T": 3, "d": 2, "e": 1}, {"h": 2, "T": 5, "d": 1, "e": 2}],
-    check_dims={"h": 2, "T": 9, "d": 3, "e": 2})
+    check_dims={"h": 2, "T": 9, "d": 3, "e": 2},
+    # mod p at the recurrent form's production size, in chunks of 64 and of 100 (the last chunk 48 long)
+    modular_dims=[{"h": 4, "T": 2048, "d": 64, "e": 64, "C": 64}, {"h": 4, "T": 2048, "d": 64, "e": 64, "C": 100}])
 linear_attention_chunked.every_size("vjp[q]", "vjp[k]", "vjp[v]", "equals_the_recurrent_form")

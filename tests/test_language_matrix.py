@@ -28,8 +28,7 @@ from vjpcert.symbolic.modular.bound import LEAF
 # value that is not a constant (a decay param) to an array of int powers only with a change to
 # symbolic/modular/array.py, which stales every modular certificate: it waits for the next full
 # regeneration of them.
-KNOWN_GAPS = {("power:int_powers_of_a_value", "modular"):
-              "mod p: x ** k with an array of exponents needs a positive rational constant base"}
+KNOWN_GAPS: dict = {}
 
 
 def _cells(primitives=None):

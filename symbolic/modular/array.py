@@ -525,7 +525,10 @@ def _pow_exact_array(base: ModArray, ks) -> ModArray:
     is an integer or a half, else one algebraic-constant atom keyed by (base, k), as the ring's cpow."""
     F = base.F
     if base.exact is None or base.exact[1] or base.exact[0] <= 0:
-        refuse("x ** k with an array of exponents needs a positive rational constant base")
+        if all(Fraction(k).denominator == 1 for k in np.asarray(ks, dtype=object).ravel()):
+            return _pow_int_array(base, ks)
+        refuse("x ** k with an array of exponents that are not all integers needs a positive rational "
+               "constant base")
     q = base.exact[0]
     flat = []
     for k in np.asarray(ks, dtype=object).ravel():
@@ -540,6 +543,19 @@ def _pow_exact_array(base: ModArray, ks) -> ModArray:
     v = np.array(flat, dtype=np.int64).reshape(np.shape(ks))
     out = _new(F, v, None, ATOM, None)
     out.sid = derive("pow-exact", (repr(q), repr(np.asarray(ks, dtype=object).tolist())))   # constants of (q, k)
+    return out
+
+
+def _pow_int_array(base: ModArray, ks) -> ModArray:
+    """base ** k for an array of integer exponents (a decay's powers gamma ** arange(n)): the integer
+    power of each distinct k, by its own rule (value, tangent, bound), each entry picked from its own
+    k's power by ``np.where`` -- whose bound, the join of the powers', holds for every entry."""
+    ints = np.array([int(k) for k in np.asarray(ks, dtype=object).ravel()], dtype=np.int64).reshape(np.shape(ks))
+    shape = np.broadcast_shapes(base.shape, ints.shape)
+    out = None
+    for k in np.unique(ints).tolist():
+        power = base ** k
+        out = np.broadcast_to(power, shape) if out is None else np.where(ints == k, power, out)
     return out
 
 
