@@ -91,7 +91,26 @@ def gelu_tanh_of_rational(B, x, y, r):
     return ((u * (1 + B.tanh(u + B.c(1, 3) * u * u * u))) * r).sum()
 
 
+def a_gate_and_its_square(B, x, r):
+    """1 / (1 + x) met once with exponent 1 and once with 2: the sum's denominator has it squared
+    (the group with the smaller exponent is the first operand, so it is the one kept on a tie)."""
+    q = 1 / (1 + x)
+    return ((q + q * q) * r).sum()
+
+
+def gated_recurrence(B, x, w, r):
+    """Three steps of a gate: each step's division a new class, the state carrying all the steps'
+    classes before it, the gates summed over by w @ h."""
+    h = x[0]
+    for t in range(1, 3):
+        z = 1 / (1 + B.exp(w @ h))
+        h = z * h + (1 - z) * x[t]
+    return (h * r).sum()
+
+
 CASES = [
+    (a_gate_and_its_square, [(2,), (2,)]),
+    (gated_recurrence, [(3, 2), (2, 2), (2,)]),
     (layernorm_rows, [(2, 3), (2, 3)]),
     (softmax_rows, [(2, 3), (2, 3)]),
     (attention, [(3, 2), (3, 2), (3, 2)]),
@@ -150,3 +169,61 @@ def test_an_atom_is_counted_once_per_computation_and_distinct_ones_each():
     y = ModArray(F, x.v, None, LEAF, None)                  # same values, unknown computation
     B.exp(y)
     assert F.atom_count["exp"] == 48 + 12
+
+
+# ---- how the classes are held: shared groups, merged by id, products interned
+def _per_row(shape=(2, 3)):
+    """1 / (x + 1) with one factor per entry, and the bound of x + 1."""
+    from vjpcert.symbolic.modular import bound as mb
+    u = mb.add(mb.LEAF, mb.const(1), len(shape))
+    return mb, mb.inv(u, shape)
+
+
+def test_a_merge_that_adds_nothing_is_the_larger_group_itself_and_one_that_does_is_new():
+    mb, q = _per_row()
+    (idx, sources), = q.cls.values()
+    assert mb._merge(sources, sources, max) is sources
+    squared = mb.pow_(q, 2)
+    (_, sq), = squared.cls.values()
+    both = mb._merge(sources, sq, max)
+    assert both is not sources and list(both.e) == [2.0] and both.d == 2.0
+    assert mb._merge(sources, sq, mb.operator.add).d == 3.0     # a product: the exponents add
+
+
+def test_a_class_met_twice_through_two_sums_is_one_factor_and_distinct_axes_are_two():
+    mb, q = _per_row()
+    first, again = mb.sum_axes(q, (2, 3), (1,)), mb.sum_axes(q, (2, 3), (1,))
+    assert mb.add(first, again, 1).d == first.d == 3.0           # three distinct factors per row
+    columns = mb.sum_axes(q, (2, 3), (0,))
+    both = mb.add(mb.sum_axes(first, (2,), (0,)), mb.sum_axes(columns, (3,), (0,)), 0)
+    assert both.d == 12.0                                         # 6 + 6: a row product is not a column one
+
+
+def test_forgetting_the_interned_products_only_loosens_a_bound():
+    mb, q = _per_row()
+    before = mb.sum_axes(q, (2, 3), (1,))
+    mb.forget_products()
+    assert mb.add(before, mb.sum_axes(q, (2, 3), (1,)), 1).d == before.d     # q's own products are kept
+    (key, (idx, s)), = q.cls.items()
+    same = mb.Bound(q.n, q.h, {key: (idx, mb.Sources(s.ids, s.e, s.deg, s.bits))})   # the same classes
+    assert mb.add(before, mb.sum_axes(same, (2, 3), (1,)), 1).d == 2 * before.d      # counted twice
+
+
+def test_merged_sources_stay_sorted_and_unique_and_keep_every_exponent():
+    from vjpcert.symbolic.modular import bound as mb
+    rng = np.random.default_rng(11)
+    for _ in range(50):
+        parts = []
+        for _ in range(2):
+            ids = np.unique(rng.integers(0, 40, size=rng.integers(1, 20)))
+            e = rng.integers(1, 4, size=len(ids)).astype(float)
+            parts.append(mb.Sources(ids, e, np.ones(len(ids)), np.ones(len(ids))))
+        for how in (max, mb.operator.add):
+            out = mb._merge(*parts, how)
+            assert (np.diff(out.ids) > 0).all()
+            want = {}
+            for part in parts:
+                for i, e in zip(part.ids.tolist(), part.e.tolist()):
+                    want[i] = how(want[i], e) if i in want else e
+            assert dict(zip(out.ids.tolist(), out.e.tolist())) == want
+            assert out.d == sum(want.values())

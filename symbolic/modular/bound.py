@@ -34,6 +34,18 @@ A declared denominator may be a multiple of the true one (a union instead of a t
 indices instead of distinct factors): the numerator is then multiplied by the same extra factors,
 which the rules above count, so every bound stays an upper bound. ``symbolic.modular`` turns the
 residual's (deg N, deg D, log2 |N|_1, log2 |D|_1) into the false-pass probability.
+
+How the classes are held is what makes a recurrence affordable. A gate's division at every step of a
+GRU is a new class, so the state at step t has classes from all t steps before it, and an operation
+that visited every class would make a run over T steps cost T^2 class visits (a GRU at T = 2048:
+hours). The classes are therefore grouped by index array -- an operation that moves indices (a
+reshape, a sum's product over an axis) acts once per index array, not once per class -- and each
+group's sources are an immutable ``Sources`` of sorted integer ids with their (e, deg, bits) as
+arrays, shared between bounds by reference: a step's state carries the classes of the steps before
+it without copying them one by one, two groups merge by one array search, and a merge that adds
+nothing returns the larger group itself. A source that is a key (a constant's denominator, the
+product of a class over some axes) is interned to an id, so the same factor met twice is recognised
+as one: the bounds are the ones a class-by-class walk would compute.
 """
 from __future__ import annotations
 
