@@ -1,0 +1,128 @@
+"""How the modular tier's cost grows with a recurrence's length (symbolic.modular at production T).
+
+A gate's division is a new denominator at every step of a GRU or an LSTM, so the state at step t
+carries the denominators of all the steps before it, and the randomised test's degree bound grows up
+to T^2 (the GRU's). What must not grow as T^2 is the time: ``symbolic/modular/bound.py`` shares a
+state's classes from step to step by reference. For each op, one joint trial of every VJP claim at T/16, T/4 and T
+(one process per run, so each has its own memory), seconds per trial and the degree bound; the peer
+of each length is the same op at a quarter of it, in the same run: a ratio near 4 is linear in T,
+near 16 quadratic. The chunked linear attention is timed the same way at its production size, beside
+its recurrent form.
+
+Writes reports/benchmarks/modular_recurrence.json and .md.
+Run: python benchmarks/modular_recurrence_bench.py [--only OP ...] [--length T] [--render]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# op, its widths (and structural params), the lengths' dim
+OPS = [
+    ("elman_rnn", {"n": 16, "k": 8}),
+    ("gru", {"n": 16, "k": 8}),
+    ("lstm", {"n": 16, "k": 8}),
+    ("linear_attention", {"h": 4, "d": 64, "e": 64}),
+    ("linear_attention_chunked", {"h": 4, "d": 64, "e": 64, "C": 64}),
+]
+
+
+def one(name: str, entry: dict) -> dict:
+    """One trial of every VJP claim of ``name`` at ``entry``, in this process."""
+    from vjpcert.specs import builtin_ops
+    from vjpcert.symbolic.modular.check import check_vjps, false_pass_bound, split_dims
+    op = builtin_ops()[name]
+    dims, params = split_dims(op, entry)
+    start = time.perf_counter()
+    run = check_vjps(op, dims, params, trials=1)
+    seconds = time.perf_counter() - start
+    roots = max((len(F._roots) for F in run["fields"]), default=0)
+    bound = false_pass_bound(run["bound"], run["fields"], 1, roots)
+    return {"op": name, "dims": entry, "seconds_per_trial": round(run["seconds_per_trial"][0], 2),
+            "seconds_total": round(seconds, 2),
+            "failed": sorted(c for c, r in run["claims"].items() if r["status"] == "nonzero"),
+            "degree_bound": bound["degree"], "false_pass_per_trial": f"{bound['per_trial']:.3g}",
+            "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
+
+
+def render(data: dict) -> str:
+    lines = ["# The modular tier along a recurrence's length", "",
+             "`python benchmarks/modular_recurrence_bench.py` (each run in its own process). One trial = one "
+             "prime in [2^59, 2^60) and one random point: the forward on dual numbers, backpropagation through "
+             "time, and the residual of every VJP claim at once. The peer of each length is the same op at a "
+             "quarter of it, in the same run: a ratio near 4 is linear in T, near 16 quadratic.", "",
+             f"Machine: {data['machine']}.", "",
+             "| op | dims | seconds per trial | ratio to T/4 | degree bound | false pass per trial | residual | peak memory |",
+             "|---|---|---|---|---|---|---|---|"]
+    by = {}
+    for r in data["runs"]:
+        by.setdefault(r["op"], []).append(r)
+    for name, runs in by.items():
+        for i, r in enumerate(runs):
+            ratio = f"{r['seconds_per_trial'] / runs[i - 1]['seconds_per_trial']:.1f}x" if i else "-"
+            residual = "0" if not r["failed"] else "nonzero: " + ", ".join(r["failed"])
+            lines.append(f"| `{name}` | {r['dims']} | {r['seconds_per_trial']} | {ratio} | {r['degree_bound']:.3g} "
+                         f"| {r['false_pass_per_trial']} | {residual} | {r['peak_rss_gib']} GiB |")
+    ratios = [r["seconds_per_trial"] / rs[i - 1]["seconds_per_trial"] for rs in by.values()
+              for i, r in enumerate(rs) if i]
+    lines += ["", "Each gate's division (the GRU's r and z, the LSTM's i, f and o) is a new denominator at every "
+              "step, which the state carries on to the next; Elman's network and the linear attention divide by "
+              "nothing (the chunked form by powers of the decay). The degree bound grows as the table shows; the "
+              f"time per trial grows {min(ratios):.1f}x to {max(ratios):.1f}x for each 4x in T (linear is 4x, "
+              "quadratic 16x): `symbolic/modular/bound.py` carries a state's denominator classes from step to "
+              "step by reference instead of visiting them one by one." if ratios else ""]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--one", nargs=2, metavar=("OP", "ENTRY"), help=argparse.SUPPRESS)
+    ap.add_argument("--only", nargs="*", help="op names (default: all)")
+    ap.add_argument("--length", type=int, default=2048, help="the longest T (default 2048)")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    ap.add_argument("--render", action="store_true", help="only re-render the .md from the .json")
+    args = ap.parse_args()
+    out = ROOT / "reports" / "benchmarks"
+    if args.render:
+        (out / "modular_recurrence.md").write_text(render(json.loads((out / "modular_recurrence.json").read_text())))
+        return
+    if args.one:
+        print(json.dumps(one(args.one[0], json.loads(args.one[1]))))
+        return
+    unknown = set(args.only or ()) - {name for name, _ in OPS}
+    if unknown:
+        raise SystemExit(f"unknown ops: {sorted(unknown)} (known: {[name for name, _ in OPS]})")
+    runs = []
+    for name, widths in OPS:
+        if args.only and name not in args.only:
+            continue
+        for T in (args.length // 16, args.length // 4, args.length):
+            entry = {**widths, "T": T}
+            print(f"{name} {entry} ...", flush=True)
+            proc = subprocess.run([sys.executable, __file__, "--one", name, json.dumps(entry)], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=args.timeout)
+            if proc.returncode:
+                raise SystemExit(f"{name} at {entry} failed:\n{proc.stderr[-3000:]}")
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            print(f"  {r['seconds_per_trial']} s per trial, degree bound {r['degree_bound']:.3g}", flush=True)
+            runs.append(r)
+    import numpy as np
+    data = {"machine": f"{platform.machine()}, {platform.processor() or 'cpu'}; Python "
+                       f"{platform.python_version()}, numpy {np.__version__}", "runs": runs}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "modular_recurrence.json").write_text(json.dumps(data, indent=1) + "\n")
+    (out / "modular_recurrence.md").write_text(render(data))
+    print(render(data))
+
+
+if __name__ == "__main__":
+    main()
