@@ -14,6 +14,7 @@ M = "tests/test_checker_mutants.py::"
 SELECTIONS: dict[str, list[str]] = {
     "symbolic": [M + "test_a_claim_decidable_only_numerically_off_by_1e_45_is_never_checked",
                  M + "test_with_the_exact_rungs_out_of_reach_1e_45_is_never_checked",
+                 M + "test_with_the_exact_rungs_out_of_reach_1e_10_off_is_failed_by_the_witness",
                  M + "test_the_correct_twin_of_the_numeric_only_claim_is_proved",
                  M + "test_the_witness_does_not_call_a_1e_45_residual_numerically_zero",
                  M + "test_the_witness_calls_the_correct_twin_numerically_zero",

@@ -86,6 +86,20 @@ def test_with_the_exact_rungs_out_of_reach_1e_45_is_never_checked(monkeypatch, d
     assert [s["strategy"] for s in cert.evidence["strategies"]][:3] == ["ring", "modp", "witness"]
 
 
+def test_with_the_exact_rungs_out_of_reach_1e_10_off_is_failed_by_the_witness(monkeypatch):
+    """Where only digits are left, a backward off by a relative 1e-10 -- far below what a loose
+    'failed' threshold would see, far above rounding at 50 digits -- is `failed`, with the witness."""
+    from vjpcert.symbolic.fixed import prover
+    from vjpcert.symbolic.fixed import strategies
+
+    def out_of_reach(*_, **__):
+        raise TimeoutError("the exact ring did not finish")
+    monkeypatch.setattr(strategies, "ring", out_of_reach)
+    monkeypatch.setattr(strategies, "modp", lambda *_, **__: {"status": "unknown", "reason": "every point a pole"})
+    cert = prover.prove_claim(_traced(10).op, "vjp[x]", {"n": 2})
+    assert cert.verdict == "failed" and cert.evidence.get("witness"), (cert.verdict, cert.evidence)
+
+
 def test_the_correct_twin_of_the_numeric_only_claim_is_proved(tmp_path, capsys):
     body = (EXP_SIN % 45).replace(" * (1 + B.c(1, 10**45))", "")
     run = _prove(tmp_path, capsys, body)
