@@ -174,10 +174,31 @@ def test_every_committed_certificate_of_a_built_in_op_passes():
     assert len(records) > 500
     # the value on a kink is checked at exact points on it, not proved (symbolic.fixed.kinks)
     on_kink = {("symbolic", "at_the_kink", "checked")}
+    open_gaps = [r for r in records if _stated_beyond_the_every_size_tier(r)]
     wrong = [(r["op"], r["claim"], r["tier"], r["verdict"]) for r in records
-             if (r["verdict"] not in expected.get(r["tier"], ()) and (r["tier"], r["claim"], r["verdict"]) not in on_kink)
-             or (r["verdict"] == "checked-probabilistic" and r["options"].get("method") != "modular")]
+             if r not in open_gaps
+             and ((r["verdict"] not in expected.get(r["tier"], ())
+                   and (r["tier"], r["claim"], r["verdict"]) not in on_kink)
+                  or (r["verdict"] == "checked-probabilistic" and r["options"].get("method") != "modular"))]
     assert not wrong, wrong[:10]
+    # each gap is what the list says it is: inconclusive, refused for the construct named, and still there
+    for r in open_gaps:
+        assert r["verdict"] == "inconclusive" and NOT_YET_FOR_EVERY_SIZE[r["op"]] in r["evidence"]["reason"], r
+    assert {r["op"] for r in open_gaps} == set(NOT_YET_FOR_EVERY_SIZE)
+
+
+# Claims stated for every size over a construct the every-size tier does not follow yet, committed
+# `inconclusive` with the refusal that says why (ARCHITECTURE.md, "A recurrence in chunks"); at fixed
+# dims, mod p and numerically they pass like every other claim. Only the every-size certificates of
+# these ops, and only for this refusal: when the tier learns the construct, they come out proved and
+# this list shrinks; any other verdict fails above.
+NOT_YET_FOR_EVERY_SIZE = {op: "np.prod along an axis of symbolic size"
+                          for op in ("gated_delta_chunk_state", "gated_delta_chunk_out", "gated_delta_rule_chunked")}
+
+
+def _stated_beyond_the_every_size_tier(record: dict) -> bool:
+    return (record["op"] in NOT_YET_FOR_EVERY_SIZE and record["tier"] == "symbolic"
+            and record["method"] == "general" and record["verdict"] != "proved-general")
 
 
 def test_only_a_dead_writer_s_temporary_files_are_removed(tmp_path):

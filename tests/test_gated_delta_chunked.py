@@ -1,0 +1,101 @@
+"""The gated delta rule's chunked form (``specs/gated_delta_chunked.py``): the triangular solve inside a
+chunk is the exact inverse at every size around its squarings, the chunked form is the recurrent one
+in floats at lengths just below, at and just above multiples of the chunk size (and at a long length
+with a partial last chunk), every claim is proved at its dims, a solve one squaring short is refuted by
+the chunk op's law at the first chunk length it is wrong at, and the claims stated for every size are
+inconclusive with their reason, never proved."""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from vjpcert.core.backends import F64
+from vjpcert.core.spec_array import plain
+from vjpcert.specs import builtin_ops
+from vjpcert.specs.gated_delta_chunked import unit_lower_inverse
+from vjpcert.specs.gated_delta_rule import gates, unit_keys
+from vjpcert.symbolic.every_size.general import prove_general
+from vjpcert.symbolic.fixed.prover import prove_claim
+
+OPS = builtin_ops()
+RULE, CHUNKED = OPS["gated_delta_rule"], OPS["gated_delta_rule_chunked"]
+STATE, OUT = OPS["gated_delta_chunk_state"], OPS["gated_delta_chunk_out"]
+
+
+class _Exact:
+    """Just what the solve asks of a backend, over Python's exact rationals."""
+    c = staticmethod(Fraction)
+
+
+@pytest.mark.parametrize("n", range(1, 18))
+def test_the_triangular_solve_is_the_exact_inverse_at_every_size_around_its_squarings(n):
+    rng = np.random.default_rng(n)
+    A = np.empty((2, n, n), dtype=object)
+    A[...] = [[[Fraction(int(x), 7) for x in row] for row in head] for head in rng.integers(-9, 10, (2, n, n))]
+    A = np.where(np.tril(np.ones((n, n), dtype=bool), -1), A, Fraction(0))
+    T = unit_lower_inverse(_Exact, A)
+    eye = np.where(np.eye(n, dtype=bool), Fraction(1), Fraction(0))
+    assert all(((eye + A[h]) @ T[h] == eye).all() for h in range(2))
+    if n > 2:           # one squaring short (I - A alone) is not the inverse past two steps
+        assert not all(((eye + A[h]) @ (eye - A[h]) == eye).all() for h in range(2))
+
+
+def _inputs(rng, T, h=2, dk=4, dv=3):
+    S = rng.standard_normal((h, dk, dv))
+    k, v, q = unit_keys(rng, (T, h, dk)), rng.standard_normal((T, h, dv)), rng.standard_normal((T, h, dk))
+    return S, k, v, gates(rng, (T, h)), gates(rng, (T, h)), q
+
+
+@pytest.mark.parametrize("C", [1, 3, 4])
+def test_both_forms_agree_in_floats_just_below_at_and_just_above_multiples_of_the_chunk_size(C):
+    rng = np.random.default_rng(C)
+    for T in sorted({max(1, C - 1), C, C + 1, 2 * C - 1, 2 * C, 2 * C + 1}):
+        x = _inputs(rng, T)
+        dy = rng.standard_normal((T, 2, 3))
+        np.testing.assert_allclose(plain(CHUNKED(F64, *x, C)), plain(RULE(F64, *x)), rtol=1e-10, atol=1e-12)
+        for a, b in zip(CHUNKED.vjp(F64, *x, dy, C), RULE.vjp(F64, *x, dy)):
+            np.testing.assert_allclose(plain(a), plain(b), rtol=1e-9, atol=1e-11)
+
+
+def test_both_forms_agree_in_floats_at_a_long_length_with_a_partial_last_chunk():
+    rng = np.random.default_rng(0)
+    x = _inputs(rng, 1030, dk=8, dv=4)                  # 16 chunks of 64 and one of 6 steps
+    np.testing.assert_allclose(plain(CHUNKED(F64, *x, 64)), plain(RULE(F64, *x)), rtol=1e-9, atol=1e-12)
+    # a chunk size given positionally is the one used: a wrong chunk op would show at either
+    assert np.allclose(plain(CHUNKED(F64, *x, 100)), plain(CHUNKED(F64, *x, 64)))
+
+
+def test_every_claim_is_proved_at_every_dims_of_the_ladders():
+    for o in (STATE, OUT, CHUNKED):
+        for dims in o.dims:
+            for claim in o.claims():
+                cert = prove_claim(o, claim, dims)
+                assert cert.verdict == "proved", (o.name, dims, claim, cert.evidence)
+
+
+def test_a_solve_one_squaring_short_is_refuted_by_the_chunk_op_s_law_where_it_is_wrong():
+    """I - A is the inverse for chunks of one and two steps: the law holds there, and is failed (with a
+    witness) at three steps, the ladder's last rung."""
+    short = STATE.with_mutant(next(m for m in STATE.mutants if m.name == "triangular_solve_one_squaring_short"))
+    verdicts = {d["n"]: prove_claim(short, "one_more_step_is_the_cell", d) for d in STATE.dims}
+    assert [verdicts[n].verdict for n in (1, 2)] == ["proved", "proved"]
+    assert verdicts[3].verdict == "failed" and "witness" in verdicts[3].evidence
+
+
+@pytest.mark.parametrize("claim", ["equals_the_recurrent_form", "vjp[k]"])
+def test_the_claims_stated_for_every_size_are_inconclusive_with_their_reason_not_proved(claim):
+    cert = prove_general(CHUNKED, claim, budget=60)
+    assert cert.verdict == "inconclusive"
+    assert "one_more_step_is_the_cell" in cert.evidence["reason"] or "vjp[S]" in cert.evidence["reason"]
+    premise = prove_general(STATE, "one_more_step_is_the_cell", budget=60)
+    assert premise.verdict == "inconclusive" and "np.prod along an axis of symbolic size" in premise.evidence["reason"]
+
+
+def test_mod_p_at_a_length_with_a_partial_last_chunk_and_a_backward_that_drops_the_carry_fails():
+    from vjpcert.symbolic.modular.check import check_modular
+    dims = {"T": 70, "h": 2, "dk": 8, "dv": 4, "C": 32}                 # chunks of 32, 32 and 6
+    assert check_modular(CHUNKED, "vjp[k]", dims, trials=1).verdict == "checked-probabilistic"
+    dropped = CHUNKED.with_mutant(next(m for m in CHUNKED.mutants
+                                       if m.name == "state_cotangent_not_carried_between_chunks"))
+    cert = check_modular(dropped, "vjp[k]", dims, trials=1)
+    assert cert.verdict == "failed" and "witness" in cert.evidence
