@@ -55,6 +55,12 @@ class Chunked:
     forward: object
     backward: object
 
+    # the names of the laws the induction takes as its premises, and of the claim it proves; read off
+    # this object by the prover, which imports nothing of this module (its code is the ops' identity)
+    state_laws = STATE_LAWS
+    out_laws = OUT_LAWS
+    equals_recurrent = EQUALS_RECURRENT
+
     @property
     def steps(self) -> list[Op]:
         return [self.state, self.out]
@@ -63,6 +69,17 @@ class Chunked:
         """Whether ``o`` still computes chunk by chunk with these ops (a mutant twin does not)."""
         return o.forward is self.forward and o.vjp is self.backward
 
+    def is_premise(self, o: Op, name: str) -> bool:
+        """Whether ``o``'s law ``name`` is one this construct generated from its recurrence (``is_premise``)."""
+        return is_premise(o, name, self.recurrent.recurrence)
+
+
+# This module and ``core.recurrence`` are the code of the ops built with them: the chunked op's forward
+# and backward, and the laws generated on its chunk ops. So they are in those ops' identity, and in no
+# checker's hash: an edit here stales the certificates of chunked recurrences and their chunk ops, and
+# of nothing else.
+_CONSTRUCT_FILES = (Path(__file__).resolve(), (Path(__file__).parent / "recurrence.py").resolve())
+
 
 class ChunkedOp(Op):
     """An op built by ``chunked``: its forward and backward are this module's code and the recurrence's
@@ -70,8 +87,25 @@ class ChunkedOp(Op):
 
     @property
     def source_files(self) -> list[Path]:
-        return sorted({*super().source_files, Path(__file__).resolve(),
-                       *self.chunked.recurrent.source_files})
+        return sorted({*super().source_files, *_CONSTRUCT_FILES, *self.chunked.recurrent.source_files})
+
+
+_STEP_CLASSES: dict[type, type] = {}
+
+
+def _as_chunk_step(o: Op) -> None:
+    """Make ``o`` (a chunk op) count this module among its code: the laws generated on it are."""
+    base = type(o)
+    if getattr(base, "_chunk_step", False):
+        return
+    if base not in _STEP_CLASSES:
+        def source_files(self) -> list[Path]:
+            return sorted({*base.source_files.fget(self), *_CONSTRUCT_FILES})
+        _STEP_CLASSES[base] = type(f"ChunkStep{base.__name__}", (base,), {
+            "_chunk_step": True, "__module__": __name__,
+            "source_files": property(source_files, doc="The op's files, and the construct's that made its laws."),
+            "__doc__": f"A chunk op of ``chunked`` ({base.__name__}): the laws generated on it are this module's code."})
+    o.__class__ = _STEP_CLASSES[base]
 
 
 def _chunk_shapes(o: Op, rec, length: str, n: str, role: str) -> None:
@@ -138,6 +172,8 @@ def chunked(recurrent: Op, *, state: Op, out: Op, name: str, dims, chunk: int = 
     if not isinstance(chunk, int) or chunk < 1:
         raise SpecError(name, f"chunked: the chunk size is an int >= 1, not {chunk!r}")
     _add_laws(rec, state, out, chunk_length)
+    for o in (state, out):
+        _as_chunk_step(o)
 
     inputs = dict(recurrent.inputs)
     params = {**recurrent.params, "C": Param(chunk, symbolic=False, doc="the chunk's length")}

@@ -93,6 +93,9 @@ SLOW = pytest.mark.slow
                                    "symbolic:at_the_kink", "numeric", "kernel", "triton", "frontend-ops"},
                  marks=SLOW),                                           # machinery every checker runs on
     ("frontends/values.py", {"frontend-ops"}),                          # framework ops only, not the specs'
+    # the constructs ops are built with: in those ops' identity (below), in no checker's hash
+    ("core/chunked.py", set()),
+    pytest.param("core/recurrence.py", set(), marks=SLOW),
     ("vjpcert/__init__.py", {"symbolic:None", "symbolic:compositional", "symbolic:general", "symbolic:modular",
                              "symbolic:at_the_kink", "numeric", "kernel", "triton", "frontend-ops"}),
 ])
@@ -130,3 +133,24 @@ def test_the_ladder_hands_the_value_on_a_kink_to_the_module_the_tier_table_hashe
     assert TIERS["symbolic"].checker_module(None, KINK_CLAIM) == prover.KINK_CHECKER == kinks.__name__
     assert TIERS["symbolic"].checker_sha256(None, KINK_CLAIM) == kinks.CHECKER_SHA256
     assert TIERS["symbolic"].checker_sha256(None, "vjp[x]") == prover.CHECKER_SHA256 != kinks.CHECKER_SHA256
+
+
+def test_the_construct_files_are_in_the_identity_of_the_ops_built_with_them_and_no_other():
+    """What an edit of core/chunked.py or core/recurrence.py stales, given that no checker hashes them:
+    the recurrences, the chunked ops and the chunk ops whose laws chunked generated (their mutant twins
+    too), and no op built without them."""
+    from vjpcert.specs import builtin_ops
+    ops = builtin_ops()
+    chunked, recurrence = (ROOT / "core" / "chunked.py").resolve(), (ROOT / "core" / "recurrence.py").resolve()
+
+    def files(o):
+        return {p.resolve() for p in o.source_files}
+    for name in ("linear_attention_chunked", "linear_attention_chunk_state", "linear_attention_chunk_out",
+                 "gated_delta_rule_chunked", "gated_delta_chunk_state", "gated_delta_chunk_out"):
+        o = ops[name]
+        assert {chunked, recurrence} <= files(o), name
+        assert all({chunked, recurrence} <= files(o.with_mutant(m)) for m in o.mutants), name
+    for name in ("linear_attention", "gated_delta_rule", "lstm", "selective_scan"):
+        assert recurrence in files(ops[name]) and chunked not in files(ops[name]), name
+    for name in ("softmax", "gated_delta_cell", "linear_attention_cell", "conv2d"):
+        assert not {chunked, recurrence} & files(ops[name]), name

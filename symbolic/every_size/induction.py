@@ -208,8 +208,7 @@ def chunked_instance_dims(op: Op) -> list[dict]:
 def prove_chunked(op: Op, claim: str, budget: float, seed: int, certificate, prove_general) -> Certificate:
     """The chunked op's claims for every length and chunk size, from its chunk ops' claims for every
     chunk length (``core.chunked``). Arguments as ``prove_by_induction``'s."""
-    from vjpcert.core.chunked import EQUALS_RECURRENT, OUT_LAWS, STATE_LAWS, is_premise
-    cells = op.chunked
+    cells = op.chunked            # the construct's names and premise test, read off the op it built
     rec = cells.recurrent.recurrence
     run = _Induction(op, claim, budget, seed, certificate,
                      {"proof": "induction on the number of chunks", "length": rec.length,
@@ -219,17 +218,17 @@ def prove_chunked(op: Op, claim: str, budget: float, seed: int, certificate, pro
     if not cells.intact(op):
         return run.not_own("the op's forward or backward is not the chunked recurrence's own (core.chunked: the "
                            "chunk ops run chunk after chunk, their backwards in reverse)", "the chunks")
-    if claim == EQUALS_RECURRENT:
-        needed = [(cells.state, c) for c in STATE_LAWS] + [(cells.out, c) for c in OUT_LAWS]
+    if claim == cells.equals_recurrent:
+        needed = [(cells.state, c) for c in cells.state_laws] + [(cells.out, c) for c in cells.out_laws]
         template = CHUNKED_FORWARD
     elif claim.startswith("vjp["):
         needed = [(o, c) for o in cells.steps for c in dict.fromkeys([f"vjp[{rec.carry}]", claim])
                   if c[4:-1] in o.inputs]
         template = CHUNKED_BACKWARD
     else:
-        return run.done("inconclusive", reason=f"refused: {claim!r} is neither a VJP claim nor {EQUALS_RECURRENT}; "
+        return run.done("inconclusive", reason=f"refused: {claim!r} is neither a VJP claim nor {cells.equals_recurrent}; "
                                                f"only those follow from the chunk ops' claims by induction")
-    forged = [f"{o.name}: {c}" for o, c in needed if not c.startswith("vjp[") and not is_premise(o, c, rec)]
+    forged = [f"{o.name}: {c}" for o, c in needed if not c.startswith("vjp[") and not cells.is_premise(o, c)]
     if forged:
         return run.done("inconclusive", reason=f"refused: the chunk ops' laws {forged} are not the ones chunked "
                                                f"generated from {rec.cell.name}, so they are no premise of the induction")
