@@ -29,6 +29,7 @@ parameter ``C``: every certificate at fixed dims names it, and the induction hol
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -297,12 +298,19 @@ def backprop_chunks(B, cells: Chunked, values: dict, dy):
 
 
 # ------------------------------------------------------------------------------ the laws on F and G
+# Each law function chunked generated -> (the recurrence it was generated from, its name). Held here,
+# not on the function (an attribute a spec could set on a law of its own): only a function this module
+# made is a premise.
+_GENERATED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def is_premise(o: Op, name: str, rec) -> bool:
     """Whether ``o``'s law ``name`` is the one ``chunked`` generated from ``rec``'s cell and readout: the
     only law the induction over the chunks may take as a premise (a law written under that name, or the
     laws list edited after the build, is not)."""
     law = next((l for l in o.laws if l.name == name), None)
-    return law is not None and getattr(law.fn, "premise_of", None) is rec
+    made = _GENERATED.get(law.fn) if law is not None else None
+    return made is not None and made[0] is rec and made[1] == name
 
 
 def _add_laws(rec, state: Op, out: Op, n: str) -> None:
@@ -329,13 +337,12 @@ def _add_laws(rec, state: Op, out: Op, n: str) -> None:
             return body(B, values, forward)
         law = _with_signature(law, [*o.inputs, *o.params, "forward"])
         law.__doc__ = doc
-        law.premise_of = rec        # what the induction takes as its premise (is_premise), and nothing else
+        _GENERATED[law] = (rec, name)      # what the induction takes as its premise (is_premise), and nothing else
         have = next((l for l in o.laws if l.name == name), None)
         if have is None:
             o.law(law, name=name)
         elif not is_premise(o, name, rec):
-            whose = ("generated for another recurrence" if hasattr(have.fn, "premise_of")
-                     else "written by hand")
+            whose = "generated for another recurrence" if have.fn in _GENERATED else "written by hand"
             raise SpecError(o.name, f"chunked: {name!r} is the law chunked generates on this chunk op from "
                                     f"{cell.name}, and the op already has a law of that name, {whose}: the "
                                     f"induction would take that one as its premise. Rename the law, or give "

@@ -172,6 +172,25 @@ def test_a_generated_premise_replaced_after_the_build_is_not_proved_from():
     assert cert.verdict == "inconclusive" and "no premise of the induction" in cert.evidence["reason"], cert.evidence
 
 
+def test_a_law_tagged_by_hand_as_a_generated_one_is_no_premise():
+    """A spec that copies what a generated law looks like (its name, its recurrence set on the function
+    as the construct once marked its own) and swaps it in after the build: still no premise, because
+    the construct keeps its own record of the functions it made."""
+    from vjpcert.core.registry import Law
+    wrong = _state_wrong_from_three_steps("tla_forged_premise")
+    ch = chunked(linear_attention, state=wrong, out=linear_attention_chunk_out, name="tla_forged_chunked",
+                 dims=CHUNKED.dims, chunk=3)
+    ch.every_size(EQUALS_RECURRENT)
+
+    def vacuous(B, S, k, v, gamma, forward):
+        return S, S
+    vacuous.premise_of = linear_attention.recurrence
+    wrong.laws[:] = [Law(l.name, vacuous, l.doc, l.params, False) if l.name == "one_more_step_is_the_cell" else l
+                     for l in wrong.laws]
+    cert = prove_general(ch, EQUALS_RECURRENT, budget=60)
+    assert cert.verdict == "inconclusive" and "no premise of the induction" in cert.evidence["reason"], cert.evidence
+
+
 def test_a_chunk_op_is_the_step_of_one_recurrence_only():
     """Chunk ops carry the laws of the recurrence they were built for: the same ops in a second chunked
     op over another recurrence would be proved against the first one's cell. Refused."""
