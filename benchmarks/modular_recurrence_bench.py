@@ -6,8 +6,9 @@ to T^2 (the GRU's). What must not grow as T^2 is the time: ``symbolic/modular/bo
 state's classes from step to step by reference. For each op, one joint trial of every VJP claim at T/16, T/4 and T
 (one process per run, so each has its own memory), seconds per trial and the degree bound; the peer
 of each length is the same op at a quarter of it, in the same run: a ratio near 4 is linear in T,
-near 16 quadratic. The chunked linear attention is timed the same way at its production size, beside
-its recurrent form.
+near 16 quadratic. The chunked linear attention and the chunked gated delta rule are timed the same
+way at their production size, each beside its recurrent form. ``--only`` reruns some ops and keeps the
+other rows of the committed figures.
 
 Writes reports/benchmarks/modular_recurrence.json and .md.
 Run: python benchmarks/modular_recurrence_bench.py [--only OP ...] [--length T] [--render]
@@ -33,6 +34,8 @@ OPS = [
     ("lstm", {"n": 16, "k": 8}),
     ("linear_attention", {"h": 4, "d": 64, "e": 64}),
     ("linear_attention_chunked", {"h": 4, "d": 64, "e": 64, "C": 64}),
+    ("gated_delta_rule", {"h": 4, "dk": 64, "dv": 64}),
+    ("gated_delta_rule_chunked", {"h": 4, "dk": 64, "dv": 64, "C": 64}),
 ]
 
 
@@ -75,8 +78,10 @@ def render(data: dict) -> str:
     ratios = [r["seconds_per_trial"] / rs[i - 1]["seconds_per_trial"] for rs in by.values()
               for i, r in enumerate(rs) if i]
     lines += ["", "Each gate's division (the GRU's r and z, the LSTM's i, f and o) is a new denominator at every "
-              "step, which the state carries on to the next; Elman's network and the linear attention divide by "
-              "nothing (the chunked form by powers of the decay). The degree bound grows as the table shows; the "
+              "step, which the state carries on to the next; Elman's network, the linear attention and the gated "
+              "delta rule divide by nothing in their recurrent forms (the chunked linear attention by powers of "
+              "the decay, the chunked gated delta rule by the gates' products, and its triangular solve "
+              "multiplies out a series of up to C - 1 powers). The degree bound grows as the table shows; the "
               f"time per trial grows {min(ratios):.1f}x to {max(ratios):.1f}x for each 4x in T (linear is 4x, "
               "quadratic 16x): `symbolic/modular/bound.py` carries a state's denominator classes from step to "
               "step by reference instead of visiting them one by one." if ratios else ""]
@@ -115,6 +120,11 @@ def main():
             r = json.loads(proc.stdout.strip().splitlines()[-1])
             print(f"  {r['seconds_per_trial']} s per trial, degree bound {r['degree_bound']:.3g}", flush=True)
             runs.append(r)
+    if args.only and (out / "modular_recurrence.json").is_file():     # keep the other ops' rows, in order
+        kept = json.loads((out / "modular_recurrence.json").read_text())["runs"]
+        order = [name for name, _ in OPS]
+        runs = sorted([r for r in kept if r["op"] not in args.only] + runs,
+                      key=lambda r: (order.index(r["op"]) if r["op"] in order else len(order), r["dims"].get("T", 0)))
     import numpy as np
     data = {"machine": f"{platform.machine()}, {platform.processor() or 'cpu'}; Python "
                        f"{platform.python_version()}, numpy {np.__version__}", "runs": runs}
