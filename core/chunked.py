@@ -90,6 +90,13 @@ class ChunkedOp(Op):
     def source_files(self) -> list[Path]:
         return sorted({*super().source_files, *_CONSTRUCT_FILES, *self.chunked.recurrent.source_files})
 
+    @property
+    def recurrence(self):
+        """The recurrence this op computes chunk by chunk: its length is this op's, where the numeric tier
+        checks at a long length too (the last chunk partial there). ``chunked`` refuses to chunk this op
+        again, and the every-size tier proves it by induction over the chunks, not as the recurrence."""
+        return self.chunked.recurrent.recurrence
+
 
 _STEP_CLASSES: dict[type, type] = {}
 
@@ -147,6 +154,9 @@ def chunked(recurrent: Op, *, state: Op, out: Op, name: str, dims, chunk: int = 
     ``out(h, X_c, shared)``, the state after it ``state(h, X_c, shared)``. ``state`` and ``out`` take the
     recurrence's inputs with the chunk's length ``chunk_length`` in place of its length, and its params.
     The laws that make them the recurrence's steps are added to them (module docstring)."""
+    if getattr(recurrent, "chunked", None) is not None:
+        raise SpecError(name, f"chunked: {recurrent.name} is already computed in chunks; chunk the recurrence it "
+                              f"computes, {recurrent.chunked.recurrent.name}")
     rec = getattr(recurrent, "recurrence", None)
     if rec is None:
         raise SpecError(name, f"chunked: {recurrent.name} is not built by core.recurrence.recurrence")

@@ -191,6 +191,18 @@ def test_a_law_tagged_by_hand_as_a_generated_one_is_no_premise():
     assert cert.verdict == "inconclusive" and "no premise of the induction" in cert.evidence["reason"], cert.evidence
 
 
+def test_a_chunked_op_is_not_chunked_again_and_its_long_numeric_length_crosses_a_chunk_boundary():
+    """A chunked op answers for the recurrence it computes (its length, where the numeric tier checks a
+    long sequence too), but it is no recurrence to chunk: its equality law would then be held to the
+    first chunked op, while the induction proves the second one equal to the cell's recurrence."""
+    from vjpcert.numeric.check import numeric_dims
+    with pytest.raises(SpecError, match="already computed in chunks"):
+        chunked(CHUNKED, state=linear_attention_chunk_state, out=linear_attention_chunk_out, name="tla_twice",
+                dims=CHUNKED.dims)
+    long = numeric_dims(CHUNKED)[-1]
+    assert long["T"] >= 1025 and long["T"] % CHUNKED.params["C"].default == 1
+
+
 def test_a_chunk_op_is_the_step_of_one_recurrence_only():
     """Chunk ops carry the laws of the recurrence they were built for: the same ops in a second chunked
     op over another recurrence would be proved against the first one's cell. Refused."""
