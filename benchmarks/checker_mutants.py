@@ -143,7 +143,7 @@ MUTANTS = [
            "candidates for the random prime are not made odd",
            harmless="BPSW rejects every even candidate, so only the number of draws changes, never the prime "
                     "nor its distribution"),
-    Mutant("fields-modp-fold-ge", "symbolic/fixed/fields.py", "ModPField._odd_even", "a > self.p // 2",
+    Mutant("fields-modp-fold-ge", "symbolic/fixed/modp_field.py", "ModPField._odd_even", "a > self.p // 2",
            ("cmp", ast.GtE), "the sign fold of odd/even atoms mod p includes (p - 1) / 2",
            harmless="it changes the fold only at the one residue (p - 1) / 2, hit with probability 1 / p "
                     "(< 2^-62) per atom"),
@@ -288,7 +288,7 @@ MUTANTS = [
     Mutant("values-log-softmax-sign", "frontends/values.py", "Context.softmax",
            "s - B.log(B.exp(s).sum(-1, keepdims=True))", ("value", "s + B.log(B.exp(s).sum(-1, keepdims=True))"),
            "log-softmax adds its normaliser"),
-    Mutant("values-named-constant-any", "frontends/values.py", "recognise", "off <= CONSTANT_ROUNDING_ULPS",
+    Mutant("values-named-constant-any", "frontends/constants.py", "recognise", "off <= CONSTANT_ROUNDING_ULPS",
            ("value", "True"), "a float is read as the simplest named constant whose rational is small, however far"),
     Mutant("tol-fit-any-shift", "core/tolerance.py", "rounding_fit",
            "np.all(np.abs(shifts) <= CONSTANT_ROUNDING_ULPS)", ("value", "True"),
