@@ -49,6 +49,7 @@ SELECTIONS: dict[str, list[str]] = {
 FILE_SELECTION = {
     "symbolic/settings.py": "symbolic", "symbolic/fixed/strategies.py": "symbolic", "symbolic/fixed/prover.py": "symbolic",
     "symbolic/fixed/fields.py": "symbolic", "symbolic/fixed/false_pass.py": "symbolic",
+    "symbolic/fixed/modp_field.py": "symbolic", "frontends/constants.py": "frontend",
     "symbolic/modular/arith.py": "modarith", "symbolic/modular/kernels.py": "modarith",
     "symbolic/modular/bound.py": "modular", "symbolic/modular/check.py": "modular",
     "numeric/check.py": "numeric", "numeric/settings.py": "numeric",
