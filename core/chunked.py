@@ -308,7 +308,8 @@ def backprop_chunks(B, cells: Chunked, values: dict, dy):
 
 
 # ------------------------------------------------------------------------------ the laws on F and G
-# Each law function chunked generated -> (the recurrence it was generated from, its name). Held here,
+# Each law function chunked generated -> (the recurrence it was generated from, its name, the chunk op it
+# was generated on: a law reads its op's inputs and its partner op, so it is no premise on another). Held here,
 # not on the function (an attribute a spec could set on a law of its own): only a function this module
 # made is a premise.
 _GENERATED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -320,7 +321,7 @@ def is_premise(o: Op, name: str, rec) -> bool:
     laws list edited after the build, is not)."""
     law = next((l for l in o.laws if l.name == name), None)
     made = _GENERATED.get(law.fn) if law is not None else None
-    return made is not None and made[0] is rec and made[1] == name
+    return made is not None and made[0] is rec and made[1] == name and made[2] is o
 
 
 def _add_laws(rec, state: Op, out: Op, n: str) -> None:
@@ -347,7 +348,7 @@ def _add_laws(rec, state: Op, out: Op, n: str) -> None:
             return body(B, values, forward)
         law = _with_signature(law, [*o.inputs, *o.params, "forward"])
         law.__doc__ = doc
-        _GENERATED[law] = (rec, name)      # what the induction takes as its premise (is_premise), and nothing else
+        _GENERATED[law] = (rec, name, o)   # what the induction takes as its premise (is_premise), and nothing else
         have = next((l for l in o.laws if l.name == name), None)
         if have is None:
             o.law(law, name=name)

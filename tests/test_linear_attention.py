@@ -191,6 +191,21 @@ def test_a_law_tagged_by_hand_as_a_generated_one_is_no_premise():
     assert cert.verdict == "inconclusive" and "no premise of the induction" in cert.evidence["reason"], cert.evidence
 
 
+def test_a_generated_law_moved_onto_another_chunk_op_is_no_premise_there():
+    """A law chunked generated on the built-in chunk state, swapped after the build into the laws of a
+    wrong chunk state of the same recurrence: the construct generated it on another op, so it is no
+    premise of the second induction."""
+    from vjpcert.core.registry import Law
+    wrong = _state_wrong_from_three_steps("tla_moved_premise")
+    ch = chunked(linear_attention, state=wrong, out=linear_attention_chunk_out, name="tla_moved_chunked",
+                 dims=CHUNKED.dims, chunk=3)
+    ch.every_size(EQUALS_RECURRENT)
+    theirs = {l.name: l for l in linear_attention_chunk_state.laws}
+    wrong.laws[:] = [theirs[l.name] if l.name in theirs and l.name.startswith("one_") else l for l in wrong.laws]
+    cert = prove_general(ch, EQUALS_RECURRENT, budget=60)
+    assert cert.verdict == "inconclusive" and "no premise of the induction" in cert.evidence["reason"], cert.evidence
+
+
 def test_a_chunked_op_is_not_chunked_again_and_its_long_numeric_length_crosses_a_chunk_boundary():
     """A chunked op answers for the recurrence it computes (its length, where the numeric tier checks a
     long sequence too), but it is no recurrence to chunk: its equality law would then be held to the
