@@ -17,7 +17,7 @@ from vjpcert.core.registry import SHIFT_CLAIM, Op, SpecError
 from vjpcert.core.evaluate import postorder
 from vjpcert.core.trace import Leaf, Node, leaf_array, leaves_of, shared_nodes
 from vjpcert.core.tracing import primal_values, trace_forward, trace_law, trace_shift_free, trace_vjp
-from vjpcert.symbolic.fixed.evaluate import Evaluator, Tangent, inner
+from vjpcert.symbolic.fixed.evaluate import Adjoint, Evaluator, Tangent, inner
 
 
 @dataclass
@@ -69,16 +69,14 @@ class TracedClaim:
             return [(E(a), E(b)) for a, b in zip(self.lhs.ravel(), self.rhs.ravel())][:max_entries]
         cot = E.array(self.cot).ravel()
         dy = E.array(self.dy)
-        one = F.const(Fraction(1))
         leaves = self.inputs.ravel()
         idx = range(len(leaves))
         if len(leaves) > max_entries:
             idx = np.random.default_rng(0).choice(len(leaves), max_entries, replace=False)
-        out = []
-        for j in idx:
-            col = Tangent(E, {leaves[j].value: one}).array(self.y)
-            out.append((cot[j], inner(F, dy, col)))
-        return out
+        # every (J^T dy)_j in one reverse walk of the forward (one forward walk per j before)
+        jt_dy = Adjoint(E).leaves(self.y, dy, [leaves[j].value for j in idx])
+        zero = F.const(Fraction(0))
+        return [(cot[j], zero if jt_dy[leaves[j].value] is None else jt_dy[leaves[j].value]) for j in idx]
 
     def component_labels(self, max_entries: int = 256) -> list[str]:
         arr = self.lhs if self.kind == "law" else self.inputs

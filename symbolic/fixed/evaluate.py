@@ -1,6 +1,7 @@
-"""Evaluating a traced DAG in a field, and forward-mode derivatives (J·t) over it.
+"""Evaluating a traced DAG in a field, and derivatives over it: forward mode (J·t, ``Tangent``) and
+reverse mode (J^T·w for every leaf at once, ``Adjoint``).
 
-The derivative rules ``Tangent`` applies are the prover's trusted base: the Jacobian of every op is
+The derivative rules ``Tangent`` and ``Adjoint`` apply are the prover's trusted base: the Jacobian of every op is
 derived from its forward with them and nothing else (the hand-written backward is never consulted).
 Those of the primitives come from the one table, ``core.derivatives`` (``tests/test_derivatives.py``
 holds each row against ``sympy.diff``); the sum and product rules are here.
@@ -15,7 +16,7 @@ from vjpcert.core.derivatives import RULES, MissingRule, derivative, uses_value
 from vjpcert.core.evaluate import Evaluator, SumPlan, node_args, map_array, pairwise, postorder
 from vjpcert.core.trace import Leaf, Node
 
-__all__ = ["Evaluator", "FieldOps", "Tangent", "inner"]
+__all__ = ["Adjoint", "Evaluator", "FieldOps", "Tangent", "inner"]
 
 
 class FieldOps:
@@ -126,6 +127,69 @@ class Tangent:
 
     def array(self, arr) -> np.ndarray:
         return map_array(self, arr)
+
+
+class Adjoint:
+    """Reverse mode: the value of (J^T w)_leaf for every leaf in ``wrt`` at once, J the Jacobian of
+    ``roots`` -- one walk of the DAG where ``Tangent`` needs one per leaf. The local factors are the
+    ones ``Tangent`` takes (the sum and product rules, then the one table), and they are taken at the
+    same nodes: those that depend on a leaf of ``wrt`` (a factor elsewhere, such as sqrt'(0), is
+    never evaluated, as in forward mode). ``None`` stands for an exactly zero adjoint."""
+
+    def __init__(self, primal: Evaluator):
+        self.primal, self.field = primal, primal.field
+        self.ops = FieldOps(primal.field)
+
+    def leaves(self, roots: np.ndarray, weights: np.ndarray, wrt) -> dict:
+        """{leaf: (J^T w)_leaf} for the leaves in ``wrt``, None where no path joins it to a root."""
+        f, P = self.field, self.primal
+        wanted = set(wrt)
+        order: list[Node] = []
+        seen: dict[int, bool] = {}
+        nodes = [Node.lift(r) for r in np.asarray(roots, dtype=object).ravel().tolist()]
+        for r in nodes:
+            for node in postorder(r, seen):
+                seen[id(node)] = True
+                order.append(node)
+        depends: dict[int, bool] = {}
+        for node in order:              # arguments first: whether a wrt leaf lies under the node
+            depends[id(node)] = (node.value in wanted) if node.op == "leaf" else \
+                any(depends[id(a)] for a in node.args)
+        adj: dict[int, object] = {}
+
+        def give(node: Node, v) -> None:
+            if v is None or not depends[id(node)]:
+                return
+            old = adj.get(id(node))
+            adj[id(node)] = v if old is None else f.add(old, v)
+
+        for r, w in zip(nodes, np.asarray(weights, dtype=object).ravel().tolist()):
+            give(r, w)
+        out: dict = {}
+        for node in reversed(order):
+            a = adj.pop(id(node), None)
+            if a is None:
+                continue
+            op, args = node.op, node.args
+            if op == "leaf":
+                out[node.value] = a if node.value not in out else f.add(out[node.value], a)
+            elif op in ("const", "pi", "cpow"):
+                continue
+            elif op == "add":
+                for x in args:
+                    give(x, a)
+            elif op == "mul":
+                give(args[0], f.mul(a, P(args[1])) if depends[id(args[0])] else None)
+                give(args[1], f.mul(a, P(args[0])) if depends[id(args[1])] else None)
+            elif op == "neg":
+                give(args[0], f.neg(a))
+            elif op in RULES:                      # d f(a) = f'(a) da, f' from the one table
+                k = node.value if op == "pow" else None
+                factor = derivative(self.ops, op, P(args[0]), P(node) if uses_value(op, k) else None, k)
+                give(args[0], f.mul(a, factor))
+            else:
+                raise MissingRule(f"no derivative rule for {op}")
+        return {leaf: out.get(leaf) for leaf in wrt}
 
 
 def inner(field, a: np.ndarray, b: np.ndarray):
