@@ -49,7 +49,7 @@ LIN_ATOM_MIN_TERMS = 16
 RING_MAX_TERMS = 1_500_000
 
 # Share of the remaining claim budget each strategy may spend (the last one gets what is left).
-SHARE = {"wiring": 0.5, "ring": 0.5, "exact-witness": 0.3, "exact-witness-wide": 0.3, "witness": 0.5, "relations": 0.5, "sympy": 0.6, "modp": 0.7}
+SHARE = {"wiring": 0.5, "ring": 0.5, "exact-witness": 0.3, "witness": 0.5, "relations": 0.5, "sympy": 0.6, "modp": 0.7}
 # SymPy's own derivation is only attempted on small claims (in traced nodes): beyond this it cannot
 # finish within any sensible budget (measured: plain simplify took 16 s at softmax n=16).
 SYMPY_MAX_NODES = 4000

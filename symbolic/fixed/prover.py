@@ -107,7 +107,7 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
         # which cannot fail a rational claim the exact points pass (each point costs one forward and
         # one reverse walk)
         wide = attempt("exact-witness-wide", lambda: strategies.exact_witness(
-            traced, seed=seed + 1, points=tol.EXACT_WITNESS_POINTS_WIDE))
+            traced, seed=seed + 1, points=tol.EXACT_WITNESS_POINTS_WIDE), share=tol.SHARE["exact-witness"])
         if wide["status"] == "failed":
             return certificate("failed", wide["method"], decided(wide))
     if "certain" in r:                   # nonzero at the real atom values, whatever relates them
