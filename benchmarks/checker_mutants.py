@@ -116,8 +116,9 @@ MUTANTS = [
            'rational and rr["status"] == "nonzero"', ("value", "False"),
            "a rational claim with an exactly nonzero residual may still end `checked`",
            harmless="the ladder's later rule (a nonzero the relations leave is inconclusive, never checked) takes "
-                    "the same claims: only the wide exact witness is lost, so `failed` may become `inconclusive` "
-                    "for a rational residual that vanished at all 3 random exact points, never the reverse"),
+                    "the same claims, and the wide exact search has run before the digits: only its second try "
+                    "is lost (where the first did not finish), so `failed` may become `inconclusive`, never the "
+                    "reverse"),
     Mutant("prover-unknown-is-zero", "symbolic/fixed/prover.py", "prove_claim", 'w["status"] == "zero"',
            ("value", "w['status'] in ('zero', 'unknown')"),
            "an undecided witness counts as numerically zero: `checked`", nth=1),
