@@ -1,7 +1,8 @@
 """Partial runs cannot damage reports: a run over a subset of ops or tiers updates those certificates
 and renders every page from *all* that is on disk, so the pages never depend on which command ran
 last; `--point` and `--impl` results are kept apart (reports/adhoc/); `vjpcert verify` renders the
-pages to memory and names any page that is not current, so CI catches a damaged report."""
+pages to memory (unless their stamp vouches for them) and names any page that is not current, so CI
+catches a damaged report."""
 import json
 import shutil
 
@@ -87,6 +88,41 @@ def test_verify_names_a_damaged_page_and_render_repairs_it(copy, tmp_path, capsy
     assert main(["render", str(copy), "--spec", str(tmp_path / "mine.py")]) == 0
     assert main(["verify", str(copy), *spec]) == 0
     assert "x cubed, entrywise" in page.read_text()
+
+
+def _renders(monkeypatch) -> list:
+    """Count the renders `verify` runs (it compares what they give with the pages on disk)."""
+    import vjpcert.reports as reports
+    calls, real = [], reports.render_reports
+    monkeypatch.setattr(reports, "render_reports", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def test_verify_renders_only_when_the_pages_stamp_does_not_vouch_for_them(copy, tmp_path, capsys, monkeypatch):
+    """The stamp vouches for the pages only while their inputs and every page's bytes are as rendered:
+    an input changed under the same pages (the stamp's inputs hash no longer matches) is rendered and
+    named; a page added beside the rendered ones is named without a render."""
+    spec = ["--spec", str(tmp_path / "mine.py"), "--no-missing"]
+    renders = _renders(monkeypatch)
+    assert main(["verify", str(copy), *spec]) == 0
+    assert renders == []                                   # as rendered: nothing rendered again
+    stray = copy / "ops" / "stray.html"
+    stray.write_text("<p>a page no certificate renders to</p>")
+    capsys.readouterr()
+    assert main(["verify", str(copy), *spec]) == 1
+    assert "ops/stray.html: no certificate renders to it" in capsys.readouterr().out and renders == []
+    stray.unlink()
+    stamps = json.loads((copy / "stamps.json").read_text())
+    stamps["pages"]["inputs"] = "0" * 64                   # rendered from other inputs than these
+    (copy / "stamps.json").write_text(json.dumps(stamps))
+    page = copy / "cube.md"
+    page.write_text(page.read_text().replace("x cubed, entrywise", ""))
+    stamps["pages"]["files"]["cube.md"] = __import__("hashlib").sha256(page.read_bytes()).hexdigest()
+    (copy / "stamps.json").write_text(json.dumps(stamps))  # the page's own hash vouched for, its inputs not
+    capsys.readouterr()
+    assert main(["verify", str(copy), *spec]) == 1
+    assert "page      cube.md: not what the certificates render to" in capsys.readouterr().out
+    assert renders == [1]
 
 
 def test_render_of_a_directory_without_certificates_is_bad_input(tmp_path, capsys):

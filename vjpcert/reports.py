@@ -171,7 +171,7 @@ def render_reports(root: Path, ops: dict[str, Op] | None = None, html: bool = Tr
     return pages
 
 
-def _orphan_html_pages(root: Path, pages: dict[Path, str]) -> list[Path]:
+def _orphan_html_pages(root: Path, pages) -> list[Path]:
     """Per-op HTML pages on disk that no certificate renders to any more (an op whose certificates
     were all removed): removed by a render, named by `verify`."""
     return sorted(p.relative_to(root) for p in (Path(root) / HTML_OP_PAGES).glob("*.html")
@@ -230,7 +230,19 @@ def write_reports(root: Path, ops: dict[str, Op] | None = None, command: str | N
 
 
 def stale_pages(root: Path, ops: dict[str, Op] | None = None) -> list[tuple[Path, str]]:
-    """(page, why) for every rendered page that is not what the certificates on disk render to."""
+    """(page, why) for every rendered page that is not what the certificates on disk render to.
+
+    Where the pages' stamp says they were last rendered from exactly these inputs (``pages_inputs``:
+    every certificate, plot and resource file, the ops' words and the renderers' code) and every page
+    on disk still hashes as rendered then, rendering is deterministic in those inputs, so it would give
+    the same text: nothing is rendered again (the general forms' MathML is most of a render). Any other
+    page state -- an input changed, a page edited, removed or added -- is decided by rendering."""
+    from vjpcert.stamps import Stamps
+    stamps = Stamps(root)
+    if stamps.pages_current(pages_inputs(root, ops)):
+        recorded = {Path(rel) for rel in stamps.data["pages"]["files"]}
+        return [(rel, "no certificate renders to it (re-rendering removes it)")
+                for rel in _orphan_html_pages(root, recorded)]
     pages = render_reports(root, ops)
     out = [(rel, "no certificate renders to it (re-rendering removes it)") for rel in _orphan_html_pages(root, pages)]
     for rel, text in pages.items():
