@@ -3,6 +3,7 @@ and renders every page from *all* that is on disk, so the pages never depend on 
 last; `--point` and `--impl` results are kept apart (reports/adhoc/); `vjpcert verify` renders the
 pages to memory (unless their stamp vouches for them) and names any page that is not current, so CI
 catches a damaged report."""
+import hashlib
 import json
 import shutil
 
@@ -117,7 +118,7 @@ def test_verify_renders_only_when_the_pages_stamp_does_not_vouch_for_them(copy, 
     (copy / "stamps.json").write_text(json.dumps(stamps))
     page = copy / "cube.md"
     page.write_text(page.read_text().replace("x cubed, entrywise", ""))
-    stamps["pages"]["files"]["cube.md"] = __import__("hashlib").sha256(page.read_bytes()).hexdigest()
+    stamps["pages"]["files"]["cube.md"] = hashlib.sha256(page.read_bytes()).hexdigest()
     (copy / "stamps.json").write_text(json.dumps(stamps))  # the page's own hash vouched for, its inputs not
     capsys.readouterr()
     assert main(["verify", str(copy), *spec]) == 1
