@@ -24,7 +24,10 @@ Verdicts: ``kernel-match``, ``failed`` (evidence["witness"] says which check, wh
 how much), ``inconclusive`` (no CUDA to run on, or an error model that does not reproduce the spec).
 
 ``launch="gpu"`` runs the GPU's own launch configuration (``common.GPU_CONFIG``: blocks of 256
-threads, 16 x 16 tiles) wherever the kernels run, the simulator included.
+threads, 16 x 16 tiles) wherever the kernels run, the simulator included. ``launch="orders"`` is the
+summation-order check: at a kernel's ``Sizes.orders``, one run in the equal-rows case only, where a
+kernel that sums in another order than its model states errs beyond the model's bound though random
+inputs hide it (``settings.ORDER_CASES`` says why).
 
 This module imports from ``specs`` and ``core`` only (never from ``symbolic``, ``numeric`` or ``vjpcert``).
 """
@@ -45,7 +48,10 @@ from vjpcert.core.registry import Op, SpecError
 
 # The checker's code: this folder and core/ (the input cases and the rule are there).
 CHECKER_SHA256 = checker_code_sha256(__name__, discovered=__package__)   # kernel files are found, not imported
-LAUNCHES = (None, "gpu")        # None: this process's configuration; "gpu": the GPU's own
+ORDERS = "orders"
+# None: this process's configuration; "gpu": the GPU's own; ORDERS: this process's, at a kernel's
+# ``Sizes.orders`` with the summation-order case only (settings.ORDER_CASES)
+LAUNCHES = (None, "gpu", ORDERS)
 CUDA_DTYPES = ("float32", "float16")     # Numba CUDA has no bfloat16 type for kernel arguments
 
 
@@ -105,16 +111,17 @@ def kernel_launches(op, mode: str | None = None, claim: str | None = None) -> li
     mode = mode or detect_mode()
     _, dims = _registry()
     out = [(d, None) for d in kernel_dims(op, mode)]
+    key = claim.removeprefix("kernel:") if claim else None
     if mode != "gpu":
         table = dims["simulator_gpu_launch"]
-        key = claim.removeprefix("kernel:") if claim else None
         out += [(dict(d), "gpu") for d in (table[key] if key in table else table.get(name, []))]
+    table = dims["orders"]          # in either mode: long sums, where summation orders part
+    out += [(dict(d), ORDERS) for d in (table[key] if key in table else table.get(name, []))]
     return out
 
 
 # ------------------------------------------------------------------------------ inputs
 # Shared with the Triton tier (core/kernel_checks.py): the inputs of a case, the spec's references.
-sample_inputs = _shared.sample_inputs
 reference = _shared.reference
 _launcher_params = _shared.launcher_params
 _as_tuple = _shared.as_tuple
@@ -208,11 +215,29 @@ _small_inputs = _shared.small_inputs
 
 
 def launch_config(launch: str | None):
-    """The launch configuration a check runs: this process's, or the GPU's own (``launch="gpu"``)."""
+    """The launch configuration a check runs: this process's (the default and ``ORDERS``), or the GPU's
+    own (``launch="gpu"``)."""
     from vjpcert.cuda_kernels.common import GPU_CONFIG, config
     if launch not in LAUNCHES:
-        raise SpecError(None, f"unknown kernel launch {launch!r}: use the default or 'gpu'")
+        raise SpecError(None, f"unknown kernel launch {launch!r}: use the default, 'gpu' or {ORDERS!r}")
     return GPU_CONFIG if launch == "gpu" else config()
+
+
+def sample_inputs(op: Op, dims: dict, seed: int, with_dy: bool, case: str = _shared.FIRST_CASE):
+    """The inputs of a case (core/kernel_checks.py); the summation-order case ``equal_rows``
+    (settings.py) repeats the first row (the last axis) of the random case's differentiable inputs
+    and cotangent along every other axis."""
+    if case not in tol.ORDER_CASES:
+        return _shared.sample_inputs(op, dims, seed, with_dy, case)
+    inputs, dy = _shared.sample_inputs(op, dims, seed, with_dy, _shared.FIRST_CASE)
+
+    def equal_rows(a):
+        a = np.asarray(a)
+        if a.ndim < 2:
+            return a
+        return np.ascontiguousarray(np.broadcast_to(a.reshape(-1, a.shape[-1])[0], a.shape))
+    inputs = {k: equal_rows(v) if k in op.inputs else v for k, v in inputs.items()}
+    return inputs, (equal_rows(dy) if dy is not None else None)
 
 
 def model_bounds(spec, op: Op, cfg, inputs: dict, dy, params: dict, case: str, ref64: tuple):
@@ -265,9 +290,9 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
     mode = detect_mode()
     if cases is None:
         cases = tol.SIMULATED_GPU_LAUNCH_CASES if (launch == "gpu" and mode == "simulator") else \
-            (*tol.CASES, *(tol.KINK_CASES if op.uses_kinks() else ()))
+            tol.ORDER_CASES if launch == ORDERS else (*tol.CASES, *(tol.KINK_CASES if op.uses_kinks() else ()))
     cases = tuple(cases)
-    known = (*tol.CASES, *tol.KINK_CASES)
+    known = (*tol.CASES, *tol.KINK_CASES, *tol.ORDER_CASES)
     unknown = [c for c in cases if c not in known]
     if unknown:
         raise SpecError(op.name, f"unknown input cases {unknown}; cases: {', '.join(known)}")
@@ -324,9 +349,14 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
                 dy = dy.astype(storage) if dy is not None else None
             state["inputs"], state["dy"] = inputs, dy
 
-            # 1. the runs: in the first case two (the first under the race detector in the simulator)
+            # 1. the runs: in the first case two (the first under the race detector in the simulator);
+            # the summation-order check runs once (races and determinism are the default launch's)
             runs = []
-            first = case == cases[0]
+            first = case == cases[0] and launch != ORDERS
+            if case == cases[0] and launch == ORDERS:
+                evidence["race_detector"] = {"ran": False, "reason": "the summation-order check runs the kernel "
+                                                                     "once: races are checked at its other sizes"}
+                evidence["determinism"] = "checked at the kernel's other sizes (the summation-order check runs once)"
             try:
                 if first and mode == "simulator":
                     from vjpcert.cuda_kernels.simulator import DetectorUnavailable, RaceError, race_detector
@@ -460,5 +490,5 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
     return certificate("kernel-match")
 
 
-__all__ = ["CHECKER_SHA256", "LAUNCHES", "check_kernel_claim", "detect_mode", "kernel_claims", "kernel_dims",
+__all__ = ["CHECKER_SHA256", "LAUNCHES", "ORDERS", "check_kernel_claim", "detect_mode", "kernel_claims", "kernel_dims",
            "kernel_launches", "launch_config"]

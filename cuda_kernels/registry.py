@@ -66,10 +66,13 @@ class Sizes:
     """Where a kernel is checked. ``simulator``: at the simulator's launch configuration (32 threads
     per row block, 8 x 8 tiles), sizes that cross its blocks and tiles; ``gpu``: on a GPU, large
     sizes; ``gpu_launch``: in the simulator at the GPU's own launch configuration (blocks of 256,
-    16 x 16 tiles), one or two affordable sizes that cross those."""
+    16 x 16 tiles), one or two affordable sizes that cross those; ``orders``: in either mode, at this
+    process's configuration, with the summation-order case only (``settings.ORDER_CASES``): sums long
+    enough that an order other than the error model's outgrows the model's bound."""
     simulator: tuple
     gpu: tuple
     gpu_launch: tuple = ()
+    orders: tuple = ()
 
 
 def fwd_bwd(op, fwd, bwd, *, models, fwd_laws=(), bwd_laws=(), cots=("dx",), prefix=None, doc=""):
@@ -114,7 +117,7 @@ def _targets(node) -> set[str]:
 @functools.cache
 def _discover() -> tuple[dict, dict]:
     kernels: dict[str, KernelSpec] = {}
-    dims: dict[str, dict] = {"simulator": {}, "gpu": {}, "simulator_gpu_launch": {}}
+    dims: dict[str, dict] = {"simulator": {}, "gpu": {}, "simulator_gpu_launch": {}, "orders": {}}
     for name in kernel_modules():
         module = importlib.import_module(f"vjpcert.cuda_kernels.{name}")
         for k in module.KERNELS:
@@ -123,7 +126,7 @@ def _discover() -> tuple[dict, dict]:
             kernels[k.name] = k
         for key, sizes in getattr(module, "SIZES", {}).items():
             for mode, table in (("simulator", sizes.simulator), ("gpu", sizes.gpu),
-                                ("simulator_gpu_launch", sizes.gpu_launch)):
+                                ("simulator_gpu_launch", sizes.gpu_launch), ("orders", sizes.orders)):
                 if table:
                     dims[mode][key] = [dict(d) for d in table]
     return kernels, dims

@@ -56,7 +56,22 @@ MODEL_FOR_CASE = {
     "huge_in_last_block": "deterministic",
     # heavy tails and outlier channels: a few products dominate each sum, so no averaging is claimed
     "activations": "deterministic",
+    # equal terms round the same way step after step: their errors add up linearly
+    "equal_rows": "deterministic",
 }
+
+# The summation-order check. A random draw cannot tell one summation order from another once other
+# roundings dominate: in flash attention's dV = P^T dO every term carries the recomputed P's rounding,
+# ~20-130 u, against a running sum's extra sqrt(m) u, so a kernel that sums in one long running sum where
+# its model says tiles stays inside the model's bound at every size (measured: 0.02-0.03 of it at
+# m = 1024). Equal terms separate orders (Higham, ch. 4): a running sum of m equal terms errs by up to
+# ~m u / 4 (each rounding in a binade is the same), a tiled one by (T + m / T) / 2 u at most. The case
+# ``equal_rows``: every row (the last axis) of each differentiable input and of the cotangent is one
+# standard-normal row, repeated, so every sum over rows adds equal terms. It runs at the sizes of a
+# kernel's ``Sizes.orders`` (long enough that the orders part: m = 512 at tile 8), alone, at this
+# process's launch configuration (the check's launch "orders").
+EQUAL_ROWS = "equal_rows"
+ORDER_CASES = (EQUAL_ROWS,)
 
 # Library functions as a GPU computes them (numba-cuda lowers math.* on float32 to libdevice; the
 # PTX shows div.rn.f32 and sqrt.rn.f32, i.e. correctly rounded division and square root). Errors in
@@ -134,4 +149,5 @@ RULE_IN_WORDS = (f"per element |kernel - spec_f64| <= max(model, |spec_f32 - spe
                  f"kernel's first-order rounding-error model in its own summation order (cuda_kernels/error_model.py): "
                  f"u ||c||_1 (deterministic; near-constant and large-offset inputs) or min({LAMBDA:g} u ||c||_2, "
                  f"u ||c||_1) (probabilistic: independent roundings; random, large-magnitude and mixed-magnitude "
-                 f"inputs); u = 2^-24, library functions at the CUDA guide's maximum ulp errors")
+                 f"inputs; u ||c||_1 for the equal-rows summation-order case); u = 2^-24, library functions at the CUDA "
+                 f"guide's maximum ulp errors")

@@ -94,7 +94,7 @@ def test_tracked_arithmetic_is_first_order_propagation():
 
 def test_every_kernel_has_a_model_and_every_case_a_bound():
     assert all(k.model is not None for k in KERNELS.values())
-    assert set(tol.MODEL_FOR_CASE) == {*tol.CASES, *tol.KINK_CASES}
+    assert set(tol.MODEL_FOR_CASE) == {*tol.CASES, *tol.KINK_CASES, *tol.ORDER_CASES}
 
 
 def test_a_model_of_another_formula_makes_the_claim_inconclusive():

@@ -21,7 +21,7 @@ import pytest
 
 from vjpcert.cuda_kernels import attention_flash, resources
 from vjpcert.cuda_kernels import settings as tol
-from vjpcert.cuda_kernels.check import (check_kernel_claim, check_law, detect_mode, kernel_claims, kernel_dims,
+from vjpcert.cuda_kernels.check import (ORDERS, check_kernel_claim, check_law, detect_mode, kernel_claims, kernel_dims,
                                         kernel_launches, law_objects, sample_inputs)
 from vjpcert.cuda_kernels.registry import KERNELS
 from vjpcert.specs import builtin_ops
@@ -68,6 +68,8 @@ def _slow(name, dims, launch) -> bool:
     and launch (the committed kernel certificates hold every size)."""
     if MODE == "gpu":
         return False
+    if launch == ORDERS:        # the summation-order check: seconds at m = 512 (its control runs by default)
+        return True
     if launch:      # plain attention at the GPU's launch is m x m threads: its flash twin stands for it,
         # at its narrower head width (the wider one is the same tiles, twice the simulated threads)
         return name.endswith("_bwd") or (KERNELS[name].op.startswith("attention") and not name.startswith("flash")) \
@@ -84,6 +86,11 @@ def test_every_kernel_matches_its_spec(name, dims, launch):
     cert = check_kernel_claim(OPS[spec.op], spec.claim, dims, seed=0, launch=launch)
     assert cert.verdict == "kernel-match", json.dumps(cert.evidence, default=str)[:3000]
     ev = cert.evidence
+    if launch == ORDERS:        # one run, equal rows only: races and determinism are the other sizes'
+        assert list(ev["per_case"]) == list(tol.ORDER_CASES) and not ev["race_detector"]["ran"]
+        assert ev["launch_config"]["block"] == (32 if SIM else 256)
+        assert all(o["worst_error_over_bound"] <= 1 for o in ev["per_case"][tol.EQUAL_ROWS]["outputs"].values())
+        return
     expected_cases = tol.SIMULATED_GPU_LAUNCH_CASES if (launch and SIM) else \
         (*tol.CASES, *(tol.KINK_CASES if OPS[KERNELS[name].op].uses_kinks() else ()))
     assert ev["mode"] == MODE and "bitwise identical" in ev["determinism"]
@@ -113,7 +120,8 @@ def test_claims_and_dims_cover_every_kernel_and_cross_block_boundaries():
     assert claims == {k.claim for k in KERNELS.values()}
     assert kernel_claims("softmax") == ["kernel:softmax_fwd", "kernel:softmax_bwd"]
     assert kernel_claims("mhsa") == [] and kernel_dims("mhsa", "simulator") == []
-    assert len(kernel_claims("attention")) == 4           # plain and flash, forward and backward
+    # plain and flash, forward and backward, and the flash backward alone given the saved statistics
+    assert len(kernel_claims("attention")) == 5
     for op in ("softmax", "rmsnorm", "layernorm", "gelu_erf"):
         widths = {d["n"] for d in kernel_dims(op, "simulator")}
         rows = {d["rows"] for d in kernel_dims(op, "simulator")}
@@ -139,6 +147,17 @@ def test_claims_and_dims_cover_every_kernel_and_cross_block_boundaries():
     for k in KERNELS.values():
         slugs = [tuple(sorted(d.items())) for d, _ in kernel_launches(k.op, "simulator", k.claim)]
         assert len(slugs) == len(set(slugs)), k.name
+
+
+def test_the_equal_rows_case_repeats_one_row_of_each_differentiable_input_and_of_the_cotangent():
+    inputs, dy = sample_inputs(OPS["attention"], {"m": 9, "d": 4}, 0, True, tol.EQUAL_ROWS)
+    for a in (*inputs.values(), dy):
+        assert a.dtype == np.float32 and a.flags.c_contiguous and a.shape == (9, 4)
+        assert (a == a[0]).all() and len(set(a[0].tolist())) == 4      # equal rows, not equal entries
+    random, _ = sample_inputs(OPS["attention"], {"m": 9, "d": 4}, 0, True, "random")
+    assert (inputs["Q"][0] == random["Q"][0]).all() and not (random["Q"] == random["Q"][0]).all()
+    with pytest.raises(Exception, match="unknown kernel launch"):
+        check_kernel_claim(OPS["attention"], "kernel:flash_attention_bwd_saved", {"m": 9, "d": 4}, launch="fast")
 
 
 # Laws a kernel does not run, each with its reason (said in the kernel's file too): none is skipped silently.
@@ -277,6 +296,7 @@ CONTROL_CASES = [
     ("flash_any_head_width", "attention", {"m": 17, "d": 192}, "gpu", None, "kernel raised", "random"),
     # summation order and small RoPE faults, red under the error model (not k x numpy's error)
     ("matmul_one_running_sum", "linear", {"rows": 64, "n_in": 1024, "n_out": 16}, "gpu", None, "tolerance", "random"),
+    ("flash_dkdv_one_running_sum", "attention", {"m": 512, "d": 8}, "orders", None, "tolerance", "equal_rows"),
     ("rmsnorm_sequential_sum_of_squares", "rmsnorm", {"rows": 64, "n": 4096}, "gpu", None, "tolerance", "random"),
     ("rope_angle_shifted", "rope_half", {"rows": 7, "d": 34}, None, None, "tolerance", "random"),
     ("rope_short_sincos", "rope_interleaved", {"rows": 7, "d": 34}, None, None, "tolerance", "random"),
@@ -356,6 +376,14 @@ def test_the_adversarial_kernel_faults_hide_from_what_the_checks_were_before():
         assert cert.verdict == "kernel-match"
     assert check_kernel_claim(OPS["attention"], dq.claim, {"m": 17, "d": 64}, kernel=dq,
                               launch="gpu").verdict == "kernel-match"
+    # one running sum over every query in dK/dV: inside the model's bound in every case but equal rows,
+    # at every size of the ladder and at the order check's own m = 512 (where P's rounding hides it)
+    one_sum = CONTROLS["flash_dkdv_one_running_sum"]
+    for dims in kernel_dims("attention", "simulator"):
+        assert check_kernel_claim(OPS["attention"], one_sum.claim, dims, kernel=one_sum).verdict == "kernel-match"
+    cert = check_kernel_claim(OPS["attention"], one_sum.claim, {"m": 512, "d": 8}, kernel=one_sum,
+                              cases=("random",), launch=ORDERS)
+    assert cert.verdict == "kernel-match", cert.evidence.get("witness")
 
 
 def test_the_kink_faults_hide_from_every_case_but_the_kinks():

@@ -74,7 +74,8 @@ def load_kernel_file(path) -> tuple[list, dict, object]:
 
 def ladder(kernel, op, sizes: dict, mode: str) -> list[tuple[dict, str | None]]:
     """[(dims, launch)] of one kernel: its own sizes (by kernel name, else by op) for this mode, or
-    the op's check dims; in the simulator also the GPU's launch configuration at ``gpu_launch``."""
+    the op's check dims; in the simulator also the GPU's launch configuration at ``gpu_launch``; in
+    either mode the summation-order check at ``orders``."""
     s = sizes.get(kernel.name) or sizes.get(kernel.op)
     if s is None:
         return [(dict(op.check_dims), None)]
@@ -82,7 +83,7 @@ def ladder(kernel, op, sizes: dict, mode: str) -> list[tuple[dict, str | None]]:
     out = [(dict(d), None) for d in table] or [(dict(op.check_dims), None)]
     if mode == "simulator":
         out += [(dict(d), "gpu") for d in s.gpu_launch]
-    return out
+    return out + [(dict(d), "orders") for d in s.orders]
 
 
 def run(kernels, sizes: dict, *, seed: int = 0, progress=print) -> list[dict]:
@@ -150,7 +151,7 @@ def write(rows: list[dict], res: dict | None, out: Path, *, total_seconds: float
     for old in certs.glob("*.json"):
         old.unlink()
     for r in rows:
-        slug = "_".join(f"{k}{v}" for k, v in r["dims"].items()) + ("" if r["launch"] == "default" else "_gpu-launch")
+        slug = "_".join(f"{k}{v}" for k, v in r["dims"].items()) + ("" if r["launch"] == "default" else f"_{r['launch']}-launch")
         atomic_write(certs / f"{r['kernel']}__{slug}.json", r["cert"].to_json())
     lines = ["# Your CUDA kernels against vjpcert specs", "",
              f"Files: {', '.join(f'`{Path(f).name}`' for f in files)}. Mode: **{mode}**. Whole run: "

@@ -1,6 +1,7 @@
 """Negative controls of the tiled kernels (linear's matmul, attention): a matmul with one running sum
 over k, the plain attention backward with dK untransposed, and the flash faults (no running max, a dQ
-accumulator sized for narrow heads, head widths the launcher should refuse). Indexed, with what
+accumulator sized for narrow heads, head widths the launcher should refuse, a dK/dV kernel with one
+running sum over every query). Indexed, with what
 catches each, in controls.py.
 """
 from __future__ import annotations
@@ -291,6 +292,111 @@ def flash_attention_bwd_any_width(Q, K, V, dy, *, poison=True):
     launch(ks.bwd_pre, max(1, min(math.ceil(H * m / cfg.block), cfg.grid_cap)), cfg.block, g, d_O, d_Di)
     dQ, dK, dV = (empty((H, m, d), poison) for _ in range(3))
     launch(ks.bwd_dkdv, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dK, dV, sc, 0, 0)
+    launch(ks.bwd_dq, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dQ, sc, 0, 0)
+    return A._back((dQ, dK, dV), sq, Q)
+
+
+def _fault_flash_dkdv(T: int, D: int):
+    """The flash dK/dV kernel with one running sum over every query (no partial sum per query tile)."""
+    if ("flash_dkdv", T, D) in _FAULTS:
+        return _FAULTS[("flash_dkdv", T, D)]
+    ND = D // T
+    DP = D + 1
+
+    @kernel("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
+            "float32[:, ::1], float32[:, ::1], float32[:, :, ::1], float32[:, :, ::1], float32, int32, int32)",
+            threads=T * T)
+    def flash_bwd_dkdv_one_sum(Q, K, V, dO, L, Di, dK, dV, scale, causal, offset):
+        sK = cuda.shared.array((T, DP), float32)
+        sV = cuda.shared.array((T, DP), float32)
+        sQ = cuda.shared.array((T, DP), float32)
+        sdO = cuda.shared.array((T, DP), float32)
+        sLse = cuda.shared.array(T, float32)
+        sDi = cuda.shared.array(T, float32)
+        sP = cuda.shared.array((T, T), float32)
+        sdS = cuda.shared.array((T, T), float32)
+        accK = cuda.local.array(ND, float32)
+        accV = cuda.local.array(ND, float32)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        hd = cuda.blockIdx.y
+        m = Q.shape[1]
+        d = Q.shape[2]
+        c0 = cuda.blockIdx.x * T
+        cr = c0 + ty
+        for kk in range(tx, D, T):
+            if cr < m and kk < d:
+                sK[ty, kk] = K[hd, cr, kk]
+                sV[ty, kk] = V[hd, cr, kk]
+            else:
+                sK[ty, kk] = float32(0)
+                sV[ty, kk] = float32(0)
+        for jj in range(ND):
+            accK[jj] = float32(0)
+            accV[jj] = float32(0)
+        q_start = 0
+        if causal != 0:
+            q_start = (max(0, c0 + offset) // T) * T
+        cuda.syncthreads()
+        for r0 in range(q_start, m, T):
+            i = r0 + ty
+            for kk in range(tx, D, T):
+                if i < m and kk < d:
+                    sQ[ty, kk] = Q[hd, i, kk]
+                    sdO[ty, kk] = dO[hd, i, kk]
+                else:
+                    sQ[ty, kk] = float32(0)
+                    sdO[ty, kk] = float32(0)
+            if tx == 0:
+                sLse[ty] = L[hd, i] if i < m else float32(0)
+                sDi[ty] = Di[hd, i] if i < m else float32(0)
+            cuda.syncthreads()
+            c = c0 + tx
+            s = float32(0)
+            dp = float32(0)
+            for kk in range(d):
+                s += sQ[ty, kk] * sK[tx, kk]
+                dp += sdO[ty, kk] * sV[tx, kk]
+            s = s * scale
+            valid = i < m and c < m and (causal == 0 or c <= i - offset)
+            p = float32(math.exp(s - sLse[ty])) if valid else float32(0)
+            sP[ty, tx] = p
+            sdS[ty, tx] = p * (dp - sDi[ty])
+            cuda.syncthreads()
+            for jj in range(ND):
+                kk = tx + jj * T
+                for ii in range(T):
+                    accV[jj] += sP[ii, ty] * sdO[ii, kk]        # BUG: no partial sum per query tile
+                    accK[jj] += sdS[ii, ty] * sQ[ii, kk]
+            cuda.syncthreads()
+        if cr < m:
+            for jj in range(ND):
+                kk = tx + jj * T
+                if kk < d:
+                    dK[hd, cr, kk] = scale * accK[jj]
+                    dV[hd, cr, kk] = accV[jj]
+
+    _FAULTS[("flash_dkdv", T, D)] = flash_bwd_dkdv_one_sum
+    return flash_bwd_dkdv_one_sum
+
+
+def flash_attention_bwd_saved_one_running_sum(Q, K, V, dy, *, poison=True):
+    """The flash backward given the exact forward's O and L (as flash_attention_bwd_saved), its dK/dV
+    kernel summing every query in one running sum."""
+    O, L = A.saved_statistics(Q, K, V)
+    (q, k, v, g, o), sq = A._heads(Q, K, V, dy, O.astype(np.float32))
+    d_L = to_device(np.ascontiguousarray(L.astype(np.float32).reshape(q.shape[:2])))
+    cfg = config()
+    H, m, d = q.shape
+    T = cfg.attn_tile
+    F.check_flash_shape(H, m, d, T, backward=True)
+    D = F.head_dim_padded(d, T)
+    ks = F.build_flash(T, D)
+    d_Di = empty((H, m), poison)
+    launch(ks.bwd_pre, max(1, min(math.ceil(H * m / cfg.block), cfg.grid_cap)), cfg.block, g, o, d_Di)
+    dQ, dK, dV = (empty((H, m, d), poison) for _ in range(3))
+    sc = F.scale_of(d)
+    launch(_fault_flash_dkdv(T, D), (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dK, dV, sc, 0, 0)
     launch(ks.bwd_dq, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dQ, sc, 0, 0)
     return A._back((dQ, dK, dV), sq, Q)
 
