@@ -241,7 +241,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     from rich.table import Table
 
     from vjpcert.core.certificate import Certificate, remove_orphaned_temporaries
-    from vjpcert.plan import read_record, split_current
+    from vjpcert.plan import split_current
     from vjpcert.reports import TIERS, TIMINGS, record_timings, summary, write_certificate, write_reports
     from vjpcert.runner import exit_code, run_tasks
     from vjpcert.stamps import Stamps, plot_inputs, resources_inputs
@@ -256,7 +256,8 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     if root.is_dir():
         remove_orphaned_temporaries(root)          # left by a run killed with SIGKILL mid-write
     console = Console(stderr=True, soft_wrap=True)     # paths and witness lines are never broken
-    todo, current = (tasks, []) if args.force else split_current(tasks, ops, root)
+    records: dict = {}
+    todo, current = (tasks, []) if args.force else split_current(tasks, ops, root, records)
     todo = _validate_todo(args, todo)
     refused = getattr(args, "refused", {})
     for name in refused:
@@ -330,7 +331,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     record_timings(root, done)
     write_reports(root, ops, command, reuse=not done)
     # the verdicts of this plan: the fresh results, and the current certificates that were skipped
-    final = done + [Certificate.from_dict(read_record(root / _rel(t, ops))) for t in current]
+    final = done + [Certificate.from_dict(records[t]) for t in current]
     table = Table(title=f"{command}: {len(final)} claims ({len(done)} run, {len(final) - len(done)} current)")
     table.add_column("op")
     tiers = [t for t in TIERS if any(c.tier == t for c in final)]

@@ -93,15 +93,16 @@ def record_identity(record: dict) -> dict:
         variant = Certificate.from_dict(record).variant
     except (TypeError, ValueError):
         return {}
-    return json.loads(json.dumps({k: record.get(k) for k in ("op", "claim", "tier", "dims", "options")}
-                                 | {"variant": variant}, default=str))
+    # a record is JSON as loaded: its fields need no round trip through the encoder (a task's do)
+    return {k: record.get(k) for k in ("op", "claim", "tier", "dims", "options")} | {"variant": variant}
 
 
-def is_current(record: dict | None, task: Task, op: Op) -> bool:
+def is_current(record: dict | None, task: Task, op: Op, *, hashed: dict | None = None) -> bool:
     """A certificate is current when it is intact, is the certificate of this very task (op, claim,
     tier, variant, dims, every option -- a file name could be shared, its content cannot), was issued
     for the spec and checker code there is now and for the data files that code read as they are on
-    disk now (each one it lists is hashed again), and is not the record of a checker crash."""
+    disk now (each one it lists is hashed again), and is not the record of a checker crash.
+    ``hashed``: the spec hashes already computed in this pass (an op's claims list the same sources)."""
     if not record or record.get("digest") != record_digest(record):
         return False
     # the hashes the task was planned with (``Task.expect``, computed from the code this process loaded
@@ -109,19 +110,34 @@ def is_current(record: dict | None, task: Task, op: Op) -> bool:
     code, checker = task.expect[:2] if task.expect else (op.identity_sha256, checker_sha256(
         task.tier, dict(task.options).get("method"), task.claim))
     from vjpcert.core.sources import current_sha256
-    spec, _ = current_sha256(code, op, record.get("sources"))
+    sources = record.get("sources")
+    key = (code, id(op), tuple(map(str, sources)) if isinstance(sources, list) else repr(sources))
+    if hashed is None or key not in hashed:
+        spec, _ = current_sha256(code, op, record.get("sources"))
+        if hashed is not None:
+            hashed[key] = spec
+    spec = hashed[key] if hashed is not None else spec
     return (record.get("schema") == SCHEMA_VERSION and record_identity(record) == task_identity(task, op)
             and record.get("spec_sha256") == spec
             and record.get("checker_sha256") == checker
             and "error" not in record.get("evidence", {}))
 
 
-def split_current(tasks: list[Task], ops: dict[str, Op], root: Path) -> tuple[list[Task], list[Task]]:
-    """(tasks to run, tasks whose certificate is already current)."""
+def split_current(tasks: list[Task], ops: dict[str, Op], root: Path,
+                  records: dict | None = None) -> tuple[list[Task], list[Task]]:
+    """(tasks to run, tasks whose certificate is already current); ``records`` (a dict), if given,
+    gets each current task's record, as read for the decision (no second read of the file)."""
     todo, done = [], []
+    hashed: dict = {}        # within one pass: the data files an op's claims list are hashed once
     for t in tasks:
         op = ops[t.op.name]
-        (done if is_current(read_record(Path(root) / task_relpath(t, op.base_name)), t, op) else todo).append(t)
+        record = read_record(Path(root) / task_relpath(t, op.base_name))
+        if is_current(record, t, op, hashed=hashed):
+            done.append(t)
+            if records is not None:
+                records[t] = record
+        else:
+            todo.append(t)
     return todo, done
 
 
