@@ -68,8 +68,9 @@ MODEL_FOR_CASE = {
 # ~m u / 4 (each rounding in a binade is the same), a tiled one by (T + m / T) / 2 u at most. The case
 # ``equal_rows``: every row (the last axis) of each differentiable input and of the cotangent is one
 # standard-normal row, repeated, so every sum over rows adds equal terms. It runs at the sizes of a
-# kernel's ``Sizes.orders`` (long enough that the orders part: m = 512 at tile 8), alone, at this
-# process's launch configuration (the check's launch "orders").
+# kernel's ``Sizes.orders``, alone, at this process's launch configuration (the check's launch
+# "orders"), long enough for the orders to part: at m = 512, tile 8, flash attention's dV summed in one
+# running sum reaches 1.2-1.9 x the tiled model's bound over seeds 0-9, the tiled kernel 0.1-0.2 x.
 EQUAL_ROWS = "equal_rows"
 ORDER_CASES = (EQUAL_ROWS,)
 
