@@ -307,10 +307,14 @@ def check_kernel_claim(op, claim: str, dims: dict, *, seed: int = 0, kernel=None
 
     def certificate(verdict):
         return Certificate.issue(op, claim=claim, tier="kernel", verdict=verdict,
-                           method=f"numba-cuda-{mode}" + ("-gpu-launch" if launch == "gpu" and mode != "gpu" else ""),
+                           method=f"numba-cuda-{mode}" + ("-gpu-launch" if launch == "gpu" and mode != "gpu" else "")
+                           + ("-summation-order" if launch == ORDERS else ""),
                            dims=dims,
                            assumptions=[f"{n} = {v}" for n, v in params.items()]
-                           + [f"inputs: the cases {', '.join(cases)} (core/input_cases.py), seed {seed}"
+                           + [f"inputs: the cases {', '.join(cases)} ("
+                              + ("the summation-order case of cuda_kernels/settings.py: the random case's first row "
+                                 "repeated" if set(cases) <= set(tol.ORDER_CASES)
+                                 else "core/input_cases.py, core/kernel_checks.py") + f"), seed {seed}"
                               + (f"; {spec.dtype} inputs and outputs (the truth from those very values), sums "
                                  f"accumulated in {spec.accumulate}" if is_low(spec.dtype) else ""),
                               f"launch configuration: {launch_words} ({launch_desc})",

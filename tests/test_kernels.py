@@ -88,6 +88,7 @@ def test_every_kernel_matches_its_spec(name, dims, launch):
     ev = cert.evidence
     if launch == ORDERS:        # one run, equal rows only: races and determinism are the other sizes'
         assert list(ev["per_case"]) == list(tol.ORDER_CASES) and not ev["race_detector"]["ran"]
+        assert cert.method.endswith("-summation-order") and any("summation-order case" in a for a in cert.assumptions)
         assert ev["launch_config"]["block"] == (32 if SIM else 256)
         assert all(o["worst_error_over_bound"] <= 1 for o in ev["per_case"][tol.EQUAL_ROWS]["outputs"].values())
         return
