@@ -174,7 +174,8 @@ def _pytest(args: list[str]) -> dict:
     tail = [ln for ln in out["stdout"].splitlines() if " in " in ln and ("passed" in ln or "collected" in ln)]
     said = re.search(r" in ([0-9.]+)s", tail[-1]) if tail else None
     return {"wall_s": out["wall_s"], "cpu_s": out["cpu_s"], "code": out["code"], "summary": tail[-1] if tail else "",
-            "pytest_s": float(said.group(1)) if said else None, "slowest": _slowest(out["stdout"])}
+            "pytest_s": float(said.group(1)) if said else None, "slowest": _slowest(out["stdout"]),
+            "failed": [ln for ln in out["stdout"].splitlines() if ln.startswith(("FAILED", "ERROR"))]}
 
 
 def suite() -> dict:
@@ -223,6 +224,8 @@ def render(data: dict) -> str:
                   f"{col['cpu_s']} | <= {TARGETS['collection_s']} s |",
                   f"| README's test command (`pytest -n auto`): {run['summary'].strip('= ')} | **{run['pytest_s']}** | "
                   f"{run['wall_s']} | {run['cpu_s']} | <= {TARGETS['suite_s']:.0f} s |", ""]
+        if run.get("failed"):
+            lines += ["Failed in that run:", ""] + [f"- `{ln}`" for ln in run["failed"]] + [""]
         if run.get("slowest"):
             lines += [f"Its {len(run['slowest'])} slowest tests (pytest's `--durations`, on one of the workers):", "",
                       "| s | phase | test |", "|---|---|---|"]
