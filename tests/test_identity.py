@@ -157,3 +157,86 @@ def test_an_edit_in_the_second_of_the_last_import_is_not_run_from_old_bytecode(t
     os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert main(["prove", str(f), "--reports", str(reports), "--quiet"]) == 1
     assert _verdicts(reports)["vjp[x]"] == "failed"
+
+
+
+DYNAMIC = '''
+import importlib
+from vjpcert import op
+
+EXTRA
+
+
+@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 3}], check_dims={"n": 4})
+def sq(B, x):
+    return x * x
+
+@sq.defvjp
+def _(B, x, dy):
+    return (BACKWARD,)
+
+@sq.law
+def twice_the_input(B, x, dy, backward):
+    """backward(x, dy) = 2 x dy."""
+    return backward(x, dy)[0], LAW
+'''
+
+
+STATEMENT_INSIDE = '''
+def through_an_import_statement(B, x):
+    from helpers import gain            # inside a function, yet in the source: hashed
+    return gain(B, x)
+'''
+
+
+def _dynamic(tmp_path, backward, law="2 * x * dy", extra=""):
+    (tmp_path / "helpers.py").write_text(HELPER_RIGHT)
+    f = tmp_path / "my_ops.py"
+    f.write_text(DYNAMIC.replace("BACKWARD", backward).replace("LAW", law).replace("EXTRA", extra))
+    return f
+
+
+@pytest.mark.parametrize("how", ["importlib.import_module('helpers')", "__import__('helpers')"])
+def test_a_module_the_backward_imports_while_it_runs_refuses_the_op(tmp_path, capsys, how):
+    """The source of my_ops.py imports no helpers module, so no certificate would hash it: after an
+    edit to a wrong gain the old certificate stayed current and `verify` agreed (a false proof)."""
+    f = _dynamic(tmp_path, f"{how}.gain(B, x) * dy")
+    reports = tmp_path / "reports"
+    assert main(["prove", str(f), "--reports", str(reports), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "helpers.py while it ran" in err and "op 'sq'" in err
+    assert not list(reports.rglob("*.json"))
+
+
+def test_a_module_a_law_imports_while_it_runs_makes_its_certificate_inconclusive_every_time(tmp_path):
+    """Planning runs the forward and the backward, not the laws: the runner sees the law's import."""
+    f = _dynamic(tmp_path, "2 * x * dy", law="__import__('helpers').gain(B, x) * dy")
+    reports = tmp_path / "reports"
+    for _ in range(2):              # an inconclusive certificate that carries an error is never current
+        main(["prove", str(f), "--reports", str(reports), "--quiet", "--no-general"])
+        record = json.loads(next(reports.rglob("symbolic__twice_the_input*.json")).read_text())
+        assert record["verdict"] == "inconclusive" and "helpers.py while it ran" in record["evidence"]["error"]
+    assert _verdicts(reports)["vjp[x]"] == "proved"
+
+
+def test_without_the_watch_a_run_time_import_is_a_false_proof(tmp_path, monkeypatch):
+    """The control: with the watch off, the edit to a wrong gain leaves the certificate current."""
+    for where in ("vjpcert.imports", "vjpcert.runner"):
+        monkeypatch.setattr(f"{where}.undeclared_imports", lambda op, imported: [])
+    f = _dynamic(tmp_path, "importlib.import_module('helpers').gain(B, x) * dy")
+    reports = tmp_path / "reports"
+    main(["prove", str(f), "--reports", str(reports), "--quiet", "--no-general"])
+    assert _verdicts(reports)["vjp[x]"] == "proved"
+    (tmp_path / "helpers.py").write_text(HELPER_WRONG)
+    main(["prove", str(f), "--reports", str(reports), "--quiet", "--no-general"])
+    assert _verdicts(reports)["vjp[x]"] == "proved"      # still current: the wrong gain goes unseen
+
+
+def test_an_import_statement_inside_a_function_is_hashed_and_allowed(tmp_path):
+    f = _dynamic(tmp_path, "through_an_import_statement(B, x) * dy", extra=STATEMENT_INSIDE)
+    reports = tmp_path / "reports"
+    main(["prove", str(f), "--reports", str(reports), "--quiet", "--no-general"])
+    assert _verdicts(reports)["vjp[x]"] == "proved"
+    (tmp_path / "helpers.py").write_text(HELPER_WRONG)
+    assert main(["prove", str(f), "--reports", str(reports), "--quiet", "--no-general"]) == 1
+    assert _verdicts(reports)["vjp[x]"] == "failed"

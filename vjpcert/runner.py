@@ -14,6 +14,7 @@ from vjpcert.core.budget import stop_requested
 from vjpcert.core.certificate import Certificate, sources_sha256, versions
 from vjpcert.core.registry import KINK_CLAIM
 from vjpcert.core.sources import covered, stale_reads
+from vjpcert.imports import imports_while_running, undeclared_imports, undeclared_message
 from vjpcert.task import Task, make_task  # noqa: F401  (make_task: re-exported, where callers have it)
 from vjpcert.tiers import checker_sha256, tier
 
@@ -35,6 +36,10 @@ def certificate_options(task: Task) -> dict:
 
 class CodeChanged(Exception):
     """The code this process would run is not the code the run was planned with."""
+
+
+class UndeclaredCode(Exception):
+    """The op's code imported user code while it ran that its certificates would not hash."""
 
 
 def execute(task: Task) -> Certificate:
@@ -70,7 +75,11 @@ def _execute(task: Task) -> Certificate:
     try:
         op = task.op.resolve()
         _check_code(task, op)
-        cert = tier(task.tier).runs(op, task)
+        with imports_while_running() as imported:
+            cert = tier(task.tier).runs(op, task)
+        undeclared = undeclared_imports(op, imported)
+        if undeclared:
+            raise UndeclaredCode(undeclared_message(op, undeclared))
         if cert.op == op.base_name:
             # what the whole run read, forked strategies included: also data read after the checker
             # issued its certificate
