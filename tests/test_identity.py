@@ -196,11 +196,27 @@ def _dynamic(tmp_path, backward, law="2 * x * dy", extra=""):
     return f
 
 
-@pytest.mark.parametrize("how", ["importlib.import_module('helpers')", "__import__('helpers')"])
+LOADED_BY_PATH = '''
+import importlib.util
+import pathlib
+
+
+def by_path(name):
+    where = pathlib.Path(__file__).with_name(name + ".py")
+    spec = importlib.util.spec_from_file_location("loaded_" + name, where)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+'''
+
+
+@pytest.mark.parametrize("how", ["importlib.import_module('helpers')", "__import__('helpers')", "by_path('helpers')",
+                                 "__import__('runpy').run_path(__file__.replace('my_ops', 'helpers'))['gain']"])
 def test_a_module_the_backward_imports_while_it_runs_refuses_the_op(tmp_path, capsys, how):
     """The source of my_ops.py imports no helpers module, so no certificate would hash it: after an
     edit to a wrong gain the old certificate stayed current and `verify` agreed (a false proof)."""
-    f = _dynamic(tmp_path, f"{how}.gain(B, x) * dy")
+    call = how if how.endswith("['gain']") else f"{how}.gain"
+    f = _dynamic(tmp_path, f"{call}(B, x) * dy", extra=LOADED_BY_PATH)
     reports = tmp_path / "reports"
     assert main(["prove", str(f), "--reports", str(reports), "--quiet"]) == 2
     err = capsys.readouterr().err

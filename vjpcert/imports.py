@@ -12,8 +12,10 @@ them that the op's code files do not list makes the op refused at planning, or i
 
 User code: a file ``core.reads`` counts as spec code, outside the built-in specs (whose identity is
 the project's, reviewed with the project). The watcher wraps ``builtins.__import__`` and
-``importlib.import_module`` once per process; each watch is a set the wrappers add to while it is
-open, so watches nest and threads share them. Imports made only in a forked child (a strategy run
+``importlib.import_module`` once per process (an import of a module already loaded runs no code, yet
+uses it), and adds an audit hook for the "exec" event (a module body run without an import: a
+loader's ``exec_module``, ``runpy.run_path``); each watch is a set these add to while it is open, so
+watches nest and threads share them. Imports made only in a forked child (a strategy run
 under its budget) are not seen here: spec code runs in the parent first (tracing, planning).
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import importlib
+import os
 import sys
 import threading
 from pathlib import Path
@@ -77,6 +80,19 @@ def _install() -> None:
 
         builtins.__import__ = watched_import
         importlib.import_module = watched_import_module
+        sys.addaudithook(_audit)         # for the life of the process: Python has no way to remove one
+
+
+def _audit(event, args) -> None:
+    """A module body run without an import (a loader's ``exec_module``, ``runpy.run_path``, ``exec``
+    of a compiled file): the "exec" event carries the code object, and its file."""
+    if event != "exec" or not _WATCHES or not args:
+        return
+    f = getattr(args[0], "co_filename", None)
+    if isinstance(f, str) and f.endswith(".py") and os.path.isabs(f):
+        path = resolved(f)
+        for watch in list(_WATCHES):
+            watch.add(path)
 
 
 @contextlib.contextmanager
@@ -106,6 +122,6 @@ def undeclared_imports(op, imported) -> list[Path]:
 
 def undeclared_message(op, files) -> str:
     return (f"its code imported {', '.join(p.name for p in files)} while it ran (importlib.import_module, "
-            f"__import__, or the like), which is not among the files its certificates hash (the spec module "
+            f"__import__, a loader's exec_module, runpy, or the like), which is not among the files its certificates hash (the spec module "
             f"and what its source imports): an edit there would leave them current. Import it with an "
             f"import statement in a file the spec imports")
