@@ -237,8 +237,8 @@ def test_a_module_a_law_imports_while_it_runs_makes_its_certificate_inconclusive
 
 def test_without_the_watch_a_run_time_import_is_a_false_proof(tmp_path, monkeypatch):
     """The control: with the watch off, the edit to a wrong gain leaves the certificate current."""
-    for where in ("vjpcert.imports", "vjpcert.runner"):
-        monkeypatch.setattr(f"{where}.undeclared_imports", lambda op, imported: [])
+    for where in ("vjpcert.unhashed", "vjpcert.runner"):
+        monkeypatch.setattr(f"{where}.unhashed", lambda op, seen: None)
     f = _dynamic(tmp_path, "importlib.import_module('helpers').gain(B, x) * dy")
     reports = tmp_path / "reports"
     main(["prove", str(f), "--reports", str(reports), "--quiet", "--no-general"])
@@ -256,3 +256,28 @@ def test_an_import_statement_inside_a_function_is_hashed_and_allowed(tmp_path):
     (tmp_path / "helpers.py").write_text(HELPER_WRONG)
     assert main(["prove", str(f), "--reports", str(reports), "--quiet", "--no-general"]) == 1
     assert _verdicts(reports)["vjp[x]"] == "failed"
+
+
+@pytest.mark.parametrize("read", ["os.environ.get('GAIN', '2')", "os.getenv('GAIN', '2')", "os.environ['HOME'] and '2'"])
+def test_a_backward_that_reads_the_environment_is_refused(tmp_path, capsys, read):
+    """GAIN=3 would change the backward and leave its certificate current: which value was proved?"""
+    f = _dynamic(tmp_path, f"int(__import__('os').environ and {read}) * x * dy".replace("__import__('os').environ and ", ""),
+                 extra="import os\n")
+    reports = tmp_path / "reports"
+    assert main(["prove", str(f), "--reports", str(reports), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "environment variable" in err and ("GAIN" in err or "HOME" in err)
+
+
+def test_without_the_watch_another_value_of_the_variable_is_a_false_proof(tmp_path, monkeypatch):
+    """The control: GAIN=3 makes the backward wrong, and the certificate proved with GAIN unset stays."""
+    for where in ("vjpcert.unhashed", "vjpcert.runner"):
+        monkeypatch.setattr(f"{where}.unhashed", lambda op, seen: None)
+    monkeypatch.delenv("GAIN", raising=False)
+    f = _dynamic(tmp_path, "int(os.environ.get('GAIN', '2')) * x * dy", extra="import os\n")
+    reports = tmp_path / "reports"
+    main(["prove", str(f), "--reports", str(reports), "--quiet", "--no-general"])
+    assert _verdicts(reports)["vjp[x]"] == "proved"
+    monkeypatch.setenv("GAIN", "3")
+    main(["prove", str(f), "--reports", str(reports), "--quiet", "--no-general"])
+    assert _verdicts(reports)["vjp[x]"] == "proved"      # still current: the value is in no hash

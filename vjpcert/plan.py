@@ -57,15 +57,15 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
 
     from vjpcert.tiers import Planning
     from vjpcert.tiers import tier as tier_of
-    from vjpcert.imports import imports_while_running, undeclared_imports, undeclared_message
-    with imports_while_running() as imported:       # planning runs the spec's code (validation, features)
+    from vjpcert.unhashed import unhashed, watch
+    with watch() as seen:           # planning runs the spec's code (validation, features)
         tasks = tier_of(tier).plans(ref, op, Planning(overrides=overrides, large=large, seed=seed, budget=budget,
                                                       dps=dps, method=method, point=point, fixed_dims=fixed_dims,
                                                       general=general, modular=modular,
                                                       **({"check": check} if check is not None else {})))
-    undeclared = undeclared_imports(op, imported)
-    if undeclared:
-        raise SpecError(op.name, undeclared_message(op, undeclared))
+    why = unhashed(op, seen)
+    if why:
+        raise SpecError(op.name, why)
     # after planning, which ran the spec (validation): the data its code read is known here too
     from vjpcert.core.sources import planned_reads
     code, reads = (op.identity_sha256, planned_reads(op)) if tasks else (None, None)

@@ -14,7 +14,7 @@ from vjpcert.core.budget import stop_requested
 from vjpcert.core.certificate import Certificate, sources_sha256, versions
 from vjpcert.core.registry import KINK_CLAIM
 from vjpcert.core.sources import covered, stale_reads
-from vjpcert.imports import imports_while_running, undeclared_imports, undeclared_message
+from vjpcert.unhashed import unhashed, watch
 from vjpcert.task import Task, make_task  # noqa: F401  (make_task: re-exported, where callers have it)
 from vjpcert.tiers import checker_sha256, tier
 
@@ -38,8 +38,8 @@ class CodeChanged(Exception):
     """The code this process would run is not the code the run was planned with."""
 
 
-class UndeclaredCode(Exception):
-    """The op's code imported user code while it ran that its certificates would not hash."""
+class Unhashed(Exception):
+    """The op's code used, while it ran, what its certificates would not hash (``vjpcert.unhashed``)."""
 
 
 def execute(task: Task) -> Certificate:
@@ -75,11 +75,11 @@ def _execute(task: Task) -> Certificate:
     try:
         op = task.op.resolve()
         _check_code(task, op)
-        with imports_while_running() as imported:
+        with watch() as seen:
             cert = tier(task.tier).runs(op, task)
-        undeclared = undeclared_imports(op, imported)
-        if undeclared:
-            raise UndeclaredCode(undeclared_message(op, undeclared))
+        why = unhashed(op, seen)
+        if why:
+            raise Unhashed(why)
         if cert.op == op.base_name:
             # what the whole run read, forked strategies included: also data read after the checker
             # issued its certificate

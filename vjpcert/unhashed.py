@@ -1,0 +1,167 @@
+"""What spec code uses while it runs that no certificate would hash: user modules imported without an
+import statement, and environment variables.
+
+A certificate hashes an op's code as the files its spec module imports, read from their source
+(``core.sources.code_files``: import statements anywhere in those files, inside functions too), and
+the data files that code reads (``core.reads``). Two other inputs can change what the code computes
+and stay outside that identity, so a wrong backward would keep a ``proved`` certificate current:
+- code loaded while it runs without an import statement the source spells:
+  ``importlib.import_module(name)``, ``__import__(name)``, a loader's ``exec_module``,
+  ``runpy.run_path``;
+- environment variables (``os.environ[...]``, ``os.getenv``): a certificate cannot say which value it
+  was proved for.
+So the planner and the runner watch while spec code runs: every import (the import statement,
+``__import__`` and ``importlib.import_module``, whether the module is new or already loaded), every
+module body run (the audit hook's "exec" event), and every read of ``os.environ`` made from spec code.
+A user module the op's code files do not list, or any environment variable read, makes the op refused
+at planning (its forward and backward run there), or its certificate ``inconclusive`` with the reason
+(a law: never current, so every rerun asks again).
+
+User code: a file ``core.reads`` counts as spec code, outside the built-in specs (whose identity is
+the project's, reviewed with the project). The wrappers are installed once per process (an audit hook
+cannot be removed); each watch is a ``Seen`` they add to while it is open, so watches nest and threads
+share them. What only a forked child does (a strategy run under its budget) is not seen here: spec
+code runs in the parent first (tracing, planning).
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import importlib
+import importlib.util
+import os
+import sys
+import sysconfig
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vjpcert.core.reads import PACKAGE, is_spec_code, resolved
+
+_BUILTIN_SPECS = PACKAGE / "specs"
+_STDLIB = tuple(sorted({str(Path(sysconfig.get_paths()[k]).resolve()) + os.sep for k in ("stdlib", "platstdlib")
+                        if k in sysconfig.get_paths()}))
+_MACHINERY = tuple(str(PACKAGE / m) + os.sep for m in ("core", "symbolic", "numeric", "cuda_kernels", "triton_kernels",
+                                                       "vjpcert", "frontends"))
+
+
+@dataclass
+class Seen:
+    modules: set = field(default_factory=set)      # files of the modules imported or run
+    environ: set = field(default_factory=set)      # environment variables spec code read
+
+
+_WATCHES: list[Seen] = []
+_LOCK = threading.Lock()
+_REAL: dict = {}
+
+
+def is_user_code(path: Path) -> bool:
+    """A file whose code counts for a user's op and is theirs: spec code outside the built-in specs."""
+    path = Path(path)
+    return is_spec_code(path) and _BUILTIN_SPECS not in path.parents
+
+
+def _module_file(fullname: str | None) -> None:
+    module = sys.modules.get(fullname) if fullname else None
+    f = getattr(module, "__file__", None)
+    if f:
+        path = resolved(f)
+        for seen in list(_WATCHES):
+            seen.modules.add(path)
+
+
+def _absolute(name: str, globals_, level: int) -> str | None:
+    if not level:
+        return name
+    g = globals_ or {}
+    package = g.get("__package__") or g.get("__name__", "").rpartition(".")[0]
+    try:
+        return importlib.util.resolve_name("." * level + name, package)
+    except (ImportError, ValueError):
+        return None
+
+
+def _from_spec_code() -> bool:
+    """Whether the read comes from a user's spec code: the first frame above the standard library's
+    (``os.getenv``, ``Mapping.get``) is theirs. A library the spec calls may read its own settings."""
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_code.co_filename.startswith(_STDLIB + ("<frozen",))):
+        frame = frame.f_back
+    f = frame.f_code.co_filename if frame is not None else ""
+    return f.endswith(".py") and os.path.isabs(f) and not f.startswith(_MACHINERY) and is_user_code(resolved(f))
+
+
+def _audit(event, args) -> None:
+    """A module body run without an import (a loader's ``exec_module``, ``runpy.run_path``): the
+    "exec" event carries the code object, and its file."""
+    if event != "exec" or not _WATCHES or not args:
+        return
+    f = getattr(args[0], "co_filename", None)
+    if isinstance(f, str) and f.endswith(".py") and os.path.isabs(f):
+        path = resolved(f)
+        for seen in list(_WATCHES):
+            seen.modules.add(path)
+
+
+def _install() -> None:
+    with _LOCK:
+        if _REAL:
+            return
+        _REAL["import"], _REAL["import_module"] = builtins.__import__, importlib.import_module
+        _REAL["getitem"] = os._Environ.__getitem__
+
+        def watched_import(name, globals=None, locals=None, fromlist=(), level=0):
+            module = _REAL["import"](name, globals, locals, fromlist, level)
+            if _WATCHES:
+                full = _absolute(name, globals, level)
+                _module_file(full)
+                for item in fromlist or ():
+                    if full and isinstance(item, str) and item != "*":
+                        _module_file(f"{full}.{item}")
+            return module
+
+        def watched_import_module(name, package=None):
+            module = _REAL["import_module"](name, package)
+            if _WATCHES:
+                _module_file(getattr(module, "__name__", None))
+            return module
+
+        def watched_getitem(self, key):
+            if _WATCHES and self is os.environ and _from_spec_code():
+                for seen in list(_WATCHES):
+                    seen.environ.add(str(key))
+            return _REAL["getitem"](self, key)
+
+        builtins.__import__ = watched_import
+        importlib.import_module = watched_import_module
+        os._Environ.__getitem__ = watched_getitem      # os.environ[k], .get, os.getenv, `in`
+        sys.addaudithook(_audit)
+
+
+@contextlib.contextmanager
+def watch():
+    """A ``Seen`` that fills with what runs while the block runs."""
+    _install()
+    seen = Seen()
+    _WATCHES.append(seen)
+    try:
+        yield seen
+    finally:
+        _WATCHES.remove(seen)
+
+
+def unhashed(op, seen: Seen) -> str | None:
+    """Why ``op``'s certificates would not cover what its code used in ``seen``, or None."""
+    listed = set(op.source_files)
+    modules = sorted(p for p in seen.modules if p not in listed and is_user_code(p))
+    parts = []
+    if modules:
+        parts.append(f"imported {', '.join(p.name for p in modules)} while it ran (importlib.import_module, "
+                     f"__import__, a loader's exec_module, runpy, or the like), which is not among the files its "
+                     f"certificates hash (the spec module and what its source imports): an edit there would leave "
+                     f"them current. Import it with an import statement in a file the spec imports")
+    if seen.environ:
+        parts.append(f"read the environment variable(s) {', '.join(sorted(seen.environ))}: a certificate cannot "
+                     f"say which value it was proved for. Make it a param of the op or a constant")
+    return ("its code " + "; and it ".join(parts)) if parts else None
