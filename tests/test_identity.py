@@ -281,3 +281,13 @@ def test_without_the_watch_another_value_of_the_variable_is_a_false_proof(tmp_pa
     monkeypatch.setenv("GAIN", "3")
     main(["prove", str(f), "--reports", str(reports), "--quiet", "--no-general"])
     assert _verdicts(reports)["vjp[x]"] == "proved"      # still current: the value is in no hash
+
+
+@pytest.mark.parametrize("ask,said", [("int(subprocess.run(['true']).returncode == 0)", "a subprocess (subprocess.Popen)"),
+                                      ("len(socket.getaddrinfo('localhost', 9)[:1])", "the network")])
+def test_a_backward_that_asks_another_program_or_the_network_is_refused(tmp_path, capsys, ask, said):
+    """What came back would decide the backward, and no certificate would hash it."""
+    f = _dynamic(tmp_path, f"{ask} * 2 * x * dy", extra="import socket\nimport subprocess\n")
+    reports = tmp_path / "reports"
+    assert main(["prove", str(f), "--reports", str(reports), "--quiet"]) == 2
+    assert said in capsys.readouterr().err

@@ -9,11 +9,14 @@ and stay outside that identity, so a wrong backward would keep a ``proved`` cert
   ``importlib.import_module(name)``, ``__import__(name)``, a loader's ``exec_module``,
   ``runpy.run_path``;
 - environment variables (``os.environ[...]``, ``os.getenv``): a certificate cannot say which value it
-  was proved for.
+  was proved for;
+- another program's output or the network's answer (a subprocess, a socket): the audit events
+  ``subprocess.Popen``, ``os.system``, ``socket.connect``, ``urllib.Request`` and the like.
 So the planner and the runner watch while spec code runs: every import (the import statement,
 ``__import__`` and ``importlib.import_module``, whether the module is new or already loaded), every
-module body run (the audit hook's "exec" event), and every read of ``os.environ`` made from spec code.
-A user module the op's code files do not list, or any environment variable read, makes the op refused
+module body run (the audit hook's "exec" event), every read of ``os.environ`` made from spec code, and
+every process or connection spec code starts. A user module the op's code files do not list, or any of
+the others, makes the op refused
 at planning (its forward and backward run there), or its certificate ``inconclusive`` with the reason
 (a law: never current, so every rerun asks again).
 
@@ -49,6 +52,14 @@ _MACHINERY = tuple(str(PACKAGE / m) + os.sep for m in ("core", "symbolic", "nume
 class Seen:
     modules: set = field(default_factory=set)      # files of the modules imported or run
     environ: set = field(default_factory=set)      # environment variables spec code read
+    outside: set = field(default_factory=set)      # what spec code asked of the world: a process, a socket
+
+
+# audit events through which spec code gets an answer from outside its files: another program's, or
+# the network's (what ``outside`` names them)
+_OUTSIDE = {"subprocess.Popen": "a subprocess", "os.system": "a shell command", "os.posix_spawn": "a process",
+            "os.spawn": "a process", "os.exec": "a program", "socket.connect": "the network",
+            "socket.getaddrinfo": "the network", "urllib.Request": "the network"}
 
 
 _WATCHES: list[Seen] = []
@@ -82,10 +93,11 @@ def _absolute(name: str, globals_, level: int) -> str | None:
         return None
 
 
-def _from_spec_code() -> bool:
-    """Whether the read comes from a user's spec code: the first frame above the standard library's
-    (``os.getenv``, ``Mapping.get``) is theirs. A library the spec calls may read its own settings."""
-    frame = sys._getframe(2)
+def _from_spec_code(depth: int = 2) -> bool:
+    """Whether the access comes from a user's spec code: the first frame above the standard library's
+    (``os.getenv``, ``Mapping.get``, ``subprocess.run``) is theirs. A library the spec calls may read
+    its own settings, start its own workers."""
+    frame = sys._getframe(depth)
     while frame is not None and (frame.f_code.co_filename.startswith(_STDLIB + ("<frozen",))):
         frame = frame.f_back
     f = frame.f_code.co_filename if frame is not None else ""
@@ -95,7 +107,14 @@ def _from_spec_code() -> bool:
 def _audit(event, args) -> None:
     """A module body run without an import (a loader's ``exec_module``, ``runpy.run_path``): the
     "exec" event carries the code object, and its file."""
-    if event != "exec" or not _WATCHES or not args:
+    if not _WATCHES:
+        return
+    if event in _OUTSIDE:
+        if _from_spec_code(2):
+            for seen in list(_WATCHES):
+                seen.outside.add(f"{_OUTSIDE[event]} ({event})")
+        return
+    if event != "exec" or not args:
         return
     f = getattr(args[0], "co_filename", None)
     if isinstance(f, str) and f.endswith(".py") and os.path.isabs(f):
@@ -164,4 +183,7 @@ def unhashed(op, seen: Seen) -> str | None:
     if seen.environ:
         parts.append(f"read the environment variable(s) {', '.join(sorted(seen.environ))}: a certificate cannot "
                      f"say which value it was proved for. Make it a param of the op or a constant")
+    if seen.outside:
+        parts.append(f"asked {', '.join(sorted(seen.outside))} while it ran: what came back is in no certificate's "
+                     f"hash. Write it to a file the spec reads (data files are hashed)")
     return ("its code " + "; and it ".join(parts)) if parts else None
