@@ -61,10 +61,10 @@ MODEL_FOR_CASE = {
 }
 
 # The summation-order check. A random draw cannot tell one summation order from another once other
-# roundings dominate: in flash attention's dV = P^T dO every term carries the recomputed P's rounding,
-# ~20-130 u, against a running sum's extra sqrt(m) u, so a kernel that sums in one long running sum where
-# its model says tiles stays inside the model's bound at every size (measured: 0.02-0.03 of it at
-# m = 1024). Equal terms separate orders (Higham, ch. 4): a running sum of m equal terms errs by up to
+# roundings dominate: in flash attention's dV = P^T dO every term carries the recomputed P's rounding
+# (a first-order bound of 22-53 u given L, 94-503 u with the forward's), against a running sum's extra
+# sqrt(m) u, so a kernel that sums in one long running sum where its model says tiles stays inside the
+# model's bound at every size (measured: 0.02-0.03 of it at m = 1024). Equal terms separate orders (Higham, ch. 4): a running sum of m equal terms errs by up to
 # ~m u / 4 (each rounding in a binade is the same), a tiled one by (T + m / T) / 2 u at most. The case
 # ``equal_rows``: every row (the last axis) of each differentiable input and of the cotangent is one
 # standard-normal row, repeated, so every sum over rows adds equal terms. It runs at the sizes of a
