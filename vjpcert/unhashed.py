@@ -60,6 +60,7 @@ class Seen:
 _OUTSIDE = {"subprocess.Popen": "a subprocess", "os.system": "a shell command", "os.posix_spawn": "a process",
             "os.spawn": "a process", "os.exec": "a program", "socket.connect": "the network",
             "socket.getaddrinfo": "the network", "urllib.Request": "the network"}
+_EVENTS = frozenset({"exec", *_OUTSIDE})
 
 
 _WATCHES: list[Seen] = []
@@ -73,13 +74,34 @@ def is_user_code(path: Path) -> bool:
     return is_spec_code(path) and _BUILTIN_SPECS not in path.parents
 
 
-def _module_file(fullname: str | None) -> None:
+# (name, level, package) of an import whose module is a library's -> (its full name, that module object):
+# the same object in sys.modules again means the same library module (a user module of that name would
+# be another object)
+_LIBRARY: dict = {}
+_USER_FILE: dict = {}        # module object -> its file when that is user code, else None (kept alive: no id reuse)
+
+
+def _user_file(module) -> Path | None:
+    try:
+        return _USER_FILE[module]
+    except KeyError:
+        f = getattr(module, "__file__", None)
+        path = resolved(f) if isinstance(f, str) else None
+        _USER_FILE[module] = path if path is not None and is_user_code(path) else None
+        return _USER_FILE[module]
+    except TypeError:                 # a module-like object that cannot be a key
+        return None
+
+
+def _note_module(fullname: str | None) -> bool:
+    """Note the module ``fullname`` names if it is user code; whether it is."""
     module = sys.modules.get(fullname) if fullname else None
-    f = getattr(module, "__file__", None)
-    if f:
-        path = resolved(f)
-        for seen in list(_WATCHES):
-            seen.modules.add(path)
+    path = _user_file(module) if module is not None else None
+    if path is None:
+        return False
+    for seen in list(_WATCHES):
+        seen.modules.add(path)
+    return True
 
 
 def _absolute(name: str, globals_, level: int) -> str | None:
@@ -107,8 +129,8 @@ def _from_spec_code(depth: int = 2) -> bool:
 def _audit(event, args) -> None:
     """A module body run without an import (a loader's ``exec_module``, ``runpy.run_path``): the
     "exec" event carries the code object, and its file."""
-    if not _WATCHES:
-        return
+    if event not in _EVENTS or not _WATCHES:
+        return                          # the hot path: id() is audited, some 10^5 times a proof
     if event in _OUTSIDE:
         if _from_spec_code(2):
             for seen in list(_WATCHES):
@@ -132,18 +154,27 @@ def _install() -> None:
 
         def watched_import(name, globals=None, locals=None, fromlist=(), level=0):
             module = _REAL["import"](name, globals, locals, fromlist, level)
-            if _WATCHES:
-                full = _absolute(name, globals, level)
-                _module_file(full)
+            if not _WATCHES:
+                return module
+            key = (name, level, globals.get("__package__") if level and globals else None)
+            known = _LIBRARY.get(key)
+            if known is not None and sys.modules.get(known[0]) is known[1]:
+                return module           # the hot path: SymPy's imports inside its own functions
+            full = _absolute(name, globals, level)
+            # a library's module is not user code, nor are its submodules: the fromlist is read only
+            # below a user's package
+            if _note_module(full):
                 for item in fromlist or ():
-                    if full and isinstance(item, str) and item != "*":
-                        _module_file(f"{full}.{item}")
+                    if isinstance(item, str) and item != "*":
+                        _note_module(f"{full}.{item}")
+            elif full is not None and full in sys.modules:
+                _LIBRARY[key] = (full, sys.modules[full])
             return module
 
         def watched_import_module(name, package=None):
             module = _REAL["import_module"](name, package)
             if _WATCHES:
-                _module_file(getattr(module, "__name__", None))
+                _note_module(getattr(module, "__name__", None))
             return module
 
         def watched_getitem(self, key):
