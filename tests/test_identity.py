@@ -291,3 +291,17 @@ def test_a_backward_that_asks_another_program_or_the_network_is_refused(tmp_path
     reports = tmp_path / "reports"
     assert main(["prove", str(f), "--reports", str(reports), "--quiet"]) == 2
     assert said in capsys.readouterr().err
+
+
+def test_the_watch_counts_a_users_files_only():
+    """vjpcert's own tree is not a user's code: its machinery (Triton's checker included, which
+    core.reads counts as spec code) and the built-in specs, whose identity is the project's."""
+    from pathlib import Path
+
+    from vjpcert.unhashed import is_user_code
+    root = Path(__file__).resolve().parents[1]
+    for mine in ("triton_kernels/check.py", "specs/softmax.py", "core/registry.py", "vjpcert/runner.py"):
+        assert not is_user_code(root / mine), mine
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        assert is_user_code(Path(d) / "helpers.py")

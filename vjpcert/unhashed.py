@@ -20,8 +20,8 @@ the others, makes the op refused
 at planning (its forward and backward run there), or its certificate ``inconclusive`` with the reason
 (a law: never current, so every rerun asks again).
 
-User code: a file ``core.reads`` counts as spec code, outside the built-in specs (whose identity is
-the project's, reviewed with the project). The wrappers are installed once per process (an audit hook
+User code: a file ``core.reads`` counts as spec code, outside vjpcert's own tree (its machinery, and
+the built-in specs, whose identity is the project's, reviewed with the project). The wrappers are installed once per process (an audit hook
 cannot be removed); each watch is a ``Seen`` they add to while it is open, so watches nest and threads
 share them. What only a forked child does (a strategy run under its budget) is not seen here: spec
 code runs in the parent first (tracing, planning).
@@ -41,11 +41,8 @@ from pathlib import Path
 
 from vjpcert.core.reads import PACKAGE, is_spec_code, resolved
 
-_BUILTIN_SPECS = PACKAGE / "specs"
 _STDLIB = tuple(sorted({str(Path(sysconfig.get_paths()[k]).resolve()) + os.sep for k in ("stdlib", "platstdlib")
                         if k in sysconfig.get_paths()}))
-_MACHINERY = tuple(str(PACKAGE / m) + os.sep for m in ("core", "symbolic", "numeric", "cuda_kernels", "triton_kernels",
-                                                       "vjpcert", "frontends"))
 
 
 @dataclass
@@ -69,9 +66,10 @@ _REAL: dict = {}
 
 
 def is_user_code(path: Path) -> bool:
-    """A file whose code counts for a user's op and is theirs: spec code outside the built-in specs."""
+    """A file whose code counts for a user's op and is theirs: spec code outside vjpcert's own tree (its
+    machinery, and the built-in specs, whose identity is the project's)."""
     path = Path(path)
-    return is_spec_code(path) and _BUILTIN_SPECS not in path.parents
+    return is_spec_code(path) and PACKAGE not in path.parents
 
 
 # (name, level, package) of an import whose module is a library's -> (its full name, that module object):
@@ -123,7 +121,7 @@ def _from_spec_code(depth: int = 2) -> bool:
     while frame is not None and (frame.f_code.co_filename.startswith(_STDLIB + ("<frozen",))):
         frame = frame.f_back
     f = frame.f_code.co_filename if frame is not None else ""
-    return f.endswith(".py") and os.path.isabs(f) and not f.startswith(_MACHINERY) and is_user_code(resolved(f))
+    return f.endswith(".py") and os.path.isabs(f) and is_user_code(resolved(f))
 
 
 def _audit(event, args) -> None:
