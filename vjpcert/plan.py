@@ -117,11 +117,11 @@ def is_current(record: dict | None, task: Task, op: Op, *, hashed: dict | None =
     from vjpcert.core.sources import current_sha256
     sources = record.get("sources")
     key = (code, id(op), tuple(map(str, sources)) if isinstance(sources, list) else repr(sources))
-    if hashed is None or key not in hashed:
-        spec, _ = current_sha256(code, op, record.get("sources"))
+    spec = hashed.get(key) if hashed is not None else None
+    if spec is None:
+        spec, _ = current_sha256(code, op, sources)
         if hashed is not None:
             hashed[key] = spec
-    spec = hashed[key] if hashed is not None else spec
     return (record.get("schema") == SCHEMA_VERSION and record_identity(record) == task_identity(task, op)
             and record.get("spec_sha256") == spec
             and record.get("checker_sha256") == checker

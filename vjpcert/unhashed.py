@@ -34,15 +34,13 @@ import importlib
 import importlib.util
 import os
 import sys
-import sysconfig
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vjpcert.core.reads import PACKAGE, is_spec_code, resolved
+from vjpcert.core.reads import _frame_kind as frame_kind      # the classification of core.reads' hook
 
-_STDLIB = tuple(sorted({str(Path(sysconfig.get_paths()[k]).resolve()) + os.sep for k in ("stdlib", "platstdlib")
-                        if k in sysconfig.get_paths()}))
 
 
 @dataclass
@@ -97,9 +95,13 @@ def _note_module(fullname: str | None) -> bool:
     path = _user_file(module) if module is not None else None
     if path is None:
         return False
-    for seen in list(_WATCHES):
-        seen.modules.add(path)
+    _add("modules", path)
     return True
+
+
+def _add(what: str, value) -> None:
+    for seen in list(_WATCHES):
+        getattr(seen, what).add(value)
 
 
 def _absolute(name: str, globals_, level: int) -> str | None:
@@ -118,10 +120,12 @@ def _from_spec_code(depth: int = 2) -> bool:
     (``os.getenv``, ``Mapping.get``, ``subprocess.run``) is theirs. A library the spec calls may read
     its own settings, start its own workers."""
     frame = sys._getframe(depth)
-    while frame is not None and (frame.f_code.co_filename.startswith(_STDLIB + ("<frozen",))):
+    while frame is not None and frame_kind(frame.f_code.co_filename) in ("stdlib", "import"):
         frame = frame.f_back
-    f = frame.f_code.co_filename if frame is not None else ""
-    return f.endswith(".py") and os.path.isabs(f) and is_user_code(resolved(f))
+    if frame is None:
+        return False
+    f = frame.f_code.co_filename
+    return frame_kind(f) == "spec" and is_user_code(resolved(f))
 
 
 def _audit(event, args) -> None:
@@ -131,16 +135,13 @@ def _audit(event, args) -> None:
         return                          # the hot path: id() is audited, some 10^5 times a proof
     if event in _OUTSIDE:
         if _from_spec_code(2):
-            for seen in list(_WATCHES):
-                seen.outside.add(f"{_OUTSIDE[event]} ({event})")
+            _add("outside", f"{_OUTSIDE[event]} ({event})")
         return
     if event != "exec" or not args:
         return
     f = getattr(args[0], "co_filename", None)
     if isinstance(f, str) and f.endswith(".py") and os.path.isabs(f):
-        path = resolved(f)
-        for seen in list(_WATCHES):
-            seen.modules.add(path)
+        _add("modules", resolved(f))
 
 
 def _install() -> None:
@@ -177,8 +178,7 @@ def _install() -> None:
 
         def watched_getitem(self, key):
             if _WATCHES and self is os.environ and _from_spec_code():
-                for seen in list(_WATCHES):
-                    seen.environ.add(str(key))
+                _add("environ", str(key))
             return _REAL["getitem"](self, key)
 
         builtins.__import__ = watched_import

@@ -258,6 +258,19 @@ def flash_attention_fwd_no_max(Q, K, V, *, poison=True):
     return A._back(d_O, sq, Q)
 
 
+def _backward_launches(pre, dkdv, dq, q, k, v, g, d_O, d_L, cfg, poison):
+    """(dQ, dK, dV) by the flash backward's three launches, with these kernels (a fault swaps one)."""
+    H, m, d = q.shape
+    T = cfg.attn_tile
+    d_Di = empty((H, m), poison)
+    launch(pre, max(1, min(math.ceil(H * m / cfg.block), cfg.grid_cap)), cfg.block, g, d_O, d_Di)
+    dQ, dK, dV = (empty((H, m, d), poison) for _ in range(3))
+    sc = F.scale_of(d)
+    launch(dkdv, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dK, dV, sc, 0, 0)
+    launch(dq, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dQ, sc, 0, 0)
+    return dQ, dK, dV
+
+
 def flash_attention_bwd_small_dq_acc(Q, K, V, dy, *, poison=True):
     """The flash backward with the dQ kernel whose accumulator holds 4 columns per thread."""
     (q, k, v, g), sq = A._heads(Q, K, V, dy)
@@ -267,13 +280,8 @@ def flash_attention_bwd_small_dq_acc(Q, K, V, dy, *, poison=True):
     F.check_flash_shape(H, m, d, T, backward=True)
     ks = _fault_flash(T, F.head_dim_padded(d, T))
     d_O, d_L = F.flash_fwd_dev(q, k, v, poison=poison)
-    d_Di = empty((H, m), poison)
-    launch(ks.bwd_pre, max(1, min(math.ceil(H * m / cfg.block), cfg.grid_cap)), cfg.block, g, d_O, d_Di)
-    dQ, dK, dV = (empty((H, m, d), poison) for _ in range(3))
-    sc = F.scale_of(d)
-    launch(ks.bwd_dkdv, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dK, dV, sc, 0, 0)
-    launch(ks.dq_small_acc, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dQ, sc, 0, 0)
-    return A._back((dQ, dK, dV), sq, Q)
+    return A._back(_backward_launches(ks.bwd_pre, ks.bwd_dkdv, ks.dq_small_acc, q, k, v, g, d_O, d_L, cfg, poison),
+                   sq, Q)
 
 
 def flash_attention_bwd_any_width(Q, K, V, dy, *, poison=True):
@@ -286,14 +294,8 @@ def flash_attention_bwd_any_width(Q, K, V, dy, *, poison=True):
     T = cfg.attn_tile
     ks = F.build_flash(T, F.head_dim_padded(d, T))               # BUG: no check_flash_shape
     d_O, d_L = empty((H, m, d), poison), empty((H, m), poison)
-    sc = F.scale_of(d)
-    launch(ks.fwd, (math.ceil(m / T), H), (T, T), q, k, v, d_O, d_L, sc, 0, 0)
-    d_Di = empty((H, m), poison)
-    launch(ks.bwd_pre, max(1, min(math.ceil(H * m / cfg.block), cfg.grid_cap)), cfg.block, g, d_O, d_Di)
-    dQ, dK, dV = (empty((H, m, d), poison) for _ in range(3))
-    launch(ks.bwd_dkdv, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dK, dV, sc, 0, 0)
-    launch(ks.bwd_dq, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dQ, sc, 0, 0)
-    return A._back((dQ, dK, dV), sq, Q)
+    launch(ks.fwd, (math.ceil(m / T), H), (T, T), q, k, v, d_O, d_L, F.scale_of(d), 0, 0)
+    return A._back(_backward_launches(ks.bwd_pre, ks.bwd_dkdv, ks.bwd_dq, q, k, v, g, d_O, d_L, cfg, poison), sq, Q)
 
 
 def _fault_flash_dkdv(T: int, D: int):
@@ -392,13 +394,8 @@ def flash_attention_bwd_saved_one_running_sum(Q, K, V, dy, *, poison=True):
     F.check_flash_shape(H, m, d, T, backward=True)
     D = F.head_dim_padded(d, T)
     ks = F.build_flash(T, D)
-    d_Di = empty((H, m), poison)
-    launch(ks.bwd_pre, max(1, min(math.ceil(H * m / cfg.block), cfg.grid_cap)), cfg.block, g, o, d_Di)
-    dQ, dK, dV = (empty((H, m, d), poison) for _ in range(3))
-    sc = F.scale_of(d)
-    launch(_fault_flash_dkdv(T, D), (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dK, dV, sc, 0, 0)
-    launch(ks.bwd_dq, (math.ceil(m / T), H), (T, T), q, k, v, g, d_L, d_Di, dQ, sc, 0, 0)
-    return A._back((dQ, dK, dV), sq, Q)
+    return A._back(_backward_launches(ks.bwd_pre, _fault_flash_dkdv(T, D), ks.bwd_dq, q, k, v, g, o, d_L, cfg, poison),
+                   sq, Q)
 
 
 # conv2d's dx with the kernel not flipped: dy[n, o, h+i-1, w+j-1] where the transposed convolution reads
