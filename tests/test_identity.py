@@ -305,3 +305,84 @@ def test_the_watch_counts_a_users_files_only():
     import tempfile
     with tempfile.TemporaryDirectory() as d:
         assert is_user_code(Path(d) / "helpers.py")
+
+
+SIBLING = '''
+from vjpcert import op
+import helpers                      # this file's op hashes helpers.py
+
+
+@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 3}], check_dims={"n": 4})
+def double(B, x):
+    return helpers.gain(B, x)
+
+@double.defvjp
+def _(B, x, dy):
+    return (2 * dy,)
+'''
+
+REACHES_THROUGH = {
+    "sys.modules": ("import sys\n", "sys.modules['helpers'].gain(B, x)"),
+    "a sibling spec's globals": ("import sys\n", "next(m for m in list(sys.modules.values()) if (getattr(m, '__file__', None) or '').endswith('first.py')).helpers.gain(B, x)"),
+    "gc": ("import gc\nimport os\nimport types\n",
+           "next(f for f in gc.get_objects() if type(f) is types.FunctionType and f.__name__ == 'gain' "
+           "and os.path.dirname(f.__code__.co_filename) == os.path.dirname(__file__))(B, x)"),
+}
+
+
+def _siblings(tmp_path, how):
+    """Two spec files: first.py imports helpers; second.py imports nothing of it, yet its backward runs
+    helpers' code, reached through what first.py loaded."""
+    (tmp_path / "helpers.py").write_text(HELPER_RIGHT)
+    first = tmp_path / "first.py"
+    first.write_text(SIBLING)
+    extra, call = REACHES_THROUGH[how]
+    second = tmp_path / "second.py"
+    second.write_text(DYNAMIC.replace("BACKWARD", f"{call} * dy").replace("LAW", "2 * x * dy").replace("EXTRA", extra))
+    return first, second
+
+
+@pytest.mark.parametrize("how", sorted(REACHES_THROUGH))
+def test_code_of_a_file_the_op_does_not_import_that_runs_in_its_backward_refuses_the_op(tmp_path, capsys, how):
+    """second.py's source imports no helpers module, so its certificates would not hash helpers.py: an edit
+    to a wrong gain left its proof current (a false proof) when first.py had loaded helpers in the same
+    process. What runs is what counts, however it was reached."""
+    first, second = _siblings(tmp_path, how)
+    reports = tmp_path / "reports"
+    assert main(["prove", str(first), str(second), "--reports", str(reports), "--quiet", "--no-general"]) == 2
+    err = capsys.readouterr().err
+    assert "helpers.py" in err and "op 'sq'" in err
+
+
+def test_without_the_watch_code_reached_through_a_sibling_is_a_false_proof(tmp_path, monkeypatch):
+    """The control of the test above."""
+    for where in ("vjpcert.unhashed", "vjpcert.runner"):
+        monkeypatch.setattr(f"{where}.unhashed", lambda op, seen: None)
+    first, second = _siblings(tmp_path, "sys.modules")
+    reports = tmp_path / "reports"
+    command = ["prove", str(first), str(second), "--reports", str(reports), "--quiet", "--no-general"]
+    main(command)
+    proved = {json.loads(p.read_text())["op"] for p in (reports / "certificates").rglob("symbolic__vjp-x*.json")
+              if json.loads(p.read_text())["verdict"] == "proved"}
+    assert proved == {"double", "sq"}
+    (tmp_path / "helpers.py").write_text(HELPER_WRONG)
+    main(command)
+    verdicts = {json.loads(p.read_text())["op"]: json.loads(p.read_text())["verdict"]
+                for p in (reports / "certificates").rglob("symbolic__vjp-x*.json")}
+    assert verdicts["sq"] == "proved"            # still current: helpers.py is not in its hash
+
+
+def test_ops_of_two_files_that_each_import_a_shared_helper_are_proved(tmp_path):
+    """Each file's code is foreign to the other's op, so what runs is watched; a helper both import with
+    an import statement is in both ops' hashes, and neither op runs the other's file."""
+    (tmp_path / "helpers.py").write_text(HELPER_RIGHT)
+    first = tmp_path / "first.py"
+    first.write_text(SIBLING)
+    second = tmp_path / "second.py"
+    second.write_text(SPEC)
+    reports = tmp_path / "reports"
+    assert main(["prove", str(first), str(second), "--reports", str(reports), "--quiet", "--no-general"]) == 0
+    from vjpcert.unhashed import foreign_code
+    from vjpcert.ops import load_file
+    op = next(o for o in load_file(second) if o.name == "sq")
+    assert first.resolve() in foreign_code(op) and (tmp_path / "helpers.py").resolve() not in foreign_code(op)

@@ -17,6 +17,8 @@ def load_file(path) -> list[Op]:
     trusts a cached ``.pyc`` while the source's modification time, in whole seconds, and its size are
     unchanged: a file edited in the second it was imported, to the same length (``2 * x`` to
     ``3 * x``), would run its old code under a certificate that hashes the new one."""
+    from vjpcert.unhashed import record_loads
+    record_loads()          # from here on, every user file whose code runs here is known (vjpcert.unhashed)
     _drop_cached_bytecode(Path(path))
     return _load_file(path)
 

@@ -58,7 +58,7 @@ def tier_tasks(tier: str, ref: OpRef, op: Op, *, overrides: dict, large: bool, s
     from vjpcert.tiers import Planning
     from vjpcert.tiers import tier as tier_of
     from vjpcert.unhashed import unhashed, watch
-    with watch() as seen:           # planning runs the spec's code (validation, features)
+    with watch(op) as seen:         # planning runs the spec's code (validation, features)
         tasks = tier_of(tier).plans(ref, op, Planning(overrides=overrides, large=large, seed=seed, budget=budget,
                                                       dps=dps, method=method, point=point, fixed_dims=fixed_dims,
                                                       general=general, modular=modular,

@@ -75,7 +75,7 @@ def _execute(task: Task) -> Certificate:
     try:
         op = task.op.resolve()
         _check_code(task, op)
-        with watch() as seen:
+        with watch(op) as seen:
             cert = tier(task.tier).runs(op, task)
         why = unhashed(op, seen)
         if why:

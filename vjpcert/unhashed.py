@@ -1,22 +1,25 @@
-"""What spec code uses while it runs that no certificate would hash: user modules imported without an
-import statement, and environment variables.
+"""What spec code uses while it runs that no certificate would hash: user code its files do not import,
+environment variables, other programs and the network.
 
 A certificate hashes an op's code as the files its spec module imports, read from their source
 (``core.sources.code_files``: import statements anywhere in those files, inside functions too), and
-the data files that code reads (``core.reads``). Two other inputs can change what the code computes
+the data files that code reads (``core.reads``). Three other inputs can change what the code computes
 and stay outside that identity, so a wrong backward would keep a ``proved`` certificate current:
-- code loaded while it runs without an import statement the source spells:
-  ``importlib.import_module(name)``, ``__import__(name)``, a loader's ``exec_module``,
-  ``runpy.run_path``;
+- code that runs without an import statement the source spells: a module loaded by
+  ``importlib.import_module(name)``, ``__import__(name)``, a loader's ``exec_module`` or
+  ``runpy.run_path``, or one another spec loaded earlier in the same process and reached through
+  ``sys.modules``, that spec's globals, ``gc`` or any other object graph;
 - environment variables (``os.environ[...]``, ``os.getenv``): a certificate cannot say which value it
   was proved for;
 - another program's output or the network's answer (a subprocess, a socket): the audit events
   ``subprocess.Popen``, ``os.system``, ``socket.connect``, ``urllib.Request`` and the like.
 So the planner and the runner watch while spec code runs: every import (the import statement,
 ``__import__`` and ``importlib.import_module``, whether the module is new or already loaded), every
-module body run (the audit hook's "exec" event), every read of ``os.environ`` made from spec code, and
-every process or connection spec code starts. A user module the op's code files do not list, or any of
-the others, makes the op refused
+module body run (the audit hook's "exec" event), every function of a user's file that is called
+(however the code was reached, what runs is what counts: ``sys.monitoring`` on Python 3.12+, a
+profile hook before; on only where there is such code to reach, ``foreign_code``), every read of ``os.environ``
+made from spec code, and every process or connection spec code starts. A user file the op's code files
+do not list, or any of the others, makes the op refused
 at planning (its forward and backward run there), or its certificate ``inconclusive`` with the reason
 (a law: never current, so every rerun asks again).
 
@@ -24,17 +27,21 @@ User code: a file ``core.reads`` counts as spec code, outside vjpcert's own tree
 the built-in specs, whose identity is the project's, reviewed with the project). The wrappers are installed once per process (an audit hook
 cannot be removed); each watch is a ``Seen`` they add to while it is open, so watches nest and threads
 share them. What only a forked child does (a strategy run under its budget) is not seen here: spec
-code runs in the parent first (tracing, planning).
+code runs in the parent first (tracing, planning). Nor is code whose file name is not a user's file on
+disk (code built from ``marshal`` bytes under a made-up name): there is no file for a certificate to
+hash.
 """
 from __future__ import annotations
 
 import builtins
 import contextlib
+import gc
 import importlib
 import importlib.util
 import os
 import sys
 import threading
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +52,7 @@ from vjpcert.core.reads import _frame_kind as frame_kind      # the classificati
 
 @dataclass
 class Seen:
-    modules: set = field(default_factory=set)      # files of the modules imported or run
+    modules: set = field(default_factory=set)      # user files imported, or whose code ran
     environ: set = field(default_factory=set)      # environment variables spec code read
     outside: set = field(default_factory=set)      # what spec code asked of the world: a process, a socket
 
@@ -55,7 +62,8 @@ class Seen:
 _OUTSIDE = {"subprocess.Popen": "a subprocess", "os.system": "a shell command", "os.posix_spawn": "a process",
             "os.spawn": "a process", "os.exec": "a program", "socket.connect": "the network",
             "socket.getaddrinfo": "the network", "urllib.Request": "the network"}
-_EVENTS = frozenset({"exec", *_OUTSIDE})
+_LOADS = frozenset({"exec", "compile", "code.__new__"})      # events that make code objects, or run them
+_EVENTS = frozenset({*_LOADS, *_OUTSIDE})
 
 
 _WATCHES: list[Seen] = []
@@ -129,24 +137,140 @@ def _from_spec_code(depth: int = 2) -> bool:
 
 
 def _audit(event, args) -> None:
-    """A module body run without an import (a loader's ``exec_module``, ``runpy.run_path``): the
-    "exec" event carries the code object, and its file."""
-    if event not in _EVENTS or not _WATCHES:
+    """Code made or run without an import: a module body (a loader's ``exec_module``, ``runpy.run_path``)
+    carries its file in the "exec" event's code object; ``compile`` and the code constructor name theirs.
+    Every user file's is noted for the whole process (``_LOADED``); an "exec" in a watch is the watch's."""
+    if event not in _EVENTS:
         return                          # the hot path: id() is audited, some 10^5 times a proof
-    if event in _OUTSIDE:
-        if _from_spec_code(2):
-            _add("outside", f"{_OUTSIDE[event]} ({event})")
+    if event in _LOADS:
+        if args:
+            named = args[0] if event == "exec" else args[1] if len(args) > 1 else None
+            f = getattr(named, "co_filename", named)
+            path = _loaded(f) if isinstance(f, str) else None
+            if path is not None and event == "exec" and _WATCHES:
+                _add("modules", path)
         return
-    if event != "exec" or not args:
-        return
-    f = getattr(args[0], "co_filename", None)
-    if isinstance(f, str) and f.endswith(".py") and os.path.isabs(f):
-        _add("modules", resolved(f))
+    if _WATCHES and _from_spec_code(2):
+        _add("outside", f"{_OUTSIDE[event]} ({event})")
+
+
+_CODE_FILE: dict = {}        # a code object's co_filename -> that file when it is a user's file on disk, else None
+_LOADED: set = set()         # every user file whose code this process compiled or ran (since vjpcert's import)
+
+
+def _code_file(filename: str) -> Path | None:
+    path = None
+    if os.path.isabs(filename) and filename.endswith(".py"):
+        path = resolved(filename)
+        # only a file on disk can be edited under a certificate (a notebook cell's code has none)
+        path = path if is_user_code(path) and path.is_file() else None
+    _CODE_FILE[filename] = path
+    return path
+
+
+def _loaded(filename: str) -> Path | None:
+    path = _CODE_FILE[filename] if filename in _CODE_FILE else _code_file(filename)
+    if path is not None:
+        _LOADED.add(path)
+    return path
+
+
+def record_loads() -> None:
+    """Note, from now on, every user file whose code this process compiles or runs (the audit hook), and
+    the ones it already holds: every module's, and every function's (a module removed from
+    ``sys.modules`` leaves its functions behind). Called when vjpcert is imported, before any spec file
+    is loaded through it."""
+    with _LOCK:
+        if _REAL.get("audit"):
+            return
+        _REAL["audit"] = True
+        sys.addaudithook(_audit)
+    for module in list(sys.modules.values()):
+        path = _user_file(module)
+        if path is not None:
+            _LOADED.add(path)
+    for obj in gc.get_objects():
+        if type(obj) is types.FunctionType:      # not isinstance: a dead weakref.proxy raises
+            _loaded(obj.__code__.co_filename)
+
+
+def foreign_code(op) -> set:
+    """User files whose code this process holds and ``op``'s certificates do not hash: what its code
+    could reach without an import statement (a built-in op's code is the project's, reviewed with it)."""
+    files = set(op.source_files)
+    return _LOADED - files if any(is_user_code(p) for p in files) else set()
+
+
+def _ran(filename: str) -> None:
+    path = _CODE_FILE[filename] if filename in _CODE_FILE else _code_file(filename)
+    if path is not None:
+        _add("modules", path)
+
+
+def _profile(frame, event, arg) -> None:
+    """The profile hook (before Python 3.12): the file of every Python function called."""
+    if event == "call":
+        _ran(frame.f_code.co_filename)
+    chained = _RUNS["before"]
+    if chained is not None:
+        chained(frame, event, arg)
+
+
+def _started(code, offset):
+    """sys.monitoring's PY_START (Python 3.12+): each code object is reported once a watch, then its
+    event is disabled, so the watch costs next to nothing."""
+    _ran(code.co_filename)
+    return sys.monitoring.DISABLE
+
+
+def _monitoring_tool() -> int | None:
+    monitoring = getattr(sys, "monitoring", None)
+    for tool in (3, 4) if monitoring is not None else ():     # the ids no standard tool takes
+        try:
+            monitoring.use_tool_id(tool, "vjpcert")
+        except ValueError:
+            continue
+        monitoring.register_callback(tool, monitoring.events.PY_START, _started)
+        return tool
+    return None
+
+
+# how many open watches ask what runs; the profile functions their hook replaced, put back after
+_RUNS: dict = {"open": 0, "before": None, "threads": None}
+
+
+def _runs_on() -> None:
+    with _LOCK:
+        _RUNS["open"] += 1
+        if _RUNS["open"] > 1:
+            return
+        if "tool" not in _RUNS:
+            _RUNS["tool"] = _monitoring_tool()
+        if _RUNS["tool"] is not None:
+            sys.monitoring.restart_events()              # what the last watch disabled is seen again
+            sys.monitoring.set_events(_RUNS["tool"], sys.monitoring.events.PY_START)
+        else:
+            _RUNS["before"], _RUNS["threads"] = sys.getprofile(), threading.getprofile()
+            sys.setprofile(_profile)
+            threading.setprofile(_profile)
+
+
+def _runs_off() -> None:
+    with _LOCK:
+        _RUNS["open"] -= 1
+        if _RUNS["open"]:
+            return
+        if _RUNS["tool"] is not None:
+            sys.monitoring.set_events(_RUNS["tool"], 0)
+        else:
+            sys.setprofile(_RUNS["before"])
+            threading.setprofile(_RUNS["threads"])
+            _RUNS["before"] = _RUNS["threads"] = None
 
 
 def _install() -> None:
     with _LOCK:
-        if _REAL:
+        if "import" in _REAL:
             return
         _REAL["import"], _REAL["import_module"] = builtins.__import__, importlib.import_module
         _REAL["getitem"] = os._Environ.__getitem__
@@ -184,19 +308,27 @@ def _install() -> None:
         builtins.__import__ = watched_import
         importlib.import_module = watched_import_module
         os._Environ.__getitem__ = watched_getitem      # os.environ[k], .get, os.getenv, `in`
-        sys.addaudithook(_audit)
+    record_loads()
 
 
 @contextlib.contextmanager
-def watch():
-    """A ``Seen`` that fills with what runs while the block runs."""
+def watch(op=None):
+    """A ``Seen`` that fills with what runs while the block runs. For ``op``, with user files in the
+    process its certificates do not hash (``foreign_code``), it also notes every user file whose
+    functions run: on Python 3.11 that costs some 2x on the code it watches, so a user op alone in its
+    process (or a built-in op) goes without it, having nothing it could reach that way."""
     _install()
     seen = Seen()
     _WATCHES.append(seen)
+    runs = op is not None and bool(foreign_code(op))
+    if runs:
+        _runs_on()
     try:
         yield seen
     finally:
         _WATCHES.remove(seen)
+        if runs:
+            _runs_off()
 
 
 def unhashed(op, seen: Seen) -> str | None:
@@ -205,10 +337,11 @@ def unhashed(op, seen: Seen) -> str | None:
     modules = sorted(p for p in seen.modules if p not in listed and is_user_code(p))
     parts = []
     if modules:
-        parts.append(f"imported {', '.join(p.name for p in modules)} while it ran (importlib.import_module, "
-                     f"__import__, a loader's exec_module, runpy, or the like), which is not among the files its "
-                     f"certificates hash (the spec module and what its source imports): an edit there would leave "
-                     f"them current. Import it with an import statement in a file the spec imports")
+        parts.append(f"ran code of {', '.join(p.name for p in modules)} while it ran, which is not among the files "
+                     f"its certificates hash (the spec module and what its source imports): it was reached without "
+                     f"an import statement in those files (importlib.import_module, __import__, a loader's "
+                     f"exec_module, runpy, sys.modules, another module's globals, or the like), so an edit there "
+                     f"would leave them current. Import it with an import statement in a file the spec imports")
     if seen.environ:
         parts.append(f"read the environment variable(s) {', '.join(sorted(seen.environ))}: a certificate cannot "
                      f"say which value it was proved for. Make it a param of the op or a constant")
