@@ -20,6 +20,7 @@ every size, modular): the normalised code of that module and everything it impor
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from dataclasses import dataclass
@@ -77,8 +78,7 @@ class Tier:
     def checker_sha256(self, method: str | None = None, claim: str | None = None) -> str:
         """The checker module's ``CHECKER_SHA256``, computed from its code without importing it (a
         checker loads SymPy, python-flint, Numba or Triton; listing certificates needs none of them)."""
-        from vjpcert.core.code_hash import checker_code_sha256
-        return checker_code_sha256(self.checker_module(method, claim), discovered=self.discovered)
+        return _checker_code_sha256(self.checker_module(method, claim), self.discovered)
 
     def available(self) -> bool:
         try:
@@ -86,6 +86,15 @@ class Tier:
             return True
         except Exception:        # numba-cuda missing, or a kernel module that does not import
             return False
+
+
+@functools.lru_cache(maxsize=None)
+def _checker_code_sha256(module: str, discovered: str | None) -> str:
+    """Once per process and checker module (planning asks once per task, and most claims share their
+    tier's module): it stands for vjpcert's own code, which a process loads once (an edit while it
+    runs is not the code it runs)."""
+    from vjpcert.core.code_hash import checker_code_sha256
+    return checker_code_sha256(module, discovered=discovered)
 
 
 def _run_symbolic(op, task):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import gc
 import importlib
 import importlib.util
@@ -71,6 +72,7 @@ _LOCK = threading.Lock()
 _REAL: dict = {}
 
 
+@functools.lru_cache(maxsize=None)
 def is_user_code(path: Path) -> bool:
     """A file whose code counts for a user's op and is theirs: spec code outside vjpcert's own tree (its
     machinery, and the built-in specs, whose identity is the project's)."""
@@ -177,9 +179,7 @@ def _loaded(filename: str) -> Path | None:
 
 def record_loads() -> None:
     """Note, from now on, every user file whose code this process compiles or runs (the audit hook), and
-    the ones it already holds: every module's, and every function's (a module removed from
-    ``sys.modules`` leaves its functions behind). Called when vjpcert is imported, before any spec file
-    is loaded through it."""
+    the modules it already holds. Called before vjpcert loads a spec file, and by the first watch."""
     with _LOCK:
         if _REAL.get("audit"):
             return
@@ -189,6 +189,15 @@ def record_loads() -> None:
         path = _user_file(module)
         if path is not None:
             _LOADED.add(path)
+
+
+def _functions_from_before() -> None:
+    """Once, when a user's op first asks: the files of every function this process holds, for code made
+    before the audit hook was there whose module is gone from ``sys.modules`` (a module removed leaves
+    its functions behind). Later code is noted as it is made."""
+    if _REAL.get("scanned"):
+        return
+    _REAL["scanned"] = True
     for obj in gc.get_objects():
         if type(obj) is types.FunctionType:      # not isinstance: a dead weakref.proxy raises
             _loaded(obj.__code__.co_filename)
@@ -198,7 +207,10 @@ def foreign_code(op) -> set:
     """User files whose code this process holds and ``op``'s certificates do not hash: what its code
     could reach without an import statement (a built-in op's code is the project's, reviewed with it)."""
     files = set(op.source_files)
-    return _LOADED - files if any(is_user_code(p) for p in files) else set()
+    if not any(is_user_code(p) for p in files):
+        return set()
+    _functions_from_before()
+    return _LOADED - files
 
 
 def _ran(filename: str) -> None:
