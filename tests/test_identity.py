@@ -324,6 +324,8 @@ def _(B, x, dy):
 REACHES_THROUGH = {
     "sys.modules": ("import sys\n", "sys.modules['helpers'].gain(B, x)"),
     "a sibling spec's globals": ("import sys\n", "next(m for m in list(sys.modules.values()) if (getattr(m, '__file__', None) or '').endswith('first.py')).helpers.gain(B, x)"),
+    "a thread": ("import sys\nfrom concurrent.futures import ThreadPoolExecutor\n",
+                 "ThreadPoolExecutor(1).submit(sys.modules['helpers'].gain, B, x).result()"),
     "gc": ("import gc\nimport os\nimport types\n",
            "next(f for f in gc.get_objects() if type(f) is types.FunctionType and f.__name__ == 'gain' "
            "and os.path.dirname(f.__code__.co_filename) == os.path.dirname(__file__))(B, x)"),

@@ -29,7 +29,8 @@ cannot be removed); each watch is a ``Seen`` they add to while it is open, so wa
 share them. What only a forked child does (a strategy run under its budget) is not seen here: spec
 code runs in the parent first (tracing, planning). Nor is code whose file name is not a user's file on
 disk (code built from ``marshal`` bytes under a made-up name): there is no file for a certificate to
-hash.
+hash. On Python 3.11 a thread started before the watch opened (a pool a module made when imported) is
+not profiled; threads spec code starts are, and on 3.12 every thread is.
 """
 from __future__ import annotations
 
