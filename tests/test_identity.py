@@ -388,3 +388,20 @@ def test_ops_of_two_files_that_each_import_a_shared_helper_are_proved(tmp_path):
     from vjpcert.ops import load_file
     op = next(o for o in load_file(second) if o.name == "sq")
     assert first.resolve() in foreign_code(op) and (tmp_path / "helpers.py").resolve() not in foreign_code(op)
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_law_that_runs_a_siblings_helper_is_inconclusive_in_every_worker(tmp_path, jobs):
+    """Planning runs the forward and the backward, not the laws: the runner sees what a law runs, in
+    this process or in a worker that loaded the other file first."""
+    first, second = _siblings(tmp_path, "sys.modules")
+    second.write_text(second.read_text().replace("sys.modules['helpers'].gain(B, x) * dy,)", "2 * x * dy,)")
+                      .replace("return backward(x, dy)[0], 2 * x * dy",
+                               "return backward(x, dy)[0], sys.modules['helpers'].gain(B, x) * dy"))
+    reports = tmp_path / "reports"
+    main(["prove", str(first), str(second), "--reports", str(reports), "--quiet", "--no-general", "--jobs", jobs])
+    records = [json.loads(p.read_text()) for p in (reports / "certificates" / "sq").glob("symbolic__*.json")]
+    verdicts = {r["claim"]: r["verdict"] for r in records}
+    assert verdicts == {"vjp[x]": "proved", "twice_the_input": "inconclusive"}
+    law = next(r for r in records if r["claim"] == "twice_the_input")
+    assert "helpers.py" in law["evidence"]["error"] or "KeyError" in law["evidence"]["error"]
