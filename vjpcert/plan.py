@@ -3,7 +3,6 @@ written, and which of them already have a *current* certificate (so a rerun resu
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from pathlib import Path
 
 from vjpcert.core.certificate import SCHEMA_VERSION, cert_relpath, record_digest
@@ -12,11 +11,9 @@ from vjpcert.ops import OpRef
 from vjpcert.runner import Task
 
 
-@lru_cache(maxsize=None)
 def checker_sha256(tier: str, method: str | None = None, claim: str | None = None) -> str:
     """The hash of the code that issues a tier's certificates of ``claim`` by ``method`` (a change
-    makes them stale). Once per process: it stands for vjpcert's own code, which a process loads once
-    (an edit while it runs is not the code it runs), and planning asks for it once per task."""
+    makes them stale); computed once per process and checker module (``vjpcert.tiers``)."""
     from vjpcert.tiers import checker_sha256 as of
     return of(tier, method, claim)
 

@@ -162,6 +162,8 @@ _LOADED: set = set()         # every user file whose code this process compiled 
 
 
 def _code_file(filename: str) -> Path | None:
+    if filename in _CODE_FILE:
+        return _CODE_FILE[filename]
     path = None
     if os.path.isabs(filename) and filename.endswith(".py"):
         path = resolved(filename)
@@ -172,7 +174,7 @@ def _code_file(filename: str) -> Path | None:
 
 
 def _loaded(filename: str) -> Path | None:
-    path = _CODE_FILE[filename] if filename in _CODE_FILE else _code_file(filename)
+    path = _code_file(filename)
     if path is not None:
         _LOADED.add(path)
     return path
@@ -215,7 +217,7 @@ def foreign_code(op) -> set:
 
 
 def _ran(filename: str) -> None:
-    path = _CODE_FILE[filename] if filename in _CODE_FILE else _code_file(filename)
+    path = _code_file(filename)
     if path is not None:
         _add("modules", path)
 
