@@ -21,11 +21,11 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
-import json
-import os
 import sys
 from functools import lru_cache
 from pathlib import Path
+
+from vjpcert.core.disk_cache import DiskCache, cache_dir  # noqa: F401  (cache_dir re-exported)
 
 _PACKAGE = "vjpcert"
 # packages whose code defines ops rather than checks them: in an op's identity, not a checker's hash
@@ -89,50 +89,7 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
 _CACHE_VERSION = f"1 {sys.version_info[:2]}"       # ast.dump differs between Python versions
 
 
-def cache_dir() -> Path:
-    """Where vjpcert keeps what it can compute again (``VJPCERT_CACHE_DIR``, else the user's cache)."""
-    return Path(os.environ.get("VJPCERT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "vjpcert"))
-
-
-def _cache_file() -> Path:
-    return cache_dir() / "code-hash.json"
-
-
-@lru_cache(maxsize=1)
-def _disk() -> dict:
-    try:
-        data = json.loads(_cache_file().read_text(encoding="utf-8"))
-        return data["entries"] if data.get("version") == _CACHE_VERSION else {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
-
-
-_NEW: dict = {}
-
-
-def _save() -> None:
-    """Add this process's new entries to the cache file (best effort: a cache that cannot be written
-    only costs the parsing next time)."""
-    if not _NEW:
-        return
-    path = _cache_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-            entries = old["entries"] if old.get("version") == _CACHE_VERSION else {}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            entries = {}
-        entries.update(_NEW)
-        if len(entries) > 20000:                     # old versions of files pile up: start again
-            entries = dict(_NEW)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"version": _CACHE_VERSION, "entries": entries}), encoding="utf-8")
-        os.replace(tmp, path)
-        _NEW.clear()
-    except OSError:
-        pass
+_CACHE = DiskCache("code-hash.json", _CACHE_VERSION)
 
 
 @lru_cache(maxsize=None)
@@ -140,12 +97,13 @@ def _parsed(path: Path, modname: str) -> tuple[str, tuple]:
     """(sha256 of the normalised code, candidate vjpcert imports) of one file."""
     raw = path.read_bytes()
     key = hashlib.sha256(raw + b"\0" + modname.encode()).hexdigest()
-    hit = _disk().get(key) or _NEW.get(key)
+    hit = _CACHE.get(key)
     if hit is None:
         tree = ast.parse(raw.decode("utf-8"), filename=str(path))
         imports = _candidates(tree, modname, path.name == "__init__.py")
         code = hashlib.sha256(ast.dump(_without_docstrings(tree), include_attributes=False).encode()).hexdigest()
-        hit = _NEW[key] = [code, imports]
+        hit = [code, imports]
+        _CACHE.put(key, hit)
     return hit[0], tuple(hit[1])
 
 
@@ -208,7 +166,7 @@ def _digest(modules: dict[str, Path]) -> str:
     h = hashlib.sha256()
     for name in sorted(modules):
         h.update(name.encode() + b"\0" + _parsed(modules[name], name)[0].encode() + b"\0")
-    _save()
+    _CACHE.save()
     return h.hexdigest()
 
 

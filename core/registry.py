@@ -23,7 +23,7 @@ import numpy as np
 from vjpcert.core import sources as _sources  # noqa: F401
 from vjpcert.core.errors import SpecError, refuse, take_refusals  # noqa: F401  (re-exported)
 from vjpcert.core.spec_array import SpecArray, plain, spec_code, wrap
-from vjpcert.core.tracing import spec_features
+from vjpcert.core.features import spec_features
 
 
 @dataclass(frozen=True)
@@ -207,8 +207,9 @@ class Op:
         """Ask for proofs of ``claims`` for every size (verdict ``proved-general``). The statement is
         derived from the spec's own code by a shape-polymorphic trace (``symbolic.every_size.shape_trace``):
         nothing is written twice."""
-        for claim in claims:
-            if claim not in self.claims():
+        declared = {f"vjp[{x}]" for x in self.inputs} | {l.name for l in self.laws}
+        for claim in claims:     # only the traced claims (max_shift_free, at_the_kink) need the trace
+            if claim not in declared and claim not in self.claims():
                 raise SpecError(self.name, f"every_size: unknown claim {claim!r}; it has {self.claims()}")
             self.general[claim] = None
         return self
@@ -240,8 +241,9 @@ class Op:
         return out + ([SHIFT_CLAIM] if self.uses_max_shift() else []) + ([KINK_CLAIM] if self.uses_kinks() else [])
 
     def _features(self) -> tuple[bool, bool]:
-        """(max_shift, kinks), traced once per (forward, backward) pair; a spec that does not trace
-        says (False, False) here and is refused where it is validated."""
+        """(max_shift, kinks), traced once per (forward, backward) pair and remembered across processes
+        (``core.features``); a spec that does not trace says (False, False) here and is refused where
+        it is validated."""
         key = (self.forward, self.vjp)
         if getattr(self, "_features_key", None) != key:
             try:
