@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -39,6 +40,18 @@ _FILE_MODULES_KEY: tuple | None = None
 # (cleared by ``forget``, which counts _EPOCH up) and which modules are loaded (sys.modules' size)
 _CODE_FILES: dict[tuple, list] = {}
 _EPOCH = 0
+
+
+def _beside(name: str, folder: Path | None) -> Path | None:
+    """The file of module ``name`` in ``folder``, where a script in that folder imports it from (its own
+    folder comes first on the path), whatever another folder's module of that name left in sys.modules."""
+    if folder is None:
+        return None
+    base = folder.joinpath(*name.split("."))
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.is_file():
+            return f.resolve()
+    return None
 
 
 def _module_file(name: str, package: str | None = None) -> Path | None:
@@ -81,7 +94,7 @@ def _parse_imports(path: Path, modname: str | None) -> set[Path]:
                 absolute = importlib.util.resolve_name(n, package) if n.startswith(".") else n
             except (ImportError, ValueError):
                 continue
-            f = _module_file(absolute)
+            f = _beside(absolute, None if n.startswith(".") else path.parent) or _module_file(absolute)
             if f is not None:
                 out.add(f)
     return out
@@ -139,13 +152,37 @@ def _reachable(start: set[Path]) -> list[Path]:
         found = _imports_of(path, modname)
         mod = sys.modules.get(modname) if modname else None
         for value in (vars(mod).values() if mod is not None else ()):   # from helpers import f
-            owner = getattr(value, "__module__", None)
-            if isinstance(owner, str):
-                f = getattr(sys.modules.get(owner), "__file__", None)
-                if f:
-                    found.add(resolved(f))
+            f = _defining_file(value)
+            if f:
+                found.add(resolved(f))
         todo.extend(p for p in found if p not in seen and is_spec_code(p))
     return sorted(seen)
+
+
+def _defining_file(value) -> str | None:
+    """The file a name bound in a spec module was defined in. A function says so itself (through any
+    functools.wraps layers); anything else by its ``__module__``, trusted only when that module still holds
+    this very object, because two spec folders may each have a ``helpers`` module and ``sys.modules``
+    names only the one loaded last."""
+    if isinstance(value, type(sys)):                     # import helpers
+        return getattr(value, "__file__", None)
+    try:
+        code = getattr(inspect.unwrap(value), "__code__", None)
+    except ValueError:                                   # a __wrapped__ cycle
+        code = None
+    if code is not None and hasattr(code, "co_filename"):
+        return code.co_filename
+    if isinstance(value, type):                          # a class: where its own methods were written
+        for member in vars(value).values():
+            member = getattr(member, "__func__", member)
+            if hasattr(getattr(member, "__code__", None), "co_filename"):
+                return member.__code__.co_filename
+    owner = getattr(value, "__module__", None)
+    mod = sys.modules.get(owner) if isinstance(owner, str) else None
+    name = getattr(value, "__name__", None)
+    if mod is None or not isinstance(name, str) or getattr(mod, name, None) is not value:
+        return None
+    return getattr(mod, "__file__", None)
 
 
 def snapshot(path: Path) -> str:
@@ -205,16 +242,21 @@ def purge_user_modules(path: Path) -> None:
     forget(seen)
     for name, mod in list(sys.modules.items()):
         f = getattr(mod, "__file__", None)
-        if f and Path(f).resolve() in seen and Path(f).resolve() != path \
-                and not name.startswith("vjpcert."):
+        if not f or name.startswith("vjpcert"):
+            continue
+        f = resolved(f)
+        if f in seen and f != path:
+            del sys.modules[name]
+        elif _beside(name, path.parent) not in (None, f):    # another folder's module of the same name
             del sys.modules[name]
 
 
 def add_to_path(directory: Path) -> None:
     """A spec file may import modules beside it (``import helpers``), as a script would."""
     d = str(Path(directory).resolve())
-    if d not in sys.path:
-        sys.path.insert(0, d)
+    if d in sys.path:                   # first, as a script's own folder is: another spec folder added
+        sys.path.remove(d)              # since must not lend it a module of the same name
+    sys.path.insert(0, d)
 
 
 

@@ -405,3 +405,34 @@ def test_a_law_that_runs_a_siblings_helper_is_inconclusive_in_every_worker(tmp_p
     assert verdicts == {"vjp[x]": "proved", "twice_the_input": "inconclusive"}
     law = next(r for r in records if r["claim"] == "twice_the_input")
     assert "helpers.py" in law["evidence"]["error"] or "KeyError" in law["evidence"]["error"]
+
+
+def test_two_spec_folders_each_with_its_own_helpers_module_are_both_proved_in_one_command(tmp_path):
+    """Both folders have a helpers.py, so sys.modules['helpers'] is whichever loaded last. Each op runs
+    and hashes its own folder's helpers, as each file run as a script would (the first op was
+    inconclusive, its code "changed" between planning and running, when the name was followed)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    first = _project(a)
+    (b / "helpers.py").write_text("def gain(B, x):\n    return 3 * x * x\n")
+    second = b / "cube_ops.py"
+    second.write_text(textwrap.dedent(SPEC).replace("def sq", "def cube").replace("sq.defvjp", "cube.defvjp")
+                      .replace("return x * x", "return x * x * x"))
+    reports = tmp_path / "reports"
+    command = ["prove", str(first), str(second), "--reports", str(reports), "--quiet", "--no-general"]
+
+    def records():
+        return {json.loads(p.read_text())["op"]: json.loads(p.read_text())
+                for p in (reports / "certificates").rglob("symbolic__vjp-x*.json")}
+    assert main(command) == 0
+    assert {name: r["verdict"] for name, r in records().items()} == {"sq": "proved", "cube": "proved"}
+    from vjpcert.ops import load_file
+    for spec, folder in ((first, a), (second, b), (first, a)):       # loaded again, after the other
+        op, = load_file(spec)
+        helpers = [f for f in op.source_files if f.name == "helpers.py"]
+        assert helpers == [(folder / "helpers.py").resolve()]
+        assert op.vjp.__globals__["gain"].__code__.co_filename == str((folder / "helpers.py").resolve())
+    (b / "helpers.py").write_text("def gain(B, x):\n    return 2 * x * x\n")   # a wrong cube backward
+    assert main(command) == 1
+    assert {name: r["verdict"] for name, r in records().items()} == {"sq": "proved", "cube": "failed"}
