@@ -81,6 +81,9 @@ def _parse_imports(path: Path, modname: str | None) -> set[Path]:
     except (OSError, SyntaxError, UnicodeDecodeError):
         return set()
     package = modname.rpartition(".")[0] if modname else None
+    # a spec's folder is first on the path while it loads (add_to_path): its own modules are the ones
+    # its absolute imports find there, whatever another folder left in sys.modules under the same name
+    near = path.parent if str(path.parent) in sys.path else None
     out = set()
     for node in ast.walk(tree):
         names = []
@@ -94,7 +97,7 @@ def _parse_imports(path: Path, modname: str | None) -> set[Path]:
                 absolute = importlib.util.resolve_name(n, package) if n.startswith(".") else n
             except (ImportError, ValueError):
                 continue
-            f = _beside(absolute, None if n.startswith(".") else path.parent) or _module_file(absolute)
+            f = (None if n.startswith(".") else _beside(absolute, near)) or _module_file(absolute)
             if f is not None:
                 out.add(f)
     return out
@@ -161,28 +164,29 @@ def _reachable(start: set[Path]) -> list[Path]:
 
 def _defining_file(value) -> str | None:
     """The file a name bound in a spec module was defined in. A function says so itself (through any
-    functools.wraps layers); anything else by its ``__module__``, trusted only when that module still holds
-    this very object, because two spec folders may each have a ``helpers`` module and ``sys.modules``
-    names only the one loaded last."""
+    functools.wraps layers) where that is a file on disk; anything else by its ``__module__``, trusted
+    only when that module holds this very object, because two spec folders may each have a ``helpers``
+    module and ``sys.modules`` names only the one loaded last; failing that, a class by the file of one
+    of its own methods. Code made from a string (a dataclass's ``__init__``, ``exec``) names no file."""
     if isinstance(value, type(sys)):                     # import helpers
         return getattr(value, "__file__", None)
     try:
         code = getattr(inspect.unwrap(value), "__code__", None)
     except ValueError:                                   # a __wrapped__ cycle
         code = None
-    if code is not None and hasattr(code, "co_filename"):
-        return code.co_filename
-    if isinstance(value, type):                          # a class: where its own methods were written
-        for member in vars(value).values():
-            member = getattr(member, "__func__", member)
-            if hasattr(getattr(member, "__code__", None), "co_filename"):
-                return member.__code__.co_filename
-    owner = getattr(value, "__module__", None)
+    f = getattr(code, "co_filename", None)
+    if isinstance(f, str) and os.path.isfile(f):
+        return f
+    owner, name = getattr(value, "__module__", None), getattr(value, "__name__", None)
     mod = sys.modules.get(owner) if isinstance(owner, str) else None
-    name = getattr(value, "__name__", None)
-    if mod is None or not isinstance(name, str) or getattr(mod, name, None) is not value:
-        return None
-    return getattr(mod, "__file__", None)
+    if mod is not None and isinstance(name, str) and getattr(mod, name, None) is value:
+        return getattr(mod, "__file__", None)
+    if isinstance(value, type):
+        for member in vars(value).values():
+            f = getattr(getattr(getattr(member, "__func__", member), "__code__", None), "co_filename", None)
+            if isinstance(f, str) and os.path.isfile(f):
+                return f
+    return None
 
 
 def snapshot(path: Path) -> str:
@@ -240,14 +244,18 @@ def purge_user_modules(path: Path) -> None:
         seen.add(p)
         todo.extend(q for q in _imports_of(p, _module_of_file(p)) if is_spec_code(q) and q not in seen)
     forget(seen)
+    here: dict[str, bool] = {}                           # top-level names with a module in the spec's folder
     for name, mod in list(sys.modules.items()):
         f = getattr(mod, "__file__", None)
         if not f or name.startswith("vjpcert"):
             continue
         f = resolved(f)
+        top = name.partition(".")[0]
+        if top not in here:
+            here[top] = (path.parent / f"{top}.py").is_file() or (path.parent / top / "__init__.py").is_file()
         if f in seen and f != path:
             del sys.modules[name]
-        elif _beside(name, path.parent) not in (None, f):    # another folder's module of the same name
+        elif here[top] and _beside(name, path.parent) not in (None, f):   # another folder's module of that name
             del sys.modules[name]
 
 

@@ -436,3 +436,25 @@ def test_two_spec_folders_each_with_its_own_helpers_module_are_both_proved_in_on
     (b / "helpers.py").write_text("def gain(B, x):\n    return 2 * x * x\n")   # a wrong cube backward
     assert main(command) == 1
     assert {name: r["verdict"] for name, r in records().items()} == {"sq": "proved", "cube": "failed"}
+
+
+def test_a_helper_module_whose_code_was_made_from_strings_is_hashed_by_its_file(tmp_path):
+    """A dataclass's __init__ and a function made by exec name no file ("<string>"): such a name counts by
+    its module's file, and an edit of the helper stales the proof."""
+    (tmp_path / "helpers.py").write_text(textwrap.dedent('''
+        from dataclasses import dataclass
+
+        @dataclass
+        class Gain:
+            k: int = 2
+
+        exec("def gain(B, x):\\n    return Gain().k * x\\n")
+    '''))
+    f = tmp_path / "my_ops.py"
+    f.write_text(textwrap.dedent(SPEC).replace("from helpers import gain", "from helpers import Gain, gain"))
+    reports = tmp_path / "reports"
+    assert main(["prove", str(f), "--reports", str(reports), "--quiet", "--no-general"]) == 0
+    record = json.loads(next((reports / "certificates").rglob("symbolic__vjp-x*.json")).read_text())
+    assert sorted(s.rsplit("/", 1)[-1] for s in record["sources"]) == ["helpers.py", "my_ops.py"]
+    (tmp_path / "helpers.py").write_text((tmp_path / "helpers.py").read_text().replace("k: int = 2", "k: int = 3"))
+    assert main(["prove", str(f), "--reports", str(reports), "--quiet", "--no-general"]) == 1

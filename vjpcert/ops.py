@@ -29,7 +29,8 @@ def _drop_cached_bytecode(path: Path) -> None:
     from importlib.util import cache_from_source
 
     from vjpcert.core.reads import is_spec_code
-    from vjpcert.core.sources import _module_of_file, _parse_imports
+    from vjpcert.core.sources import _module_of_file, _parse_imports, add_to_path
+    add_to_path(path.parent)       # the folder loading puts first, so its imports name the files it will load
     seen, todo = set(), [path.resolve()]
     while todo:
         p = todo.pop()
