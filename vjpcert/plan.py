@@ -9,13 +9,7 @@ from vjpcert.core.certificate import SCHEMA_VERSION, cert_relpath, record_digest
 from vjpcert.core.registry import Op, SpecError
 from vjpcert.ops import OpRef
 from vjpcert.runner import Task
-
-
-def checker_sha256(tier: str, method: str | None = None, claim: str | None = None) -> str:
-    """The hash of the code that issues a tier's certificates of ``claim`` by ``method`` (a change
-    makes them stale); computed once per process and checker module (``vjpcert.tiers``)."""
-    from vjpcert.tiers import checker_sha256 as of
-    return of(tier, method, claim)
+from vjpcert.tiers import checker_sha256   # once per process and checker module
 
 
 def variant_of(task: Task) -> str:

@@ -45,7 +45,7 @@ def verify(root: Path, ops: dict[str, Op], expected: list[Path] | None = None,
            skip_prefix: str | None = None) -> list[Problem]:
     """Every problem in a report directory; certificates of ops named ``skip_prefix...`` are not
     looked at (a framework that is not installed here)."""
-    from vjpcert.plan import checker_sha256
+    from vjpcert.tiers import checker_sha256
     root = Path(root)
     if not root.is_dir() or not (root / "certificates").is_dir():
         raise NotAReportDir(f"{root} is not a report directory (it has no certificates/ folder)")
