@@ -29,24 +29,23 @@ from vjpcert.cli_run import (
     EXIT_UNDECIDED,
     OutOfBudget,
     _deadline,  # noqa: F401  (the tests import it from here)
-    _plan,
+    _plan,  # noqa: F401  (the tests import it from here)
     _rederive_sample,  # noqa: F401  (the tests import it from here)
-    _run,
+    _run,  # noqa: F401  (the tests import it from here)
     _shows_the_checkers,  # noqa: F401  (the tests import it from here)
     check_writable_dir,
+    plan_and_run,
 )
 from vjpcert.core.registry import SpecError
 
 
 # ------------------------------------------------------------------------------ commands
 def cmd_all(args) -> int:
-    tasks, ops = _plan(args, ("symbolic", "numeric", "kernel"))
-    return _run(args, tasks, ops, "vjpcert all", proof_only=False)
+    return plan_and_run(args, ("symbolic", "numeric", "kernel"), "vjpcert all", proof_only=False)
 
 
 def cmd_prove(args) -> int:
-    tasks, ops = _plan(args, ("symbolic",))
-    return _run(args, tasks, ops, "vjpcert prove", proof_only=True)
+    return plan_and_run(args, ("symbolic",), "vjpcert prove", proof_only=True)
 
 
 ADHOC = "adhoc"       # under the report directory: results at a given point or of a user's implementation
@@ -61,8 +60,7 @@ def cmd_check(args) -> int:
     if args.impl:
         from vjpcert.impl import check_impl_command
         return check_impl_command(args)
-    tasks, ops = _plan(args, ("numeric",))
-    return _run(args, tasks, ops, "vjpcert check", proof_only=False)
+    return plan_and_run(args, ("numeric",), "vjpcert check", proof_only=False)
 
 
 def cmd_kernels(args) -> int:
@@ -74,13 +72,13 @@ def cmd_kernels(args) -> int:
             raise SpecError(None, "give kernel files (assigning KERNELS) or ops and spec files, not both")
         from vjpcert.cuda_report import main as cuda_main
         return cuda_main(files, out=Path(args.reports) / "cuda", seed=args.seed)
-    tasks, ops = _plan(args, ("kernel",))
-    if not tasks:
-        # a file whose ops have no kernels asked for a check that cannot happen: not a pass
-        raise SpecError(None, f"no CUDA kernels for {', '.join(sorted(ops))}: the kernel tier checks the kernels "
-                              f"registered in cuda_kernels/<op>.py (KERNELS = fwd_bwd(...)); a spec file cannot "
-                              f"register kernels")
-    return _run(args, tasks, ops, "vjpcert kernels", proof_only=False)
+    def require(tasks, ops):
+        if not tasks:
+            # a file whose ops have no kernels asked for a check that cannot happen: not a pass
+            raise SpecError(None, f"no CUDA kernels for {', '.join(sorted(ops))}: the kernel tier checks the "
+                                  f"kernels registered in cuda_kernels/<op>.py (KERNELS = fwd_bwd(...)); a spec "
+                                  f"file cannot register kernels")
+    return plan_and_run(args, ("kernel",), "vjpcert kernels", proof_only=False, require=require)
 
 
 def cmd_verify(args) -> int:
@@ -280,13 +278,18 @@ def _complete(parser) -> None:
     argcomplete.autocomplete(parser)
 
 
-def main(argv=None) -> int:
+def main(argv=None, *, replay: bool | None = None) -> int:
+    """The command line. ``replay``: whether a tier command may print its last run again instead of
+    planning, where that run had nothing to do and no file it was decided from changed
+    (``vjpcert.up_to_date``); by default only when run as a command (``argv`` None), since a Python
+    caller may hold code that differs from its files."""
     if argv is None:                      # first: an interrupt during parsing or planning is clean too
         _interruptible()
     parser = build_parser()
     if argv is None:
         _complete(parser)
     args = parser.parse_args(argv)
+    args._replay = argv is None if replay is None else replay
     commands = {"all": cmd_all, "prove": cmd_prove, "check": cmd_check, "kernels": cmd_kernels,
                 "verify": cmd_verify, "render": cmd_render, "mutate": cmd_mutate, "frameworks": cmd_frameworks,
                 "triton": cmd_triton}

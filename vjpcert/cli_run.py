@@ -92,7 +92,8 @@ def _plan(args, tiers: tuple[str, ...]):
     if kernel_missing:
         if tiers == ("kernel",):
             raise SpecError(None, kernel_missing)
-        print(f"vjpcert: {kernel_missing}; the other tiers run without it", file=sys.stderr)
+        args.notes = [f"vjpcert: {kernel_missing}; the other tiers run without it"]
+        print(args.notes[0], file=sys.stderr)
         tiers = tuple(t for t in tiers if t != "kernel")
     with _deadline(getattr(args, "timeout", None), "loading the spec files"):
         selected = select_ops(args.targets, frontend_declaration(args))
@@ -235,16 +236,41 @@ def _executor(args):
 
 
 # ------------------------------------------------------------------------------ running
-def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
+def plan_and_run(args, tiers: tuple[str, ...], command: str, proof_only: bool, require=None) -> int:
+    """Plan and run a tier command; from the command line, replay its last run instead where that ran
+    nothing and every file it was decided from is as it was (``vjpcert.up_to_date``)."""
+    from rich.console import Console
+
+    from vjpcert.up_to_date import Memo, Transcript, replayable_command
+    memo = Memo(args, command) if getattr(args, "_replay", False) and replayable_command(args) else None
+    if memo is not None:
+        if getattr(args, "reports", None) is not None and not getattr(args, "read_only", False):
+            check_writable_dir(Path(args.reports))         # as planning would first: a permission is no file
+        code = memo.replay()
+        if code is not None:
+            return code
+    tasks, ops = _plan(args, tiers)
+    if require is not None:
+        require(tasks, ops)            # a command's own refusal of what was planned (raises SpecError)
+    out = Transcript(Console(stderr=True, soft_wrap=True))     # paths and witness lines are never broken
+    code = _run(args, tasks, ops, command, proof_only, out=out)
+    if memo is not None:
+        memo.record(out, code, ops, args.targets, getattr(args, "notes", []), getattr(args, "refused", {}))
+    return code
+
+
+def _run(args, tasks, ops, command: str, proof_only: bool, out=None) -> int:
+    """Run the planned tasks that have no current certificate, write the pages, print the summary
+    to ``out`` (a ``Transcript``, kept for a replay) and return the exit code."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
     from vjpcert.core.certificate import Certificate, remove_orphaned_temporaries
     from vjpcert.plan import split_current
     from vjpcert.reports import TIERS, TIMINGS, record_timings, summary, write_certificate, write_reports
     from vjpcert.runner import exit_code, run_tasks
     from vjpcert.stamps import Stamps, plot_inputs, resources_inputs
+    from vjpcert.up_to_date import Transcript
     from vjpcert.witness import witness_lines
     from rich.markup import escape
 
@@ -255,7 +281,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
         raise SpecError(None, f"--reports {root} exists and is not a directory")
     if root.is_dir():
         remove_orphaned_temporaries(root)          # left by a run killed with SIGKILL mid-write
-    console = Console(stderr=True, soft_wrap=True)     # paths and witness lines are never broken
+    out = out if out is not None else Transcript(Console(stderr=True, soft_wrap=True))
     records: dict = {}
     todo, current = (tasks, []) if args.force else split_current(tasks, ops, root, records)
     todo = _validate_todo(args, todo)
@@ -269,11 +295,11 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
     colour = {"failed": "red", "inconclusive": "yellow", "checked": "cyan"}
     if current and not args.quiet:
         # resuming is the default; --force is the opposite (every claim again, from zero): say so
-        console.print(f"{len(current)} of {len(tasks)} certificates are current: skipped, the other "
-                      f"{len(todo)} run (resuming; --force would rerun all {len(tasks)} from zero)")
+        out.print(f"{len(current)} of {len(tasks)} certificates are current: skipped, the other "
+                  f"{len(todo)} run (resuming; --force would rerun all {len(tasks)} from zero)")
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=True) as progress:
+                      TimeElapsedColumn(), console=out.console, transient=True) as progress:
             bar = progress.add_task(command, total=len(todo))
 
             def on_result(task, cert):
@@ -298,7 +324,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
                     made_from = resources_inputs()
                     if not stamps.current("resources", made_from, [root / "kernels" / "resources.json"]):
                         progress.update(bar, description=f"{command}: kernel resources (sm_90)")
-                        resources_ok = _kernel_resources(root, console)
+                        resources_ok = _kernel_resources(root, out)
                         stamps.record("resources", made_from if resources_ok else None)
                 if any(t.tier == "numeric" for t in tasks) and not getattr(args, "no_plots", True):
                     from vjpcert.numeric.plots import write_fd_plot
@@ -314,42 +340,39 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
                             stamps.record(f"plots/{op.base_name}", made_from)
                         except Exception as exc:   # a picture must never cost the certificates
                             stamps.record(f"plots/{op.base_name}", None)
-                            console.print(f"[yellow]warning[/yellow]: no plot for {escape(op.name)}: "
-                                          f"{escape(type(exc).__name__ + ': ' + str(exc))}")
+                            out.print(f"[yellow]warning[/yellow]: no plot for {escape(op.name)}: "
+                                      f"{escape(type(exc).__name__ + ': ' + str(exc))}")
             except KeyboardInterrupt:
                 record_timings(root, done)
                 write_reports(root, ops, command)
-                console.print(f"interrupted: {len(done)} of {len(todo)} certificates written to {root}/; "
-                              f"run the same command again to resume")
+                out.print(f"interrupted: {len(done)} of {len(todo)} certificates written to {root}/; "
+                          f"run the same command again to resume")
                 return EXIT_INTERRUPTED
     finally:
         if client is not None:
             client.close()
     if not tasks:
-        console.print("nothing to do: no claims for the selected ops and tiers")
+        out.print("nothing to do: no claims for the selected ops and tiers")
         return EXIT_OK
     record_timings(root, done)
     write_reports(root, ops, command, reuse=not done)
     # the verdicts of this plan: the fresh results, and the current certificates that were skipped
     final = done + [Certificate.from_dict(records[t]) for t in current]
-    table = Table(title=f"{command}: {len(final)} claims ({len(done)} run, {len(final) - len(done)} current)")
-    table.add_column("op")
+    out.ran, out.records = len(done), [(ops[t.op.name], records[t]) for t in current]
     tiers = [t for t in TIERS if any(c.tier == t for c in final)]
-    for t in tiers:
-        table.add_column(t)
-    for name in sorted({c.op for c in final}):
-        table.add_row(escape(name), *[summary([c for c in final if c.op == name and c.tier == t]).replace("**", "")
-                                      for t in tiers])
+    rows = [[escape(name), *[summary([c for c in final if c.op == name and c.tier == t]).replace("**", "")
+                             for t in tiers]] for name in sorted({c.op for c in final})]
     old_failures = [c for c in final[len(done):] if c.verdict == "failed"]
     if old_failures:                      # skipped as current, still failed: say why, as for fresh ones
-        console.print(f"[red]{len(old_failures)} current certificate(s) hold a failure[/red] (fix the backward, "
-                      f"then rerun):")
+        out.print(f"[red]{len(old_failures)} current certificate(s) hold a failure[/red] (fix the backward, "
+                  f"then rerun):")
         for c in old_failures:
-            console.print(f"[red]failed[/red]  {c.tier} {escape(c.op)} {escape(c.claim)}")
+            out.print(f"[red]failed[/red]  {c.tier} {escape(c.op)} {escape(c.claim)}")
             for line in witness_lines(c, root):
-                console.print(escape(line), highlight=False, soft_wrap=True)
-    console.print(table)
-    console.print(f"reports: {root}/README.md and {root}/index.html")
+                out.print(escape(line), highlight=False, soft_wrap=True)
+    out.table(f"{command}: {len(final)} claims ({len(done)} run, {len(final) - len(done)} current)",
+              ["op", *tiers], rows)
+    out.print(f"reports: {root}/README.md and {root}/index.html")
     code = exit_code(final, proof_tier_only=proof_only)
     if refused:                            # bad input, after the others' certificates: exit 2 unless one failed
         for problem in refused.values():
@@ -358,7 +381,7 @@ def _run(args, tasks, ops, command: str, proof_only: bool) -> int:
               f"are written", file=sys.stderr)
         code = code if code == EXIT_FAILED else EXIT_BAD_INPUT
     if _shows_the_checkers(command, args, done, current, fresh_clone):
-        if not _rederive_sample(root, ops, console, args.seed):
+        if not _rederive_sample(root, ops, out, args.seed):
             return EXIT_FAILED
     return EXIT_FAILED if not resources_ok and code in (EXIT_OK, EXIT_UNDECIDED) else code
 
