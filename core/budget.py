@@ -3,7 +3,9 @@ deadline. A hung SymPy ``simplify`` or an exploding expansion then costs its bud
 the claim becomes `inconclusive`, never `proved`.
 
 Fork (not spawn) so the child inherits the traced claim without pickling it. Only the result crosses
-the pipe, pickled.
+the pipe, pickled. What the child writes to its standard error (a C library's message as it runs out of
+memory under the cap, a warning) is kept in a file, not printed: it is told only where the child died
+without a result, as the end of that error.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import os
 import pickle
 import select
 import signal
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass
@@ -49,6 +52,22 @@ def run_with_budget(fn, seconds: float, memory_mb: int | None = DEFAULT_MEMORY_M
         except Exception as exc:
             return Outcome("error", error=f"{type(exc).__name__}: {exc}",
                            seconds=time.perf_counter() - start)
+    said = tempfile.TemporaryFile()     # the child's standard error: a file, so it never blocks the child
+    try:
+        return _fork_and_wait(fn, seconds, memory_mb, start, said)
+    finally:
+        said.close()
+
+
+def _last_words(said) -> str:
+    """The start of what a child that died wrote to its standard error: the cause comes first (a
+    crash dump, where one is on, after it)."""
+    said.seek(0)
+    text = " ".join(said.read(4096).decode("utf-8", "replace").split())
+    return f"; it said: {text[:400]}{'...' if len(text) > 400 else ''}" if text else ""
+
+
+def _fork_and_wait(fn, seconds: float, memory_mb: int | None, start: float, said) -> Outcome:
     read_fd, write_fd = os.pipe()
     # The parent's objects are frozen across the fork: the child's garbage collections then skip them,
     # instead of touching (and so copying) every page of a process that may hold SymPy, torch and JAX.
@@ -63,6 +82,10 @@ def run_with_budget(fn, seconds: float, memory_mb: int | None = DEFAULT_MEMORY_M
         code = 0
         try:
             os.close(read_fd)
+            os.dup2(said.fileno(), 2)
+            import faulthandler
+            if faulthandler.is_enabled():             # a crash dump goes where the rest of its words go
+                faulthandler.enable(file=2)
             signal.signal(signal.SIGINT, signal.SIG_DFL)      # the parent decides what an interrupt means
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             if memory_mb:
@@ -125,6 +148,6 @@ def run_with_budget(fn, seconds: float, memory_mb: int | None = DEFAULT_MEMORY_M
     if not chunks:
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         return Outcome("error", error=f"the worker died{f' (signal {sig})' if sig else ''} "
-                                      f"without a result", seconds=elapsed)
+                                      f"without a result{_last_words(said)}", seconds=elapsed)
     status_, value, error = pickle.loads(b"".join(chunks))
     return Outcome(status_, value, error, elapsed)

@@ -15,6 +15,16 @@ through such an op (the package's ``torch_op``/``jax_op`` import them when a use
 are left out of every checker's closure and hashed into each framework op's identity instead
 (``definition_sha256``, read by ``FrontendOp.spec_sha256``): an edit of a frontend stales the
 framework certificates, and no certificate of a spec.
+
+Bookkeeping (``BOOKKEEPING``) is left out of both: the modules that decide what a record holds and when
+it is current, not what a checker decides -- writing and reading certificates, this hasher and its
+cache, which files are an op's code and data, the planner's memory of an op's claims. A change in them
+cannot change a verdict a certificate holds. One that changes which files count changes the hashes those
+modules compute, so the certificates concerned go stale by themselves; one that changes what a record
+says must raise the certificate schema (``core.certificate.SCHEMA_VERSION``), which stales every record.
+They are not followed either: what a checker runs that they import, it imports itself (a test holds
+every checker to that). The by-products of a run (pages, plots) are a function of all their code:
+``code_sha256`` covers it whole.
 """
 from __future__ import annotations
 
@@ -31,6 +41,8 @@ _PACKAGE = "vjpcert"
 # packages whose code defines ops rather than checks them: in an op's identity, not a checker's hash
 OP_DEFINITIONS = ("vjpcert.frontends",)
 _COVERS: dict[str, str] = {}       # hash -> the sentence that says what it covers
+BOOKKEEPING = ("vjpcert.core.certificate", "vjpcert.core.code_hash", "vjpcert.core.disk_cache",
+               "vjpcert.core.features", "vjpcert.core.reads", "vjpcert.core.sources")
 
 
 @lru_cache(maxsize=None)
@@ -116,14 +128,16 @@ def _defines_ops(name: str) -> bool:
     return any(name == p or name.startswith(p + ".") for p in OP_DEFINITIONS)
 
 
-def closure(entry: str, *, definitions: bool = False) -> dict[str, Path]:
+def closure(entry: str, *, definitions: bool = False, bookkeeping: bool = False) -> dict[str, Path]:
     """Module name -> file for the entry module and every vjpcert module it imports, transitively;
-    without the op-defining packages (``OP_DEFINITIONS``) unless ``definitions``."""
+    without the op-defining packages (``OP_DEFINITIONS``) unless ``definitions``, and without the
+    bookkeeping modules (``BOOKKEEPING``) unless ``bookkeeping``."""
     out: dict[str, Path] = {}
     todo = [entry]
     while todo:
         name = todo.pop()
-        if name in out or (not definitions and name != entry and _defines_ops(name)):
+        if name in out or (name != entry and ((not definitions and _defines_ops(name))
+                                              or (not bookkeeping and name in BOOKKEEPING))):
             continue
         path = _module_file(name)
         if path is None:
@@ -147,17 +161,27 @@ def checker_code_sha256(entry: str, *, discovered: str | None = None) -> str:
                        + (f" (and every module of {discovered}, whose files are found at run time)"
                           if discovered else "")
                        + ", the framework frontends aside (they are in each framework op's identity)"
+                       + ", and the bookkeeping (what a record holds and when it is current)"
                        + ", as syntax trees: comments, docstrings and formatting do not count")
     return digest
 
 
-def _package_closure(package: str, *, definitions: bool = False) -> dict[str, Path]:
+def code_sha256(entry: str, *, discovered: str | None = None) -> str:
+    """The hash of the normalised code of ``entry``'s whole closure, bookkeeping included: for what a
+    run makes from certificates (the pages, the plots), which is a function of all of its code."""
+    modules = closure(entry, bookkeeping=True)
+    if discovered is not None:
+        modules.update({k: v for k, v in _package_closure(discovered, bookkeeping=True).items() if k not in modules})
+    return _digest(modules)
+
+
+def _package_closure(package: str, *, definitions: bool = False, bookkeeping: bool = False) -> dict[str, Path]:
     """The closure of every module of ``package`` (its files, found as a registry finds them)."""
     modules: dict[str, Path] = {}
     pkg_file = _module_file(package)
     for path in sorted(Path(pkg_file).parent.glob("*.py")) if pkg_file else []:
         name = f"{package}.{path.stem}" if path.stem != "__init__" else package
-        for sub, sub_path in closure(name, definitions=definitions).items():
+        for sub, sub_path in closure(name, definitions=definitions, bookkeeping=bookkeeping).items():
             modules.setdefault(sub, sub_path)
     return modules
 

@@ -19,8 +19,13 @@ _MEMORY = DiskCache("features.json", "1")
 
 @lru_cache(maxsize=1)
 def _tracer_code() -> str:
-    from vjpcert.core.code_hash import checker_code_sha256
-    return checker_code_sha256("vjpcert.core.tracing")
+    """The tracer's code (its whole closure) and what it runs on: Python's and numpy's versions."""
+    import platform
+
+    import numpy as np
+
+    from vjpcert.core.code_hash import code_sha256
+    return f"{code_sha256('vjpcert.core.tracing')} python {platform.python_version()} numpy {np.__version__}"
 
 
 def _key(op) -> str | None:
@@ -35,11 +40,11 @@ def _key(op) -> str | None:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def spec_features(op) -> tuple[bool, bool]:
-    """``tracing.spec_features(op)``, from the memory when the op, its functions, the tracer and the
-    data it read are all as they were."""
+def spec_features(op, traced) -> tuple[bool, bool]:
+    """``traced(op)`` (``tracing.spec_features``, handed in by the op, so that what computes the answer
+    is in the hash of every checker that asks and this memory in none), from the memory when the op,
+    its functions, the tracer and the data it read are all as they were."""
     from vjpcert.core.sources import covered, current_sha256
-    from vjpcert.core.tracing import spec_features as traced
     key = _key(op)
     if key is None:
         return traced(op)

@@ -246,8 +246,9 @@ class Op:
         it is validated."""
         key = (self.forward, self.vjp)
         if getattr(self, "_features_key", None) != key:
+            from vjpcert.core.tracing import spec_features as traced
             try:
-                self._features_seen = spec_features(self) if self.vjp is not None else (False, False)
+                self._features_seen = spec_features(self, traced) if self.vjp is not None else (False, False)
             except SpecError:
                 self._features_seen = (False, False)
             self._features_key = key

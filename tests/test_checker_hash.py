@@ -96,6 +96,12 @@ SLOW = pytest.mark.slow
     # the constructs ops are built with: in those ops' identity (below), in no checker's hash
     ("core/chunked.py", set()),
     pytest.param("core/recurrence.py", set(), marks=SLOW),
+    # bookkeeping: what a record holds and when it is current, in no checker's hash and no op's definition
+    ("core/certificate.py", set()),
+    pytest.param("core/sources.py", set(), marks=SLOW),
+    pytest.param("core/reads.py", set(), marks=SLOW),
+    pytest.param("core/code_hash.py", set(), marks=SLOW),
+    pytest.param("core/features.py", set(), marks=SLOW),
     ("vjpcert/__init__.py", {"symbolic:None", "symbolic:compositional", "symbolic:general", "symbolic:modular",
                              "symbolic:at_the_kink", "numeric", "kernel", "triton", "frontend-ops"}),
 ])
@@ -154,3 +160,40 @@ def test_the_construct_files_are_in_the_identity_of_the_ops_built_with_them_and_
         assert recurrence in files(ops[name]) and chunked not in files(ops[name]), name
     for name in ("softmax", "gated_delta_cell", "linear_attention_cell", "conv2d"):
         assert not {chunked, recurrence} & files(ops[name]), name
+
+
+def test_leaving_the_bookkeeping_out_of_a_checker_hash_leaves_out_nothing_else():
+    """The bookkeeping modules are not followed: whatever a checker runs that they import, it must reach
+    by an import of its own, or an edit of it would stale nothing. So each checker's closure without
+    them is its whole closure less them, module for module."""
+    from vjpcert.core.code_hash import BOOKKEEPING, _package_closure, closure
+    from vjpcert.core.registry import KINK_CLAIM
+    from vjpcert.tiers import TIERS
+    entries = {TIERS[name].checker_module(method, claim) for name in TIERS
+               for method in (None, "compositional", "general", "modular") for claim in ("vjp[x]", KINK_CLAIM)}
+    assert len(entries) >= 8
+    for entry in entries:
+        whole = closure(entry, bookkeeping=True)
+        assert set(BOOKKEEPING) & set(whole), entry                      # what the test is about is there
+        assert set(closure(entry)) == set(whole) - set(BOOKKEEPING), entry
+    for package in {TIERS[name].discovered for name in TIERS} - {None}:
+        whole = _package_closure(package, bookkeeping=True)
+        assert set(_package_closure(package)) == set(whole) - set(BOOKKEEPING), package
+
+
+def test_a_module_reached_only_through_the_bookkeeping_would_be_caught(monkeypatch):
+    """The negative control of the test above: a checker module that reaches the tracer only through
+    the claims' memory (as the kernel checkers did before the op handed the memory its tracer) fails it."""
+    from vjpcert.core import code_hash
+    real = code_hash._imported
+
+    def tracer_only_through_the_memory(path, modname):
+        found = real(path, modname)
+        if modname == "vjpcert.core.registry":
+            return [n for n in found if n != "vjpcert.core.tracing"]
+        if modname == "vjpcert.core.features":
+            return found + ["vjpcert.core.tracing"]
+        return found
+    monkeypatch.setattr(code_hash, "_imported", tracer_only_through_the_memory)
+    with pytest.raises(AssertionError):
+        test_leaving_the_bookkeeping_out_of_a_checker_hash_leaves_out_nothing_else()

@@ -183,9 +183,9 @@ def pages_inputs(root: Path, ops: dict[str, Op] | None = None) -> str:
     the plots, the kernel resources, the ops' words (``page_ops``) and the renderers' code."""
     import hashlib
 
-    from vjpcert.core.certificate import checker_code_sha256
+    from vjpcert.core.code_hash import code_sha256
     root = Path(root)
-    h = hashlib.sha256(checker_code_sha256("vjpcert.reports").encode())
+    h = hashlib.sha256(code_sha256("vjpcert.reports").encode())
     for folder in ("certificates", "plots", "kernels"):
         for path in sorted((root / folder).rglob("*")):
             if path.is_file():

@@ -14,7 +14,8 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-from vjpcert.core.certificate import atomic_write, checker_code_sha256
+from vjpcert.core.certificate import atomic_write
+from vjpcert.core.code_hash import code_sha256
 
 STAMPS = "stamps.json"
 
@@ -33,7 +34,7 @@ def _sha(obj) -> str:
 
 @lru_cache(maxsize=1)
 def _plots_code_sha256() -> str:
-    return checker_code_sha256("vjpcert.numeric.plots")
+    return code_sha256("vjpcert.numeric.plots")
 
 
 def plot_inputs(op, seed: int) -> str:
@@ -51,8 +52,7 @@ def plot_inputs(op, seed: int) -> str:
 def resources_inputs() -> str:
     """Everything the kernel resource table is compiled from: the kernels' code and the compiler's
     versions."""
-    return _sha({"kernels": checker_code_sha256("vjpcert.cuda_kernels.resources",
-                                                discovered="vjpcert.cuda_kernels"),
+    return _sha({"kernels": code_sha256("vjpcert.cuda_kernels.resources", discovered="vjpcert.cuda_kernels"),
                  "versions": {d: _version(d) for d in ("numba", "numba-cuda", "cuda-core", "vjpcert")}})
 
 
