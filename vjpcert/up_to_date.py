@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 from vjpcert.core.disk_cache import cache_dir
+from vjpcert.core.reads import hash_now     # files and listings hashed as a certificate's data files are
 
 FORMAT = "1"                     # of the kept runs: a new format starts from an empty memory
 KEPT = 256                       # runs kept (one per command line); the least recently kept go first
@@ -92,20 +93,6 @@ def replay_items(console, items: list) -> None:
 
 
 # ------------------------------------------------------------------------------ the fingerprint
-def _file_sha256(path: Path) -> str:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as exc:
-        return f"unreadable:{type(exc).__name__}"
-
-
-def _listing(folder: Path) -> str:
-    try:
-        return hashlib.sha256("\0".join(sorted(os.listdir(folder))).encode("utf-8", "surrogateescape")).hexdigest()
-    except OSError as exc:
-        return f"unlistable:{type(exc).__name__}"
-
-
 def _tree(h, root: Path, label: str) -> None:
     """Every file under ``root`` (but Python's bytecode caches), by path and content; a linked folder is
     followed (what it holds is read as if it were here), once."""
@@ -120,7 +107,7 @@ def _tree(h, root: Path, label: str) -> None:
         rel = os.path.relpath(folder, root)
         for name in sorted(files):
             h.update(f"\0{label}:{rel}/{name}\0".encode("utf-8", "surrogateescape"))
-            h.update(_file_sha256(Path(folder) / name).encode())
+            h.update(hash_now("data", Path(folder) / name).encode())
 
 
 def package_roots() -> list[Path]:
@@ -143,7 +130,7 @@ def code_digest(search_path: list[str]) -> str:
         _tree(h, root, str(root))
     for entry in search_path:
         if entry and os.path.isdir(entry):
-            h.update(f"\0path:{entry}={_listing(Path(entry))}".encode("utf-8", "surrogateescape"))
+            h.update(f"\0path:{entry}={hash_now('listing', Path(entry))}".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 
@@ -159,13 +146,12 @@ def reports_digest(root: Path) -> str:
 def user_digest(files: list[str], folders: list[str], data: list[list[str]], known: dict | None = None) -> str:
     """The ops' own files and their folders' names, and the data their certificates list: as on disk
     now, or, for a path in ``known``, with the hash given there (what the run loaded or recorded)."""
-    from vjpcert.core.reads import hash_now
     known = known or {}
     h = hashlib.sha256()
     for f in files:
-        h.update(f"\0file:{f}={known.get(f) or _file_sha256(Path(f))}".encode("utf-8", "surrogateescape"))
+        h.update(f"\0file:{f}={known.get(f) or hash_now('data', Path(f))}".encode("utf-8", "surrogateescape"))
     for d in folders:
-        h.update(f"\0folder:{d}={_listing(Path(d))}".encode("utf-8", "surrogateescape"))
+        h.update(f"\0folder:{d}={hash_now('listing', Path(d))}".encode("utf-8", "surrogateescape"))
     for kind, path in data:
         now = known.get(f"{kind}:{path}") or hash_now(kind, Path(path))
         h.update(f"\0{kind}:{path}={now}".encode("utf-8", "surrogateescape"))
@@ -246,7 +232,7 @@ class Memo:
         known: dict[str, str] = {}
         for t in targets:
             if Path(t).is_file():
-                known.setdefault(str(Path(t).resolve()), _file_sha256(Path(t)))
+                known.setdefault(str(Path(t).resolve()), hash_now("data", Path(t)))
         for op in ops.values():
             for f in map(Path, op.source_files):
                 if not any(f == r or r in f.parents for r in packages):     # vjpcert's own are hashed whole
