@@ -29,7 +29,10 @@ the pole degree / p, by which the rest is divided); so R(point) = 0 iff N(point)
 N != 0 has probability at most deg N HASH_BIAS / p, or N vanishes mod p as a polynomial (p divides
 its coefficients: at most log2 |N|_1 / 59 of the primes). Where a root appears both as s and as
 1 / s, R is a Laurent polynomial in it and every degree is widened (``Field.atoms_used_both_ways``).
-Trials draw independent primes and points, so the total is the per-trial bound to the power trials.
+Trials draw independent primes and points, so the total is the per-trial bound to the power trials;
+where every trial identified its atoms alike (``Field.atom_partition``), a collision must recur in every
+trial, and the collision terms too fall with the power of the trials (``false_pass_bound`` says why):
+that is what keeps the bound below 1 for a recurrence's millions of gate atoms.
 ``tests/test_modular_bound.py`` compares the tracked degree with SymPy's on small cases.
 
 Verdicts: ``checked-probabilistic`` (method ``modp-vectorised``) when R = 0 in every trial, with the
@@ -269,12 +272,26 @@ def false_pass_bound(bound, F_stats: list[Field], trials: int, sqrt_constants: i
       (degree <= deg N_arg + deg D_arg) or p dividing its coefficients;
 
     all divided by the probability of avoiding the poles (1 - HASH_BIAS * pole degree / p), since a
-    point with a pole is redrawn. The trials use independent primes and points: ``total`` is the
-    per-trial bound to the power ``trials``."""
+    point with a pole is redrawn. The trials use independent primes and points: ``total`` is at most
+    the per-trial bound to the power ``trials``.
+
+    Where every trial identified its atoms alike (``Field.atom_partition``: the same classes, folds and
+    signs, in the order they were computed), ``total`` is also at most
+
+        (the first two terms)^trials + sum over the pairs and folds of (their collision term)^trials.
+
+    Why: a trial whose identifications are the true ones (atoms equal exactly where their arguments are
+    equal as functions) is an ideal trial, so all trials passing with true identifications is the first
+    term. Otherwise take the first atom computation at which the trials' common partition differs from
+    the true one: up to it every trial computed honestly, and there every trial made the same false
+    identification -- some one pair (or fold) collided in every trial, each at its own prime and point,
+    independently: at most the pair's collision term to the power trials. A trial that identified its
+    atoms otherwise than the first leaves only the per-trial bound."""
     p_min = 2.0 ** PRIME_LO_BITS
     primes = PRIMES_IN_RANGE / 2 ** (sqrt_constants + 1 if sqrt_constants else 0)
     if bound is None:
-        return {"per_trial": 0.0, "total": 0.0, "degree": 0, "coefficient_bits": 0.0, "atoms": {}}
+        return {"per_trial": 0.0, "total": 0.0, "degree": 0, "coefficient_bits": 0.0, "atoms": {},
+                "identifications_agreed": False, "vacuous": False}
     n, d, h, _ = bound
     widen = 2 ** sqrt_constants
     # 1 / s of a root atom s is the variable w; where some s also entered as s, the residual is a
@@ -290,23 +307,36 @@ def false_pass_bound(bound, F_stats: list[Field], trials: int, sqrt_constants: i
     def divides(bits):
         return (widen * (bits + conj) + 1) / PRIME_LO_BITS / primes
 
-    eps = HASH_BIAS * n / p_min + divides(h)
+    pole_degree = laurent * max((getattr(F, "pole_degree", 0.0) for F in F_stats), default=0.0)
+    # an accepted point is one that avoided the poles: each trial's terms are conditioned on that
+    avoid = max(1e-300, 1 - min(0.5, HASH_BIAS * pole_degree / p_min))
+    zero = (HASH_BIAS * n / p_min + divides(h)) / avoid
     atoms: dict[str, int] = {}
     for F in F_stats:
         for kind, count in F.atom_count.items():
             atoms[kind] = max(atoms.get(kind, 0), count)
-    collisions = 0.0
+    collisions, agreed_collisions, worst_pair = 0.0, 0.0, 0.0
     for kind, count in atoms.items():
         args = [F.atom_arg[kind] for F in F_stats if kind in F.atom_arg]
         an, ad, ah, ak = (max(a[i] for a in args) for i in range(4)) if args else (0, 0, 0.0, 0.0)
         pairs = count * (count - 1) / 2 * (2 if kind in FOLDED else 1) + count
-        collisions += pairs * (HASH_BIAS * (an + ad) * laurent / p_min + divides(ah + ak + 1))
-    eps += collisions
-    pole_degree = laurent * max((getattr(F, "pole_degree", 0.0) for F in F_stats), default=0.0)
-    eps = eps / max(1e-300, 1 - min(0.5, HASH_BIAS * pole_degree / p_min))
-    per = min(1.0, eps)
-    return {"per_trial": per, "total": per ** trials, "degree": n, "denominator_degree": d,
+        pair = (HASH_BIAS * (an + ad) * laurent / p_min + divides(ah + ak + 1)) / avoid
+        collisions += pairs * pair
+        worst_pair = max(worst_pair, pair)
+        agreed_collisions += pairs * min(1.0, pair) ** trials
+    per = min(1.0, zero + collisions)
+    total = per ** trials
+    digests = {getattr(F, "atom_partition", None) for F in F_stats}
+    agreed = trials >= 2 and len(F_stats) >= trials and len(digests) == 1 and None not in digests
+    if agreed:
+        total = min(total, min(1.0, min(1.0, zero) ** trials + agreed_collisions))
+    return {"per_trial": per, "total": total, "degree": n, "denominator_degree": d,
             "coefficient_bits": round(h, 1), "atoms": atoms, "atom_collision_per_trial": collisions,
+            "identifications_agreed": agreed,
+            # no number of trials states anything: each one's bound is vacuous, and where they agree
+            # on their atoms, so is its Schwartz-Zippel part or some pair's collision
+            "vacuous": per >= tol.MODULAR_VACUOUS and not (
+                agreed and zero < tol.MODULAR_VACUOUS and worst_pair < tol.MODULAR_VACUOUS),
             "pole_degree": pole_degree, "laurent_factor": laurent}
 
 
@@ -431,8 +461,10 @@ def _enough(bound, fields, done: int, trials: int) -> bool:
         return False
     if done >= max(trials, tol.MODULAR_MAX_TRIALS):
         return True
-    per = false_pass_bound(bound, fields, 1, max(len(F._roots) for F in fields))["per_trial"]
-    return per >= tol.MODULAR_VACUOUS or per ** done < tol.MODULAR_MAX_FALSE_PASS
+    stated = false_pass_bound(bound, fields, done, max(len(F._roots) for F in fields))
+    if stated["total"] < tol.MODULAR_MAX_FALSE_PASS:
+        return True
+    return stated["vacuous"]
 
 
 def _bisect(op, dims, point, group, R, lhs, rhs) -> dict:
@@ -522,7 +554,11 @@ def check_modular(op: Op, claim: str, dims: dict, *, seed: int = 0, trials: int 
         "false_pass_per_trial": f"{bound['per_trial']:.3g}",
         "false_pass_covers": "a zero at a random point (Schwartz-Zippel on the residual's numerator), the "
                              "prime dividing its coefficients, two atoms of one kind colliding mod p, the "
-                             "atom hash's bias; conditioned on avoiding the poles",
+                             "atom hash's bias; conditioned on avoiding the poles" + (
+                                 "; the trials identified their atoms alike (the same classes, folds and "
+                                 "signs), so a collision counts only where the same one recurs in every trial"
+                                 if bound["identifications_agreed"] else ""),
+        "atom_identifications_agreed": bound["identifications_agreed"],
         "seeded_by": "sha256 of the op, the claims, the dims, the spec and checker hashes, and the seed",
         # not recorded (core.certificate.TIMING_KEYS): a rerun of unchanged code writes the same bytes
         "timings": {"seconds_per_trial": [round(s, 3) for s in per_trial]},
