@@ -220,7 +220,7 @@ MUTANTS = [
            "pairs * min(1.0, pair) ** trials", ("drop", "left"),
            "with agreeing trials, the collision term counts one pair instead of every pair"),
     Mutant("partition-folds-unlabelled", "symbolic/modular/field.py", "Field._partition_digest", "rep == fold",
-           ("value", "False"), "an atom folded to a constant in one trial only is not a disagreement"),
+           ("value", "rep != rep"), "an atom folded to a constant in one trial only is not a disagreement"),
     Mutant("partition-signs-ignored", "symbolic/modular/field.py", "Field._partition_digest",
            "neg[idx] ^ neg[head]", ("value", "neg[idx] ^ neg[idx]"),
            "the relative sign of an odd kind's atoms is left out of the trials' agreement"),
