@@ -259,34 +259,18 @@ FOLDED = ("erf", "tanh", "circle")       # hashed by |a|: a pair also collides w
 
 
 def false_pass_bound(bound, F_stats: list[Field], trials: int, sqrt_constants: int) -> dict:
-    """The false-pass probability: per trial, the sum of (see the module docstring)
-
-    - Schwartz-Zippel on the residual's numerator N: deg N * HASH_BIAS / p (every variable, a leaf or
-      an atom, takes each residue with probability at most HASH_BIAS / p);
-    - p dividing every coefficient of N: a nonzero coefficient of absolute value at most 2^h (in
-      Z[sqrt(c1), ...] for the spec's s constant square roots: its norm, at most 2^(2^s (h + s + 1))) has
-      at most that many bits / 59 prime factors in [2^59, 2^60), out of ``primes`` candidates;
-    - two distinct atoms of one kind colliding (the hash sees equal arguments, or opposite ones for
-      the odd and even kinds), or one atom's argument hitting a fold (exp(0) = 1, ...): for each of the
-      count^2 / 2 pairs (and count folds), the numerator of the arguments' difference vanishing
-      (degree <= deg N_arg + deg D_arg) or p dividing its coefficients;
-
-    all divided by the probability of avoiding the poles (1 - HASH_BIAS * pole degree / p), since a
-    point with a pole is redrawn. The trials use independent primes and points: ``total`` is at most
-    the per-trial bound to the power ``trials``.
-
-    Where every trial identified its atoms alike (``Field.atom_partition``: the same classes, folds and
-    signs, in the order they were computed), ``total`` is also at most
-
-        (the first two terms)^trials + sum over the pairs and folds of (their collision term)^trials.
-
-    Why: a trial whose identifications are the true ones (atoms equal exactly where their arguments are
-    equal as functions) is an ideal trial, so all trials passing with true identifications is the first
-    term. Otherwise take the first atom computation at which the trials' common partition differs from
-    the true one: up to it every trial computed honestly, and there every trial made the same false
-    identification -- some one pair (or fold) collided in every trial, each at its own prime and point,
-    independently: at most the pair's collision term to the power trials. A trial that identified its
-    atoms otherwise than the first leaves only the per-trial bound."""
+    """The false-pass probability (the module docstring says why each term bounds what it names). Per
+    trial: Schwartz-Zippel on the residual's numerator (deg N HASH_BIAS / p) plus p dividing its
+    coefficients (in Z[sqrt(c1), ...] for the spec's constant roots: its norm's bits / 59 of the
+    ``primes`` candidates) -- ``zero`` -- plus, for each of the count^2 / 2 pairs of one kind's atoms (and
+    count folds), their arguments' difference vanishing -- ``pair`` each; all conditioned on avoiding the
+    poles. ``total`` is at most the per-trial bound to the power ``trials`` (independent primes and points),
+    and where every trial identified its atoms alike (``Field.atom_partition``) also at most
+    zero^trials + pairs pair^trials: the trials passing with the true identifications is the first term;
+    else take the first atom computation at which their common partition is not the true one -- every
+    trial computed honestly up to it and made the same false identification there, one pair colliding
+    in every trial at its own prime and point. (Arguments equal as functions are equal at any point, so
+    no trial splits a true class.)"""
     p_min = 2.0 ** PRIME_LO_BITS
     primes = PRIMES_IN_RANGE / 2 ** (sqrt_constants + 1 if sqrt_constants else 0)
     if bound is None:
