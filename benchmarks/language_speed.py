@@ -145,7 +145,8 @@ def _modular_once(tree: Path, shim: Path, k: int) -> float:
     return min(x["seconds_per_trial"])
 
 
-def all_force(tree: Path, shim: Path, reports: Path, command: str = "all") -> float:
+def forced_cpu(tree: Path, shim: Path, reports: Path, command: str = "all") -> float:
+    """CPU seconds of `vjpcert <command> ALL_OPS --force` (all, or one tier) in ``tree``."""
     shutil.rmtree(reports, ignore_errors=True)
     argv = ["-c", "import sys; from vjpcert.cli import main; sys.exit(main())", command, *ALL_OPS, "--force",
             "--quiet", "--reports", str(reports)]
@@ -183,12 +184,12 @@ def main():
                         fig["modular"].setdefault(name, []).append(modular(tree, shim, k))
                     print(f"{label} modular round {r}: {({n: v[-1] for n, v in fig['modular'].items()})}", flush=True)
                 if "all" not in args.skip:
-                    fig["all_cpu_s"].append(round(all_force(tree, shim, work / f"reports-{label}"), 1))
+                    fig["all_cpu_s"].append(round(forced_cpu(tree, shim, work / f"reports-{label}"), 1))
                     print(f"{label} all --force round {r}: {fig['all_cpu_s'][-1]} CPU s", flush=True)
                 if "tiers" not in args.skip:
                     for tier in TIERS:
                         fig["tiers"].setdefault(tier, []).append(
-                            round(all_force(tree, shim, work / f"reports-{label}-{tier}", tier), 1))
+                            round(forced_cpu(tree, shim, work / f"reports-{label}-{tier}", tier), 1))
                     print(f"{label} by tier round {r}: {({t: v[-1] for t, v in fig['tiers'].items()})}", flush=True)
         committed = OUT / "language_speed.json"
         if args.merge and committed.is_file():
