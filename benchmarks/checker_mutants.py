@@ -222,7 +222,7 @@ MUTANTS = [
     Mutant("partition-folds-unlabelled", "symbolic/modular/field.py", "Field._partition_digest", "rep == fold",
            ("value", "rep != rep"), "an atom folded to a constant in one trial only is not a disagreement"),
     Mutant("partition-signs-ignored", "symbolic/modular/field.py", "Field._partition_digest",
-           "neg[idx] ^ neg[head]", ("value", "neg[idx] ^ neg[idx]"),
+           "neg[later] ^ neg[first]", ("value", "neg[later] ^ neg[later]"),
            "the relative sign of an odd kind's atoms is left out of the trials' agreement"),
     Mutant("modular-bound-limit-ignored", "symbolic/modular/check.py", "check_modular",
            'bound["total"] >= tol.MODULAR_MAX_FALSE_PASS', ("value", "False"),

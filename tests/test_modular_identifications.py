@@ -60,11 +60,33 @@ def test_the_relative_sign_of_an_odd_kind_s_class_counts():
     assert _digest(1, "erf", [3, 3, -3]) != _digest(2, "erf", [4, -4, -4])
 
 
-def test_the_trial_keeps_its_digest_and_drops_the_arguments():
+def test_the_digest_is_taken_where_compared_and_then_drops_the_arguments():
     with _field(3) as F:
         ModularBackend(F).exp(ModArray(F, np.arange(1, 7, dtype=np.int64), None, LEAF, None))
-        assert F.atom_partition is None
-    assert F.atom_partition is not None and not F.atom_values and F.atom_count == {"exp": 6}
+    assert F.atom_values                                  # the trial ended: kept until compared
+    assert F.atom_partition is not None and F.atom_values is None and F.atom_count == {"exp": 6}
+    with _field(4) as G:
+        ModularBackend(G).exp(ModArray(G, np.arange(1, 7, dtype=np.int64), None, LEAF, None))
+    G.forget_atom_arguments()                             # dropped undigested: agrees with no trial
+    assert G.atom_partition is None and G.atom_count == {"exp": 6}
+
+
+@pytest.mark.parametrize("n,distinct", [(5000, 4990), (5000, 300), (7, 3), (1, 1), (0, 1)])
+def test_the_joined_entries_are_those_of_a_dictionary_walk(n, distinct):
+    """``_joined`` on its two paths (a few values met twice; many) against the plain walk in order."""
+    from vjpcert.symbolic.modular.field import _joined
+    rng = np.random.default_rng(n + distinct)
+    rep = rng.integers(0, distinct, size=n).astype(np.int64) * 1_000_003 + 7
+    idx = np.flatnonzero(rng.random(n) < 0.9)
+    seen, later, first = {}, [], []
+    for i in idx:
+        if rep[i] in seen:
+            later.append(i)
+            first.append(seen[rep[i]])
+        else:
+            seen[rep[i]] = i
+    got_later, got_first = _joined(rep, idx)
+    assert got_later.tolist() == later and got_first.tolist() == first
 
 
 # ---- the bound
@@ -176,3 +198,15 @@ def test_among_many_atoms_a_few_shared_classes_are_found_and_compared():
     assert _digest(1, "exp", many) == _digest(2, "exp", [3, 3, 8, 8])
     assert _digest(1, "exp", many) != _digest(2, "exp", [3, 3, 8, 9])
     assert _digest(1, "exp", many) != _digest(2, "exp", [3, 8, 3, 8])
+
+
+def test_a_one_trial_check_digests_nothing_and_keeps_no_arguments(monkeypatch):
+    op = _softmax()
+    monkeypatch.setattr(tol, "MODULAR_MAX_TRIALS", 1)
+    dims, params = modular.split_dims(op, {"rows": 2, "n": 5})
+    one = modular.check_vjps(op, dims, params, trials=1)
+    assert one["trials"] == 1
+    F, = one["fields"]
+    assert F.atom_values is None and F.digest_seconds == 0 and F.atom_partition is None
+    three = modular.check_vjps(op, dims, params, trials=3)
+    assert all(G.atom_values is None and G.atom_partition for G in three["fields"])

@@ -3,6 +3,7 @@ counts the false-pass bound reads (``symbolic.modular.backend`` describes the se
 from __future__ import annotations
 
 import hashlib
+import time
 import weakref
 from fractions import Fraction
 
@@ -34,6 +35,28 @@ SIGNED = frozenset({"erf", "tanh", "step", "circle"})
 FOLDS = {"exp": (0,), "log": (1,), "sqrt": (0, 1), "erf": (0,), "tanh": (0,), "step": (0,), "circle": (0,)}
 
 
+def _joined(rep, idx):
+    """(later, first): the entries of ``idx`` (increasing places) whose value ``rep`` an earlier entry
+    of ``idx`` has, in increasing order, and for each the least place of its value."""
+    s = np.sort(rep[idx])
+    again = s[1:][s[1:] == s[:-1]]                           # a value met n times is here n - 1 times
+    if not again.size:
+        return idx[:0], idx[:0]
+    if again.size * 64 < idx.size:                           # a few: keep only their values' entries
+        twice = again[np.concatenate(([True], again[1:] != again[:-1]))]
+        r = rep[idx]
+        idx = idx[twice[np.searchsorted(twice, r).clip(max=twice.size - 1)] == r]
+    r = rep[idx]
+    order = np.argsort(r)
+    r = r[order]
+    starts = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))
+    sizes = np.diff(np.append(starts, r.size))
+    head = np.empty(idx.size, dtype=np.int64)                # each entry's class's least position in idx
+    head[order] = np.repeat(np.minimum.reduceat(order, starts), sizes)
+    later = np.flatnonzero(head != np.arange(idx.size))
+    return idx[later], idx[head[later]]
+
+
 # ------------------------------------------------------------------------------ the field
 class Field(ModP):
     """The arithmetic mod p of one trial (``arith.ModP``) and its keyed atom hashes."""
@@ -42,9 +65,10 @@ class Field(ModP):
         super().__init__(p)
         self.keys = keys                       # kind -> (k1, k2) uint64 keys of the atom hash
         self.sqrt_pi = sqrt_pi
-        self.atom_values: dict[str, list] = {}  # kind -> the arguments hashed, in order (until end_trial)
+        self.atom_values: dict[str, list] = {}  # kind -> the arguments hashed, in order (until digested)
         self.atom_sizes: dict[str, int] = {}    # kind -> how many entries were hashed
-        self.atom_partition: str | None = None  # end_trial's digest of how the atoms were identified
+        self._partition: str | None = None      # the digest of how the atoms were identified, once taken
+        self.digest_seconds = 0.0               # what taking it cost
         self.atom_arg: dict[str, tuple] = {}   # kind -> (deg N, deg D, log2|N|_1, log2|D|_1) of the arguments
         self.pole_degree = 0.0                 # sum of the degrees of every inverted entry's numerator
         self.inverted_atoms: set = set()       # atom sources whose inverse was taken as a variable
@@ -57,11 +81,9 @@ class Field(ModP):
 
     def end_trial(self):
         """Drop what only the trial itself needs -- its cached values and the matmuls' work arrays,
-        GBs at production dims, and the atoms' arguments once their partition is digested -- keeping
-        the counts the bound reads (the trials' fields are kept)."""
-        if self.atom_partition is None:
-            self.atom_partition = self._partition_digest()
-        self.atom_values.clear()
+        GBs at production dims -- keeping the counts the bound reads and the atoms' arguments, which
+        ``atom_partition`` digests only where a second trial is compared with this one (the trials'
+        fields are kept)."""
         self._kept.clear()
         self._alive.clear()
         self._buffers.clear()
@@ -116,45 +138,52 @@ class Field(ModP):
         distinct arguments collide)."""
         return dict(self.atom_sizes)
 
+    @property
+    def atom_partition(self) -> str | None:
+        """The digest of how this trial identified its atoms (``_partition_digest``), taken on first
+        use, after which the arguments are dropped; None once they were dropped undigested
+        (``forget_atom_arguments``), which agrees with no trial."""
+        if self._partition is None and self.atom_values is not None:
+            start = time.perf_counter()
+            self._partition = self._partition_digest()
+            self.digest_seconds += time.perf_counter() - start
+            self.atom_values = None
+        return self._partition
+
+    def forget_atom_arguments(self):
+        """Drop the atoms' arguments without digesting them: a check that ran one trial compares it
+        with nothing (a one-trial check's memory is then that of its trial alone)."""
+        if self._partition is None:
+            self.atom_values = None
+
     def _partition_digest(self) -> str:
         """A digest of how this trial identified its atoms, which is all a collision can change: for
         every kind, the atoms in the order they were computed (entry i of the concatenated calls), the
-        entries that folded to a constant (exp(0) = 1, ...), and every class of more than one atom as
-        its entries, each labelled by the class's first entry -- with, for the kinds hashed by |a|,
-        each one's sign relative to that first one. Every label is an entry's place, never a value, so
-        trials of one computation whose digests agree identified the same atoms, folds and signs
-        (``check.false_pass_bound`` turns that into a bound that falls with the number of trials).
-        Most atoms are alone in their class; one sort finds the values met twice, and only their
-        entries are grouped (a GPT-2 block's 15.7 million atoms: well under a second)."""
+        entries that folded to a constant (exp(0) = 1, ...), and every entry that joined an earlier
+        one's class, as the pair (the entry, its class's first entry) -- with, for the kinds hashed by
+        |a|, whether its sign differs from that first one's. Every label is an entry's place, never a
+        value, so trials of one computation whose digests agree identified the same atoms, folds and
+        signs (``check.false_pass_bound`` turns that into a bound that falls with the number of trials).
+        One sort finds whether any value is met twice (most blocks: none); where some are, the entries
+        of their classes are ordered by value and each class's first entry is its least place (a
+        ViT-Tiny block's 570,000 atoms, most of them met twice: about 0.06 s)."""
         h = hashlib.sha256()
         half = self.p // 2
         for kind in sorted(self.atom_values):
             parts = self.atom_values[kind]
             vals = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-            signed = kind in SIGNED
-            rep = np.where(vals > half, self.p - vals, vals) if signed else vals
+            neg = vals > half if kind in SIGNED else None
+            rep = vals if neg is None else np.where(neg, self.p - vals, vals)
             h.update(f"{kind}|{[v.size for v in parts]}|".encode())
             plain = np.ones(rep.size, dtype=np.bool_)
             for fold in FOLDS.get(kind, ()):
                 at = rep == fold
                 h.update(np.flatnonzero(at).tobytes() + b"|")
                 plain &= ~at
-            idx = np.flatnonzero(plain)
-            s = np.sort(rep[idx])
-            twice = np.unique(s[1:][s[1:] == s[:-1]])          # the values of the shared classes
-            if not twice.size:
-                idx = idx[:0]
-            elif twice.size * 64 < idx.size:                   # a few shared classes: find their entries
-                r = rep[idx]
-                idx = idx[twice[np.searchsorted(twice, r).clip(max=twice.size - 1)] == r]
-            _, first, inverse = np.unique(rep[idx], return_index=True, return_inverse=True)
-            inverse = inverse.reshape(-1)
-            shared = np.bincount(inverse, minlength=first.size)[inverse] > 1
-            idx, head = idx[shared], idx[first][inverse][shared]  # each shared entry's class, by its first entry
-            h.update(idx.tobytes() + b"|" + head.tobytes() + b"|")
-            if signed:
-                neg = vals > half
-                h.update(np.packbits(neg[idx] ^ neg[head]).tobytes())
+            later, first = _joined(rep, np.flatnonzero(plain))
+            h.update(later.tobytes() + b"|" + first.tobytes() + b"|")
+            if neg is not None:
+                h.update(np.packbits(neg[later] ^ neg[first]).tobytes())
         return h.hexdigest()
 
     def _circle(self, kind: str, v):
