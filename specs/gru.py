@@ -46,9 +46,11 @@ gru_cell.every_size("vjp[h]", "vjp[x]", "vjp[Wr]", "vjp[Ur]", "vjp[Wz]", "vjp[Uz
 
 # T = 3 at n = 1: there the ring proves the three-step loop exactly (at n = 2 it runs past its budget and
 # the claim would only be checked mod p); T = 1 and 2 hold the matrices' shapes.
-# Mod p at T = 2048: each gate's division is a new denominator at every step, so the randomised test's
-# degree bound grows as T^2 (about 10^8 there, against primes near 2^59).
+# Mod p at a production size, T = 2048 with 256 units and 128 inputs: each gate's division is a new
+# denominator at every step, so the randomised test's degree bound grows as T^2 (about 10^8 there,
+# against primes near 2^59); the millions of gate atoms state something only where the trials
+# identified them alike (``symbolic/modular/check.py``).
 gru = recurrence(gru_cell, carry="h", over="x", name="gru",
                  dims=[{"T": 1, "n": 2, "k": 3}, {"T": 2, "n": 2, "k": 3}, {"T": 3, "n": 1, "k": 2}],
-                 check_dims={"T": 6, "n": 4, "k": 3}, modular_dims=[{"T": 2048, "n": 16, "k": 8}])
+                 check_dims={"T": 6, "n": 4, "k": 3}, modular_dims=[{"T": 2048, "n": 256, "k": 128}])
 gru.every_size(*gru.claims())

@@ -50,8 +50,8 @@ lstm_cell.every_size(*lstm_cell.claims())
 
 
 # T = 3 at n = 1, where the ring proves the three-step loop exactly; T = 1 and 2 hold the matrices'
-# shapes. Mod p at T = 2048, as the GRU.
+# shapes. Mod p at T = 2048 with 256 units and 128 inputs, as the GRU.
 lstm = recurrence(lstm_cell, carry="s", over="x", name="lstm",
                   dims=[{"T": 1, "n": 2, "k": 3}, {"T": 2, "n": 2, "k": 3}, {"T": 3, "n": 1, "k": 2}],
-                  check_dims={"T": 6, "n": 4, "k": 3}, modular_dims=[{"T": 2048, "n": 16, "k": 8}])
+                  check_dims={"T": 6, "n": 4, "k": 3}, modular_dims=[{"T": 2048, "n": 256, "k": 128}])
 lstm.every_size(*lstm.claims())
