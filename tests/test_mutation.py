@@ -51,3 +51,18 @@ def test_the_matrix_machinery_can_fail():
     assert all(t["killed"] for t in bad["tiers"].values() if t)
     s = summarise([good, bad])
     assert s["survive_every_tier"] == [] and s["symbolic"]["kill_rate"] == 1.0
+
+
+def test_a_run_of_some_ops_updates_their_rows_and_keeps_the_others(tmp_path):
+    from vjpcert.mutate import _kept_from
+    path = tmp_path / "kill_matrix.json"
+    old = {"rows": [{"op": "a", "mutant": "(correct)"}, {"op": "a", "mutant": "m1"}, {"op": "b", "mutant": "(correct)"},
+                    {"op": "b", "mutant": "m2"}, {"op": "gone", "mutant": "(correct)"}],
+           "spec_sha256": {"a": "old-a", "b": "old-b", "gone": "old-g"}}
+    path.write_text(json.dumps(old))
+    rows, fingerprint = _kept_from(path, [{"op": "a", "mutant": "(correct)"}, {"op": "a", "mutant": "m3"}],
+                                   {"a": "new-a"}, ["b", "a"])
+    assert [(r["op"], r["mutant"]) for r in rows] == [("b", "(correct)"), ("b", "m2"), ("a", "(correct)"),
+                                                      ("a", "m3"), ("gone", "(correct)")]
+    assert fingerprint == {"a": "new-a", "b": "old-b", "gone": "old-g"}     # a kept row keeps its own hash
+    assert _kept_from(tmp_path / "none.json", rows[:1], {"b": "x"}, ["b"]) == (rows[:1], {"b": "x"})

@@ -147,7 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true")
     p.add_argument("--only", action="append", default=[], metavar="OP")
     p.add_argument("--quiet", action="store_true")
-    p = sub.add_parser("mutate", help="run every tier on every mutant and write the kill matrix")
+    p = sub.add_parser("mutate", help="run every tier on every mutant and write the kill matrix",
+                       description="Run every tier on every mutant of the ops named (default: every built-in "
+                                   "op) and write REPORTS/mutation/kill_matrix.{json,md,png}. Naming ops "
+                                   "updates their rows and keeps every other op's.")
     _targets(p)
     p.add_argument("--reports", default="reports")
     p.add_argument("--jobs", type=int, default=1)

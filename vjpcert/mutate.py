@@ -239,6 +239,9 @@ def run_mutate(args) -> int:
     ops = builtin_ops()
     fingerprint = {r["op"]: ops[r["op"]].spec_sha256 for r in rows if r["op"] in ops}
     out = Path(args.reports) / "mutation"
+    if args.targets:
+        rows, fingerprint = _kept_from(out / "kill_matrix.json", rows, fingerprint, list(ops))
+        summary = summarise(rows)
     atomic_write(out / "kill_matrix.json", json.dumps({"summary": summary, "rows": rows,
                                                        "spec_sha256": fingerprint}, indent=1) + "\n")
     atomic_write(out / "kill_matrix.md", render_md(rows, summary))
@@ -246,6 +249,21 @@ def run_mutate(args) -> int:
     console.print(f"kill matrix: {out}/kill_matrix.md")
     false = [t for t in OURS if summary.get(t) and summary[t]["false_kills"]]
     return 1 if summary["survive_every_tier"] or false else 0
+
+
+def _kept_from(path: Path, rows: list[dict], fingerprint: dict, order: list[str]) -> tuple[list[dict], dict]:
+    """A run of some ops updates their rows of the matrix at ``path`` and keeps every other op's, with
+    the spec hash it was made from (a kept row whose spec changed since stays stale, and says so); the
+    rows in the registry's order, ops it does not know after them."""
+    if not path.exists():
+        return rows, fingerprint
+    old = json.loads(path.read_text())
+    ran = {r["op"] for r in rows}
+    kept = [r for r in old.get("rows", []) if r["op"] not in ran]
+    fingerprint = {**{k: v for k, v in old.get("spec_sha256", {}).items() if k not in ran}, **fingerprint}
+    place = {name: i for i, name in enumerate(order)}
+    merged = sorted(kept + rows, key=lambda r: place.get(r["op"], len(place)))     # stable: mutants keep their order
+    return merged, fingerprint
 
 
 def _line(row: dict) -> str:
