@@ -8,7 +8,9 @@ a busy moment of this shared machine hits both alike:
 - **modular trials**: seconds per trial of the ViT-Tiny, Llama-style and GPT-2-small blocks at
   production size on one thread (``benchmarks/modular_bench.py --one block K --single`` of each tree);
 - **``vjpcert all --force``** of leaf ops (every tier: symbolic, every size, numeric, kernels), CPU
-  seconds of the whole command, and by tier (``vjpcert prove``, ``check``, ``kernels`` of the same ops):
+  seconds of the whole command -- on this tree also with the kernel gate held to the baseline's five
+  input cases (``BASELINE_KERNEL_CASES``: the same cases on both trees) -- and by tier (``vjpcert
+  prove``, ``check``, ``kernels`` of the same ops):
   the spec language is interpreted by the first two; the kernel tier runs kernels in the CUDA simulator
   and compares them with the spec's float references, so its figure moves with what the kernel gate
   checks, not with the language.
@@ -145,11 +147,18 @@ def _modular_once(tree: Path, shim: Path, k: int) -> float:
     return min(x["seconds_per_trial"])
 
 
-def forced_cpu(tree: Path, shim: Path, reports: Path, command: str = "all") -> float:
-    """CPU seconds of `vjpcert <command> ALL_OPS --force` (all, or one tier) in ``tree``."""
+# the kernel gate held to the input cases the baseline's checked (its five of core/input_cases.py, not
+# the three kernel cases added since): the same cases on both trees
+BASELINE_KERNEL_CASES = ("import vjpcert.cuda_kernels.settings as _tol, vjpcert.core.input_cases as _cases; "
+                         "_tol.CASES = _cases.CASES; ")
+
+
+def forced_cpu(tree: Path, shim: Path, reports: Path, command: str = "all", prelude: str = "") -> float:
+    """CPU seconds of `vjpcert <command> ALL_OPS --force` (all, or one tier) in ``tree``, after
+    ``prelude``."""
     shutil.rmtree(reports, ignore_errors=True)
-    argv = ["-c", "import sys; from vjpcert.cli import main; sys.exit(main())", command, *ALL_OPS, "--force",
-            "--quiet", "--reports", str(reports)]
+    argv = ["-c", prelude + "import sys; from vjpcert.cli import main; sys.exit(main())", command, *ALL_OPS,
+            "--force", "--quiet", "--reports", str(reports)]
     _, _, cpu = _run(tree, shim, argv, ok=(0, 1))      # 1: a claim failed (the Liger-free ops have none)
     return cpu
 
@@ -186,6 +195,11 @@ def main():
                 if "all" not in args.skip:
                     fig["all_cpu_s"].append(round(forced_cpu(tree, shim, work / f"reports-{label}"), 1))
                     print(f"{label} all --force round {r}: {fig['all_cpu_s'][-1]} CPU s", flush=True)
+                    if label == "current":
+                        fig.setdefault("all_same_cases_cpu_s", []).append(round(forced_cpu(
+                            tree, shim, work / f"reports-{label}-cases", prelude=BASELINE_KERNEL_CASES), 1))
+                        print(f"{label} all --force, the baseline's kernel cases, round {r}: "
+                              f"{fig['all_same_cases_cpu_s'][-1]} CPU s", flush=True)
                 if "tiers" not in args.skip:
                     for tier in TIERS:
                         fig["tiers"].setdefault(tier, []).append(
@@ -195,12 +209,14 @@ def main():
         if args.merge and committed.is_file():
             old = json.loads(committed.read_text())
             if old.get("baseline") == args.baseline:
-                keys = {"reach": "reach", "modular": "modular", "all": "all_cpu_s", "tiers": "tiers"}
+                keys = {"reach": ["reach"], "modular": ["modular"], "all": ["all_cpu_s", "all_same_cases_cpu_s"],
+                        "tiers": ["tiers"]}
                 for label in data["figures"]:
                     for skipped in args.skip:
-                        kept = old["figures"].get(label, {}).get(keys[skipped])
-                        if kept:
-                            data["figures"][label][keys[skipped]] = kept
+                        for key in keys[skipped]:
+                            kept = old["figures"].get(label, {}).get(key)
+                            if kept:
+                                data["figures"][label][key] = kept
                 data["merged_with"] = old.get("merged_with", old.get("current"))
         summary = _summary(data)
         data["summary"] = summary
@@ -238,6 +254,10 @@ def _summary(data: dict) -> dict:
     if b.get("all_cpu_s"):
         out["all_force"] = {"baseline_cpu_s": min(b["all_cpu_s"]), "current_cpu_s": min(c["all_cpu_s"]),
                             "ratio": round(min(c["all_cpu_s"]) / min(b["all_cpu_s"]), 2)}
+        if c.get("all_same_cases_cpu_s"):
+            same = min(c["all_same_cases_cpu_s"])
+            out["all_force_same_cases"] = {"baseline_cpu_s": min(b["all_cpu_s"]), "current_cpu_s": same,
+                                           "ratio": round(same / min(b["all_cpu_s"]), 2)}
     if b.get("tiers"):
         out["tiers"] = {t: {"baseline_cpu_s": min(b["tiers"][t]), "current_cpu_s": min(c["tiers"][t]),
                             "ratio": round(min(c["tiers"][t]) / min(b["tiers"][t]), 2)} for t in b["tiers"]}
@@ -262,6 +282,10 @@ def _markdown(data: dict) -> str:
         a = s["all_force"]
         lines.append(f"| `vjpcert all --force {' '.join(ALL_OPS)}`, CPU s | {a['baseline_cpu_s']} | "
                      f"{a['current_cpu_s']} | {a['ratio']} |")
+    if "all_force_same_cases" in s:
+        a = s["all_force_same_cases"]
+        lines.append(f"| the same, the kernel gate held to the baseline's five input cases, CPU s | "
+                     f"{a['baseline_cpu_s']} | {a['current_cpu_s']} | {a['ratio']} |")
     for tier, a in s.get("tiers", {}).items():
         lines.append(f"| `vjpcert {tier} --force` of the same ops, CPU s | {a['baseline_cpu_s']} | "
                      f"{a['current_cpu_s']} | {a['ratio']} |")
