@@ -79,6 +79,8 @@ def one(kind: str, index: int, trials: int, single: bool = False) -> dict:
             "seconds_per_trial": [round(s, 2) for s in run["seconds_per_trial"]],
             "seconds_total": round(seconds, 2), "trials": run["trials"], "primes": run["primes"],
             "trials_thrown_away": run["trials_thrown_away"],
+            # the trials' atom digests, taken where a second trial is compared (none in a one-trial run)
+            "seconds_digesting_atoms": round(sum(F.digest_seconds for F in run["fields"]), 3),
             **({"dgemm_seconds": round(dgemm[0], 3)} if single else {}),
             "claims": len(run["claims"]), "failed": failed,
             "witness": {c: run["claims"][c]["witness"] for c in failed[:2]},
