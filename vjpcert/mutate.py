@@ -234,14 +234,13 @@ def run_mutate(args) -> int:
                 console.print(_line(rows[-1]))
     order = {(r.name, r.mutant or "(correct)"): i for i, r in enumerate(refs)}
     rows.sort(key=lambda r: order[(r["op"], r["mutant"])])
-    summary = summarise(rows)
     from vjpcert.specs import builtin_ops
     ops = builtin_ops()
     fingerprint = {r["op"]: ops[r["op"]].spec_sha256 for r in rows if r["op"] in ops}
     out = Path(args.reports) / "mutation"
     if args.targets:
         rows, fingerprint = _kept_from(out / "kill_matrix.json", rows, fingerprint, list(ops))
-        summary = summarise(rows)
+    summary = summarise(rows)
     atomic_write(out / "kill_matrix.json", json.dumps({"summary": summary, "rows": rows,
                                                        "spec_sha256": fingerprint}, indent=1) + "\n")
     atomic_write(out / "kill_matrix.md", render_md(rows, summary))

@@ -166,7 +166,7 @@ class Field(ModP):
         signs (``check.false_pass_bound`` turns that into a bound that falls with the number of trials).
         One sort finds whether any value is met twice (most blocks: none); where some are, the entries
         of their classes are ordered by value and each class's first entry is its least place (a
-        ViT-Tiny block's 570,000 atoms, most of them met twice: about 0.06 s)."""
+        ViT-Tiny block's 570,000 atoms, most of them met twice: about 0.04 s)."""
         h = hashlib.sha256()
         half = self.p // 2
         for kind in sorted(self.atom_values):
