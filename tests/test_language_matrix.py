@@ -18,6 +18,7 @@ from language_interpreters import (FRACTION, INTERPRETERS, Refused, check_cell, 
                                    refusal_message, sanity, truth)
 from vjpcert.core import language as L
 from vjpcert.core.backends import KINK_FAMILY, spec_backend
+from vjpcert.core.matrix_functions import DEFINITIONS, unit_lower_inverse
 from vjpcert.symbolic.modular import backend as modular
 from vjpcert.symbolic.modular.backend import Field, ModArray, ModularBackend, derive
 from vjpcert.symbolic.modular.bound import LEAF
@@ -239,3 +240,27 @@ def test_a_float_kink_with_another_convention_is_a_red_cell(monkeypatch):
     monkeypatch.setattr(F64, "step", F64._checked(lambda a: np.heaviside(a, 1.0)))
     assert check_cell(KINK_CASES[2], KINK_CASES[2].shapes[0], "float64") is not None
     assert check_cell(KINK_CASES[0], KINK_CASES[0].shapes[0], "float64") is None   # off the kink: the same
+
+
+# ------------------------------------------------------------------ the language's matrix functions
+# Each is defined once in the language (core.matrix_functions): the columns that run spec code run that
+# definition; the every-size columns read it as atoms, written out at the point by their own forward
+# substitution, and must give the definition's value (tests/test_matrix_functions.py holds the
+# definition to the inverse).
+MATRIX_CASES = [
+    Case("unit_lower_inverse", "of_a_product", lambda B, x, y: unit_lower_inverse(B, x.T @ y)),
+    Case("unit_lower_inverse", "of_a_stack_times_an_input",
+         lambda B, x, y: unit_lower_inverse(B, np.stack([x.T @ y, y.T @ x])) @ y.T),
+]
+
+
+def test_every_matrix_function_has_a_case():
+    assert {c.prim for c in MATRIX_CASES} == set(DEFINITIONS)
+
+
+@pytest.mark.parametrize("interpreter", list(INTERPRETERS))
+@pytest.mark.parametrize("case", MATRIX_CASES, ids=lambda c: c.id)
+def test_a_matrix_function_is_its_definition_in_every_interpreter(case, interpreter):
+    for shape_pair in case.shapes[:1] if interpreter == "every_size_symbolic" else case.shapes:
+        reason = check_cell(case, shape_pair, interpreter)
+        assert reason is None, reason

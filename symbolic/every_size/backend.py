@@ -15,6 +15,7 @@ from vjpcert.core.backends import exact
 from vjpcert.core.registry import SpecError, refuse
 from vjpcert.symbolic.every_size import gathers, layouts, writes  # noqa: F401 -- writes fills CONSTRUCTS
 from vjpcert.symbolic.every_size.atoms import Step
+from vjpcert.symbolic.every_size.inverse import unit_lower_inverse
 from vjpcert.symbolic.every_size.constructs import (_band, _shape_of, concatenate, masked_mean,
                                                     masked_sum, stack, where)
 from vjpcert.symbolic.every_size.sizes import _LOCAL, Dim, _size_expr
@@ -142,6 +143,12 @@ class ShapeBackend:
         """The kink: a ``Step`` atom per entry, a free Boolean of the region (so a claim is proved on
         every open region, as in the fixed-dims ring); the value on the kink is not stated here."""
         return elementwise(Step, a)
+
+    @staticmethod
+    def unit_lower_inverse(A):
+        """``core.matrix_functions.unit_lower_inverse``, (I + tril(A, -1))^-1, at a symbolic size: an atom
+        per entry (``symbolic.every_size.inverse``)."""
+        return unit_lower_inverse(A)
 
     @staticmethod
     def _unary(f):

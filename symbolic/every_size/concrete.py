@@ -15,6 +15,7 @@ import sympy as sp
 from vjpcert.core.registry import Op, SpecError
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.every_size.form import GeneralBuilder, Statement, _cot_name, _entry
+from vjpcert.symbolic.every_size.atoms import Log
 from vjpcert.symbolic.every_size.heads import check_heads
 from vjpcert.symbolic.every_size.normal import NormalFormError, Normaliser, expand_sums, plainly_zero
 from vjpcert.symbolic.fixed.sympy_forms import symbols
@@ -122,7 +123,7 @@ def _agree(a, b, rng: random.Random, N: Normaliser) -> str:
             return "exact"
     except NormalFormError:
         pass
-    point = _random_point(a.free_symbols | b.free_symbols, rng)
+    point = _random_point(a.free_symbols | b.free_symbols, rng, positive=_under_a_log([(None, a, b)]))
     va, vb = sp.N(a.xreplace(point), tol.LOW_DPS), sp.N(b.xreplace(point), tol.LOW_DPS)
     if not (va.is_number and vb.is_number):
         raise NormalFormError(f"cannot evaluate {sp.sstr(a)[:80]} numerically")
@@ -207,16 +208,25 @@ def _undefined(*arrays) -> bool:
 
 
 # ============================================================================ 3. witness
-def _random_point(symbols, rng: random.Random, scale=1) -> dict:
-    """Exact rationals: inputs in [-2, 2] * scale, never 0; positive parameters in [0.05, 1]."""
+def _random_point(symbols, rng: random.Random, scale=1, positive=frozenset()) -> dict:
+    """Exact rationals: inputs in [-2, 2] * scale, never 0 (in (0, 2] * scale for those in ``positive``:
+    an input under a log, whose domain is there); positive parameters in [0.05, 1]."""
     point = {}
     for s in sorted(symbols, key=str):
         if s.is_positive:
             point[s] = sp.Rational(rng.randint(tol.WITNESS_POS_LO, tol.WITNESS_POS_HI), tol.WITNESS_DEN)
         else:
-            point[s] = sp.Rational(rng.choice([-1, 1]) * rng.randint(1, tol.WITNESS_SPAN), tol.WITNESS_DEN) \
-                * sp.nsimplify(scale)
+            sign = 1 if s in positive else rng.choice([-1, 1])
+            point[s] = sp.Rational(sign * rng.randint(1, tol.WITNESS_SPAN), tol.WITNESS_DEN) * sp.nsimplify(scale)
     return point
+
+
+def _under_a_log(pairs) -> frozenset:
+    """The inputs whose log is taken (the log of an input itself: a product along a symbolic axis read
+    as exp of the sum of its factors' logs, or a spec's own B.log of an input): a witness is looked for
+    where that log is real."""
+    return frozenset(f.args[0] for _, a, b in pairs for e in (a, b) for f in sp.sympify(e).atoms(sp.log, Log)
+                     if f.args[0].is_Symbol)
 
 
 def witness_dims(stmt: Statement, dims_list: list[dict]) -> list[dict]:
@@ -258,7 +268,8 @@ def find_witness(stmt: Statement, dims_list: list[dict], seed: int = 0) -> dict:
         free = set().union(*[sp.sympify(a).free_symbols | sp.sympify(b).free_symbols for _, a, b in pairs])
         # a point at each of the fixed-dims tier's scales: a backward wrong only for x < -3 is right
         # everywhere on [-2, 2]
-        for point in [_random_point(free, rng, scale) for scale in tol.WITNESS_SCALES]:
+        logged = _under_a_log(pairs)
+        for point in [_random_point(free, rng, scale, logged) for scale in tol.WITNESS_SCALES]:
             for label, a, b in pairs:
                 a50, b50 = sp.N(sp.sympify(a).xreplace(point), tol.LOW_DPS), sp.N(sp.sympify(b).xreplace(point), tol.LOW_DPS)
                 r50 = a50 - b50

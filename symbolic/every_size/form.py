@@ -114,6 +114,12 @@ class GeneralBuilder:
         self._names: set[str] = set()
         self._arrays: dict[str, IndexedBase] = {}
         self.definitions: dict = {}      # name -> (args, expression), in display mode
+        self.assumed: list[str] = []     # what a construct of the trace holds only under (stated)
+
+    def assume(self, text: str) -> None:
+        """A construct the trace reads under an assumption: the statement carries it."""
+        if text not in self.assumed:
+            self.assumed.append(text)
 
     # ---------------------------------------------------------------- numbers
     def c(self, p, q=1):
@@ -456,7 +462,7 @@ def assumptions_of(stmt: Statement) -> list[str]:
     if op.nondiff:
         out.append(f"{', '.join(op.nondiff)} not differentiated (held fixed)")
     out.append("inputs are real; the spec's denominators are nonzero at the input")
-    return out + list(op.assumptions)
+    return out + list(G.assumed) + list(op.assumptions)
 
 
 # ============================================================================ 1. the proof

@@ -19,6 +19,7 @@ import sympy as sp
 
 from vjpcert.core.derivatives import RULES, MissingRule, derivative, uses_value
 from vjpcert.symbolic.every_size.atoms import Step
+from vjpcert.symbolic.every_size.inverse import LowerInverse
 from vjpcert.symbolic.every_size.normal import Ind
 from vjpcert.symbolic.every_size.shape_trace import DerivationRefused
 
@@ -114,6 +115,34 @@ def agrees(kind: str, k=None) -> bool:
     return sp.simplify(sp.diff(sympy_primitive(kind, _Z, k), _Z) - row) == 0
 
 
+@functools.lru_cache(maxsize=None)
+def lower_inverse_agrees(sizes=(1, 2, 3, 4, 5)) -> bool:
+    """Whether the rule of ``unit_lower_inverse`` is the derivative of its definition:
+    at each size, SymPy differentiates the definition (run on SymPy matrices of free entries) along a
+    free direction, and the rule applied to the definition's value must give the same matrix."""
+    import numpy as np
+
+    from vjpcert.core.backends import SYMPY
+    from vjpcert.core.matrix_functions import RULES, unit_lower_inverse
+
+    class Ops:
+        matmul = staticmethod(lambda X, Y: X * Y)
+        neg = staticmethod(lambda X: -X)
+        strict_lower = staticmethod(lambda X: sp.Matrix(X.rows, X.cols, lambda r, c: X[r, c] if r > c else 0))
+
+    t = sp.Symbol("t")
+    for n in sizes:
+        A = sp.Matrix(n, n, lambda r, c: sp.Symbol(f"a_{r}_{c}"))
+        D = sp.Matrix(n, n, lambda r, c: sp.Symbol(f"d_{r}_{c}"))
+        T = sp.Matrix(np.asarray(unit_lower_inverse(SYMPY, np.array(A + t * D, dtype=object)),
+                                 dtype=object).tolist())
+        want = T.diff(t).subs(t, 0)
+        got = RULES["unit_lower_inverse"](Ops, T.subs(t, 0), D)
+        if (want - got).expand() != sp.zeros(n, n):
+            return False
+    return True
+
+
 def head_of(e) -> tuple | None:
     """(kind, k) of the table for a SymPy head, None for a head the table has no row for."""
     if isinstance(e, sp.Pow):
@@ -139,6 +168,11 @@ def check_heads(expr, *bases) -> None:
         if not (isinstance(e, (sp.Function, sp.Pow)) and e.has(*bases)):
             continue
         if isinstance(e, STRUCTURAL):
+            continue
+        if isinstance(e, LowerInverse):
+            if not lower_inverse_agrees():
+                raise DerivationRefused("the rule of unit_lower_inverse disagrees with "
+                                        "the derivative of its definition (core.matrix_functions)")
             continue
         head = head_of(e)
         if head is None:

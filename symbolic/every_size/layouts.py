@@ -348,20 +348,22 @@ def cumsum(A, axis=None, dtype=None, out=None) -> SymArray:
 
 
 def prod(a, axis=None, keepdims=False):
-    """np.prod over axes of constant size: the product of their entries, one by one (along an axis of
-    symbolic size the number of factors would depend on the size, which no sum says)."""
+    """np.prod: over an axis of constant size the product of its entries, one by one; over an axis of
+    symbolic size (a number of factors that depends on the size) ``exp`` of the sum of the factors'
+    logs, which holds for positive factors -- an assumption the statement then carries
+    (``PRODUCT_ASSUMPTION``). A factor masked to 1 (``np.where(mask, a, 1)``, a gate's cumulative
+    product) contributes the mask times log a, so the sum's limits stay sizes as cumsum's do."""
     A = lift(a)
     axes = sorted({_axis(x, A.ndim) for x in (range(A.ndim) if axis is None else
                                                  axis if isinstance(axis, (tuple, list)) else (axis,))})
-    for ax in axes:
-        if not A._shape[ax].is_Integer:
-            refuse(f"np.prod along an axis of symbolic size {A._shape[ax]}: a product of a number of factors "
-                   f"that depends on the size is not followed")
     out = A
     for ax in reversed(axes):
-        n = int(out._shape[ax])
+        n = out._shape[ax]
+        if not n.is_Integer:
+            out = _product_along(out, ax)
+            continue
         lead = (slice(None),) * ax
-        factors = [getitem(out, lead + (i,)) for i in range(n)]
+        factors = [getitem(out, lead + (i,)) for i in range(int(n))]
         out = factors[0] * 1 if factors else refuse("np.prod over an empty axis")
         for f in factors[1:]:
             out = out * f
@@ -369,3 +371,38 @@ def prod(a, axis=None, keepdims=False):
         for ax in axes:
             out = _insert_axis(out, ax)
     return out
+
+
+PRODUCT_ASSUMPTION = ("the factors of a product along an axis of symbolic size are positive (np.prod there "
+                      "is exp of the sum of their logs)")
+
+
+def _product_along(A: SymArray, ax: int) -> SymArray:
+    """np.prod along axis ``ax`` of symbolic size: exp(sum_k log f_k), the axis removed."""
+    if len(A.pieces) != 1 or not same(A.pieces[0].maps[ax][2], A._shape[ax]):
+        refuse("np.prod along an axis of symbolic size the array is made of several pieces on (a "
+               "concatenation, an interleave): write the product of each part")
+    P, G = A.pieces[0], A.ctx.G
+    z = A._shape[ax]
+    G.assume(PRODUCT_ASSUMPTION)
+    maps = P.maps[:ax] + P.maps[ax + 1:]
+
+    def value(idx):
+        k = G.index("k", z)
+        return sp.exp(Sum(_log_of_factor(P.value(idx[:ax] + (k,) + idx[ax:])), (k, 0, z - 1)))
+    return SymArray(A._shape[:ax] + A._shape[ax + 1:], [Piece(maps, value)], False)
+
+
+def _log_of_factor(f):
+    """log f for a factor f = 1 + M (v - 1) with M a product of mask indicators (0 or 1): M log v, so a
+    factor masked to 1 adds 0. A factor whose masks are not of that form is refused."""
+    d = sp.expand(f - 1)
+    masks = [frozenset(x for x in sp.Mul.make_args(t) if isinstance(x, Ind)) for t in sp.Add.make_args(d)]
+    if d == 0 or not any(masks):
+        return sp.log(f)
+    M = masks[0]
+    if any(m != M for m in masks) or any(sp.Mul.make_args(t).count(x) != 1
+                                         for t in sp.Add.make_args(d) for x in M):
+        refuse("np.prod along an axis of symbolic size of factors masked otherwise than np.where(mask, a, 1)")
+    mask = sp.Mul(*M)
+    return mask * sp.log(1 + sp.expand(d / mask))

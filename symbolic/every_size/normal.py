@@ -42,6 +42,7 @@ from sympy import Indexed, KroneckerDelta, Sum
 from vjpcert.symbolic.every_size.atoms import (OPAQUE, SIGMA, Cos, Erf, Exp, Ind, Log, NormalFormError,  # noqa: F401
                                                Root, Sin, Stats, Step, Tanh, _EVEN, _ODD, _SIGN, canonical_index)
 from vjpcert.core.derivatives import STEP_AT_KINK
+from vjpcert.symbolic.every_size.inverse import LowerInverse
 from vjpcert.symbolic.every_size.sums import MAX_PERMUTATIONS_VARS, MAX_WRITTEN_OUT, SumForms  # noqa: F401
 from vjpcert.symbolic.every_size.zero_test import expand_sums, plainly_zero, rational_function_is_zero  # noqa: F401
 
@@ -130,7 +131,7 @@ class Normaliser(SumForms):
             return sp.Mul(*[self.atomise(a) for a in e.args])
         if isinstance(e, sp.Pow) and e.exp.is_Integer:
             return self.atomise(e.base) ** e.exp
-        if isinstance(e, (sp.Symbol, Indexed, Sum, KroneckerDelta, sp.Pow, sp.NumberSymbol) + OPAQUE):
+        if isinstance(e, (sp.Symbol, Indexed, Sum, KroneckerDelta, sp.Pow, sp.NumberSymbol, LowerInverse) + OPAQUE):
             return self.atom(e)
         raise NormalFormError(f"cannot treat {type(e).__name__} {str(e)[:80]} as an atom")
 
@@ -218,6 +219,8 @@ class Normaliser(SumForms):
             return e
         if isinstance(e, Indexed):
             return e.func(e.base, *[sp.expand(i) for i in e.indices])
+        if isinstance(e, LowerInverse):                     # an entry of unit_lower_inverse: its indices
+            return e.func(e.args[0], *[sp.expand(self.norm(i)) for i in e.args[1:]])
         if isinstance(e, Sum):
             return self.norm_sum(e)
         if isinstance(e, KroneckerDelta):

@@ -7,6 +7,7 @@ terms that are adjacent ranges of one sum (a piecewise array's cells summed apar
 from __future__ import annotations
 
 import itertools
+import math
 
 import sympy as sp
 from sympy import KroneckerDelta, Sum
@@ -15,6 +16,7 @@ from vjpcert.symbolic.every_size.atoms import Ind, NormalFormError, _height_of, 
 from vjpcert.symbolic.every_size.zero_test import rational_function_is_zero
 
 MAX_PERMUTATIONS_VARS = 6       # canonical naming tries every order of a sum's indices up to this many
+MAX_TIED_ORDERS = 720           # past that many, the orders its indices' signatures leave (``_refined_orders``)
 MAX_WRITTEN_OUT = 8             # a sum over a range of constant length up to this is written out term by term
 
 
@@ -198,7 +200,7 @@ class SumForms:
                 for v, _, _ in s.limits:
                     height = max(height, _height_of(v) + 1)
         body = sp.Mul(*[f ** k for f, k in factors])
-        orders = itertools.permutations(V) if len(V) <= MAX_PERMUTATIONS_VARS else [sorted(V, key=str)]
+        orders = itertools.permutations(V) if len(V) <= MAX_PERMUTATIONS_VARS else self._refined_orders(V, factors)
         best, best_key = None, None
         for order in orders:
             names = {v: canonical_index(height, t) for t, v in enumerate(order)}
@@ -208,6 +210,29 @@ class SumForms:
             if best_key is None or key < best_key:
                 best, best_key = cand, key
         return best
+
+    def _refined_orders(self, V, factors):
+        """The orders of many indices to try: by a signature that does not depend on their names (the
+        index's range, and each factor it occurs in with it marked and the sum's other indices blanked),
+        then every order within each group of equal signatures. The set of orders is the same for two
+        sums that differ only by their indices' names, so the least form over it is canonical. Ties
+        beyond ``MAX_TIED_ORDERS`` orders fall back to one order: a sum then may not meet its equal, which
+        leaves a claim unproved, never proves one."""
+        mark, blank = sp.Symbol("⋆", integer=True), sp.Symbol("∘", integer=True)
+
+        def signature(v):
+            others = {w: blank for w in V if w != v}
+            return (sp.srepr(self.ranges[v][1] - self.ranges[v][0]),
+                    tuple(sorted(f"{sp.srepr(f.xreplace({**others, v: mark}))}^{k}"
+                                 for f, k in factors if v in f.free_symbols)))
+        groups: dict = {}
+        for v in sorted(V, key=str):
+            groups.setdefault(signature(v), []).append(v)
+        tied = [groups[k] for k in sorted(groups)]
+        if math.prod(math.factorial(len(g)) for g in tied) > MAX_TIED_ORDERS:
+            return [[v for g in tied for v in g]]
+        return [[v for part in parts for v in part]
+                for parts in itertools.product(*[itertools.permutations(g) for g in tied])]
 
     def merge_ranges(self, e, max_merges: int = 64):
         """Two terms that are adjacent ranges of one sum, joined back (a piecewise array's cells -- a

@@ -9,6 +9,7 @@ import sympy as sp
 from sympy import Indexed, Sum
 
 from vjpcert.symbolic.every_size.atoms import NormalFormError
+from vjpcert.symbolic.every_size.inverse import LowerInverse
 
 
 # ----------------------------------------------------------------------------- the zero test
@@ -152,6 +153,13 @@ def expand_sums(e, values: dict, memo: dict | None = None, arrays: dict | None =
                 ranges.append(range(int(lo), int(hi) + 1))
             out = sp.Add(*[walk(x.function, {**env, **dict(zip(names, map(sp.Integer, ks)))})
                            for ks in itertools.product(*ranges)])
+        elif isinstance(x, LowerInverse):          # forward substitution over A's entries written out
+            idx = [walk(a, env) for a in x.args[1:]]
+            if not all(i.is_Integer for i in idx):
+                raise NormalFormError(f"{x}: index not concrete after instantiation")
+            *batch, i, j = (int(i) for i in idx)
+            out = x.written_out(tuple(batch), i, j, lambda b, r, c: expand_sums(
+                x.matrix_entry(b, r, c), {**{k: v for k, v in env0.items()}}, memo, arrays))
         elif isinstance(x, Indexed) and arrays is not None:
             idx = tuple(walk(i, env) for i in x.indices)
             if not all(i.is_Integer for i in idx):

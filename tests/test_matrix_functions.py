@@ -1,0 +1,163 @@
+"""The language's matrix function ``unit_lower_inverse`` and the every-size tier's readings it rests on: its
+definition is the inverse of I + tril(A, -1) (held to forward substitution written here), its rule is its
+definition's derivative (and a wrong rule refuses the derivation), the every-size tier proves a solve's
+VJP for every size with an atom per entry and refutes wrong backwards of it; a product along an axis of
+symbolic size is read as exp of a sum of logs under a stated assumption; and the canonical naming of a
+sum of many indices meets its equal under another naming."""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import sympy as sp
+from sympy import IndexedBase, Sum
+
+from vjpcert.core import matrix_functions
+from vjpcert.core.matrix_functions import unit_lower_inverse
+from vjpcert.core.registry import op
+from vjpcert.symbolic.every_size import heads
+from vjpcert.symbolic.every_size.general import prove_general
+from vjpcert.symbolic.every_size.layouts import PRODUCT_ASSUMPTION
+from vjpcert.symbolic.every_size.normal import Normaliser
+
+
+class _Exact:
+    c = staticmethod(Fraction)
+
+
+def _forward_substitution(A):
+    """(I + tril(A, -1))^-1 of one matrix, row by row: T[i] = e_i - sum_(k < i) A[i, k] T[k]."""
+    n = A.shape[0]
+    T = [[Fraction(0)] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(n):
+            T[i][j] = Fraction(int(i == j)) - sum((A[i, k] * T[k][j] for k in range(i)), Fraction(0))
+    return np.array(T, dtype=object)
+
+
+@pytest.mark.parametrize("n", range(1, 10))
+def test_the_definition_is_the_inverse_and_reads_only_the_strictly_lower_triangle(n):
+    rng = np.random.default_rng(n)
+    A = np.array([[[Fraction(int(x), 5) for x in row] for row in m] for m in rng.integers(-9, 10, (2, n, n))],
+                 dtype=object)          # entries on and above the diagonal too: they are not read
+    T = unit_lower_inverse(_Exact, A)
+    assert T.shape == (2, n, n)
+    for h in range(2):
+        assert (T[h] == _forward_substitution(A[h])).all()
+
+
+def test_the_rule_is_the_definition_s_derivative_and_a_wrong_rule_refuses(monkeypatch):
+    assert heads.lower_inverse_agrees()
+    heads.lower_inverse_agrees.cache_clear()
+    # the control: the rule without the strictly lower part of dA (dT = -T dA T)
+    monkeypatch.setitem(matrix_functions.RULES, "unit_lower_inverse",
+                        lambda M, T, dA: M.neg(M.matmul(M.matmul(T, dA), T)))
+    try:
+        assert not heads.lower_inverse_agrees()
+        cert = prove_general(_solve_op("mf_wrong_rule", right=True), "vjp[A]")
+        assert cert.verdict == "inconclusive", cert.evidence
+        assert "the rule of unit_lower_inverse disagrees" in str(cert.evidence), cert.evidence
+    finally:
+        heads.lower_inverse_agrees.cache_clear()
+
+
+DIMS = dict(dims=[{"n": 1, "m": 2}, {"n": 2, "m": 1}, {"n": 3, "m": 2}], check_dims={"n": 4, "m": 2})
+
+
+def _solve_op(name, *, right=True, masked=True, transposed=True):
+    """y = (I + tril(A, -1))^-1 x, with a backward that is right or wrong in one way."""
+    @op(name=name, inputs={"A": ("n", "n"), "x": ("n", "m")}, output=("n", "m"), **DIMS)
+    def f(B, A, x):
+        return unit_lower_inverse(B, A) @ x
+
+    @f.defvjp
+    def _(B, A, x, dy):
+        T = unit_lower_inverse(B, A)
+        dA = -(T.T @ dy @ (T @ x).T)
+        return (np.tril(dA, -1) if masked else dA), (T.T if transposed else T) @ dy
+    f.every_size("vjp[A]", "vjp[x]")
+    return f
+
+
+def test_a_triangular_solve_s_vjp_is_proved_for_every_size():
+    f = _solve_op("mf_solve")
+    for claim in ("vjp[A]", "vjp[x]"):
+        cert = prove_general(f, claim)
+        assert cert.verdict == "proved-general", cert.evidence
+        assert cert.evidence["cross_check"]["status"] == "exact", cert.evidence["cross_check"]
+
+
+@pytest.mark.parametrize("bug, claim", [("masked", "vjp[A]"), ("transposed", "vjp[x]")])
+def test_a_wrong_backward_of_a_triangular_solve_fails_with_a_witness(bug, claim):
+    cert = prove_general(_solve_op(f"mf_solve_not_{bug}", **{bug: False}), claim)
+    assert cert.verdict == "failed", cert.evidence
+    assert "witness" in cert.evidence, cert.evidence
+
+
+def _cumprod_op(name, reversed_sum=True):
+    """gamma_i = a_1 ... a_i along a symbolic axis (the gates' decay of a chunked delta rule); its
+    backward sums gamma_i dy_i over i >= l, or over i <= l (wrong)."""
+    def gamma(B, a):
+        n = a.shape[1]
+        return np.where(np.tril(np.ones((n, n), dtype=bool))[None], a[:, None, :], B.c(1)).prod(2)
+
+    @op(name=name, inputs={"a": ("h", "n")}, output=("h", "n"), dims=[{"h": 1, "n": 2}, {"h": 2, "n": 3}])
+    def f(B, a):
+        return gamma(B, a)
+
+    @f.defvjp
+    def _(B, a, dy):
+        n = a.shape[1]
+        incl = np.tril(np.ones((n, n), dtype=bool))
+        return (np.where((incl if reversed_sum else incl.T)[None], (gamma(B, a) * dy)[:, :, None], B.c(0)).sum(1)
+                / a,)
+    f.every_size("vjp[a]")
+    return f
+
+
+def test_a_product_along_a_symbolic_axis_is_proved_under_its_stated_assumption():
+    cert = prove_general(_cumprod_op("mf_cumprod"), "vjp[a]")
+    assert cert.verdict == "proved-general", cert.evidence
+    assert PRODUCT_ASSUMPTION in cert.assumptions
+
+
+def test_a_product_s_backward_summed_the_wrong_way_fails():
+    cert = prove_general(_cumprod_op("mf_cumprod_wrong", reversed_sum=False), "vjp[a]")
+    assert cert.verdict == "failed", cert.evidence
+
+
+def test_a_product_whose_factors_are_masked_otherwise_is_refused():
+    @op(name="mf_cumprod_masked_to_2", inputs={"a": ("h", "n")}, output=("h",), dims=[{"h": 1, "n": 2}])
+    def f(B, a):
+        n = a.shape[1]
+        return np.where(np.tril(np.ones((n, n), dtype=bool))[:1], a, B.c(2)).prod(1)
+
+    @f.defvjp
+    def _(B, a, dy):
+        return (dy[:, None] * a,)
+    f.every_size("vjp[a]")
+    cert = prove_general(f, "vjp[a]")
+    assert cert.verdict == "inconclusive", cert.evidence
+    assert "masked otherwise" in cert.evidence["reason"]
+
+
+def test_a_sum_of_many_indices_meets_its_equal_named_otherwise(monkeypatch):
+    """Seven indices: past the orders tried one by one, the signatures decide the order (two of them
+    tie here, and both of their orders are tried)."""
+    n, m = sp.symbols("n m", integer=True, positive=True)
+    e = [IndexedBase(f"e{k}") for k in range(6)]
+    N = Normaliser([n, m])
+    a = sp.symbols("a0:7", integer=True)
+    b = sp.symbols("b0:7", integer=True)
+
+    def term(v, last=e[5]):
+        body = e[0][v[0], v[1]] * e[1][v[1], v[2]] * e[2][v[2], v[3]] * e[3][v[3], v[4]] * e[4][v[4], v[5]] \
+            * last[v[5], v[6]] * e[0][v[6], v[6]] * e[0][v[0], v[0]]
+        ranges = {s: (0, (n if k % 2 else m) - 1) for k, s in enumerate(v)}
+        return Sum(body, *[(s, *ranges[s]) for s in sorted(v, key=str)])       # the sums in the names' order
+    perm = (b[3], b[0], b[6], b[2], b[5], b[1], b[4])
+    assert N(term(a)) == N(term(perm))
+    assert N(term(a)) != N(term(perm, last=e[4]))                   # the control: another body
+    # the control: one order, by name, and the two do not meet
+    monkeypatch.setattr(Normaliser, "_refined_orders", lambda self, V, factors: [sorted(V, key=str)])
+    N = Normaliser([n, m])
+    assert N(term(a)) != N(term(perm))
