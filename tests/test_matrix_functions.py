@@ -161,3 +161,19 @@ def test_a_sum_of_many_indices_meets_its_equal_named_otherwise(monkeypatch):
     monkeypatch.setattr(Normaliser, "_refined_orders", lambda self, V, factors: [sorted(V, key=str)])
     N = Normaliser([n, m])
     assert N(term(a)) != N(term(perm))
+
+
+def test_the_heads_of_the_matrix_an_atom_inverts_are_held_to_the_table():
+    """The atom's arguments are indices: the matrix it inverts lives in its class, and SymPy differentiates
+    it there. A head the derivative table has no row for is refused there too."""
+    from vjpcert.symbolic.every_size.inverse import PREFIX, head
+    from vjpcert.symbolic.every_size.shape_trace import DerivationRefused
+    n = sp.Symbol("n", integer=True, positive=True)
+    X = IndexedBase("X")
+    g = tuple(sp.Symbol(f"{PREFIX}{k}", integer=True) for k in range(2))
+    i, j = sp.symbols("i j", integer=True)
+    ok = head(g, sp.exp(X[g]), sp.exp(X[g]), n)(sp.Tuple(X), i, j)
+    heads.check_heads(ok, X)
+    odd = head(g, sp.atan(X[g]), sp.atan(X[g]), n)(sp.Tuple(X), i, j)
+    with pytest.raises(DerivationRefused, match="no row"):
+        heads.check_heads(odd, X)

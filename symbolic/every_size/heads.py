@@ -173,6 +173,7 @@ def check_heads(expr, *bases) -> None:
             if not lower_inverse_agrees():
                 raise DerivationRefused("the rule of unit_lower_inverse disagrees with "
                                         "the derivative of its definition (core.matrix_functions)")
+            check_heads(e.body, *bases)       # the matrix it inverts, which its rule differentiates
             continue
         head = head_of(e)
         if head is None:
