@@ -1,6 +1,7 @@
 """The derivative table: for every primitive of the spec language, its JVP rule, written once.
 
-This is the only place derivative rules of primitives are written. Every interpreter that
+This is the only place derivative rules of primitives are written; the language's matrix functions
+(``core.matrix_functions``: ``unit_lower_inverse``) keep their rule beside their definition there. Every interpreter that
 differentiates a spec takes f'(a) from here: forward mode over the traced DAG
 (``symbolic.fixed.evaluate.Tangent``), the running error model of floats (``core.rounding``, over
 intervals), the every-size tier (``symbolic.every_size.heads`` checks that SymPy's derivative of each
