@@ -20,7 +20,8 @@ from vjpcert.core.backends import unwrap
 
 
 def _own_reading(B, name: str):
-    """The backend's own reading of a matrix function, or None (then the definition runs)."""
+    """The backend's own reading of a matrix function, or None (then the definition runs; a reading that
+    returns NotImplemented for an argument leaves that argument to the definition too)."""
     impl = unwrap(B)
     return getattr(impl, name) if getattr(type(impl), name, None) is not None else None
 
@@ -32,8 +33,9 @@ def unit_lower_inverse(B, A):
     is a polynomial in A's, and every field reads it alike. (The triangular solve of chunked delta-rule
     kernels, their UT / WY form.)"""
     own = _own_reading(B, "unit_lower_inverse")
-    if own is not None:
-        return own(A)
+    out = own(A) if own is not None else NotImplemented
+    if out is not NotImplemented:
+        return out
     n = A.shape[-1]
     L = np.tril(A, -1)
     T = np.where(np.eye(n, dtype=bool), B.c(1), B.c(0)) - L

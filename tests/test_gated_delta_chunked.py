@@ -93,6 +93,14 @@ def test_a_chunk_op_s_vjp_and_the_chunked_op_s_are_proved_for_every_size():
     assert cert.evidence["proof"] == "induction on the number of chunks"
 
 
+def test_a_chunk_of_one_step_is_the_cell_for_every_size_through_the_solve_s_definition():
+    """At a constant size (the law's one step) the every-size tier runs unit_lower_inverse's definition,
+    as every other tier does: an atom there would know nothing of T = 1."""
+    for o, law in ((STATE, "one_step_is_the_cell"), (OUT, "one_step_is_the_readout")):
+        cert = prove_general(o, law, budget=60)
+        assert cert.verdict == "proved-general", (o.name, cert.evidence)
+
+
 def test_the_forms_agreeing_for_every_size_is_inconclusive_with_its_reason_not_proved():
     """The chunk ops' laws (one step more is the cell) need the solve at n + 1 bordered by the one at n,
     a relation the normal form does not use: not proved, and neither is what rests on them."""

@@ -141,8 +141,8 @@ def test_a_product_whose_factors_are_masked_otherwise_is_refused():
 
 
 def test_a_sum_of_many_indices_meets_its_equal_named_otherwise(monkeypatch):
-    """Seven indices: past the orders tried one by one, the signatures decide the order (two of them
-    tie here, and both of their orders are tried)."""
+    """Seven indices (5040 orders): the classes of colour refinement leave few, and the least printed form
+    over them is the same for every naming."""
     n, m = sp.symbols("n m", integer=True, positive=True)
     e = [IndexedBase(f"e{k}") for k in range(6)]
     N = Normaliser([n, m])

@@ -111,7 +111,8 @@ def head(gens: tuple, key: sp.Expr, body: sp.Expr, size: sp.Expr) -> type:
 
 
 def unit_lower_inverse(A):
-    """``unit_lower_inverse`` on a symbolic-size array: the entries above as atoms."""
+    """``unit_lower_inverse`` on a symbolic-size array: the entries above as atoms; at a constant size
+    NotImplemented, so the definition runs (its loop is then over a number, and its value exact)."""
     from vjpcert.symbolic.every_size.normal import Normaliser
     from vjpcert.symbolic.every_size.sizes import same
     from vjpcert.symbolic.every_size.symarray import Piece, SymArray, lift
@@ -123,6 +124,8 @@ def unit_lower_inverse(A):
     if not same(shape[-1], shape[-2]):
         refuse(f"unit_lower_inverse of a matrix that is not square ({shape[-2]} x {shape[-1]})")
     n = shape[-1]
+    if n.is_Integer:            # a constant size: the definition itself, written out like every other tier's
+        return NotImplemented
     pieces = []
     for P in A.pieces:          # a stack of matrices may be pieces along its leading axes, never within one
         if any(a != 1 or b != 0 or not same(z, n) for a, b, z in P.maps[-2:]):

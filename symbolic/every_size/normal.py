@@ -43,7 +43,7 @@ from vjpcert.symbolic.every_size.atoms import (OPAQUE, SIGMA, Cos, Erf, Exp, Ind
                                                Root, Sin, Stats, Step, Tanh, _EVEN, _ODD, _SIGN, canonical_index)
 from vjpcert.core.derivatives import STEP_AT_KINK
 from vjpcert.symbolic.every_size.inverse import LowerInverse
-from vjpcert.symbolic.every_size.sums import MAX_PERMUTATIONS_VARS, MAX_WRITTEN_OUT, SumForms  # noqa: F401
+from vjpcert.symbolic.every_size.sums import MAX_WRITTEN_OUT, SumForms  # noqa: F401
 from vjpcert.symbolic.every_size.zero_test import expand_sums, plainly_zero, rational_function_is_zero  # noqa: F401
 
 

@@ -15,8 +15,7 @@ from sympy import KroneckerDelta, Sum
 from vjpcert.symbolic.every_size.atoms import Ind, NormalFormError, _height_of, canonical_index
 from vjpcert.symbolic.every_size.zero_test import rational_function_is_zero
 
-MAX_PERMUTATIONS_VARS = 6       # canonical naming tries every order of a sum's indices up to this many
-MAX_TIED_ORDERS = 720           # past that many, the orders its indices' signatures leave (``_refined_orders``)
+MAX_TIED_ORDERS = 720           # canonical naming tries every order its indices' classes leave up to this many
 MAX_WRITTEN_OUT = 8             # a sum over a range of constant length up to this is written out term by term
 
 
@@ -193,14 +192,15 @@ class SumForms:
 
     def canonical_sum(self, V, factors):
         """The sum over V of prod f^k, with its indices named canonically: height above every sum
-        inside it, then the order of indices that gives the least printed form."""
+        inside it, then, of the orders ``_refined_orders`` leaves, the one that gives the least printed
+        form (every order of every index would cost 720 printed forms of a sum of six indices)."""
         height = 0
         for f, _ in factors:
             for s in f.atoms(Sum):
                 for v, _, _ in s.limits:
                     height = max(height, _height_of(v) + 1)
         body = sp.Mul(*[f ** k for f, k in factors])
-        orders = itertools.permutations(V) if len(V) <= MAX_PERMUTATIONS_VARS else self._refined_orders(V, factors)
+        orders = self._refined_orders(V, factors)
         best, best_key = None, None
         for order in orders:
             names = {v: canonical_index(height, t) for t, v in enumerate(order)}
@@ -212,22 +212,29 @@ class SumForms:
         return best
 
     def _refined_orders(self, V, factors):
-        """The orders of many indices to try: by a signature that does not depend on their names (the
-        index's range, and each factor it occurs in with it marked and the sum's other indices blanked),
-        then every order within each group of equal signatures. The set of orders is the same for two
-        sums that differ only by their indices' names, so the least form over it is canonical. Ties
-        beyond ``MAX_TIED_ORDERS`` orders fall back to one order: a sum then may not meet its equal, which
-        leaves a claim unproved, never proves one."""
-        mark, blank = sp.Symbol("⋆", integer=True), sp.Symbol("∘", integer=True)
-
-        def signature(v):
-            others = {w: blank for w in V if w != v}
-            return (sp.srepr(self.ranges[v][1] - self.ranges[v][0]),
-                    tuple(sorted(f"{sp.srepr(f.xreplace({**others, v: mark}))}^{k}"
-                                 for f, k in factors if v in f.free_symbols)))
+        """The orders of many indices to try: by a class that does not depend on their names, then every
+        order within each class. An index's class starts from its range and is refined, round by round,
+        by each factor it occurs in with it marked and every other index of the sum written as its
+        class (colour refinement), until the classes stop splitting. The set of orders is the same for
+        two sums that differ only by their indices' names, so the least form over it is canonical.
+        Ties beyond ``MAX_TIED_ORDERS`` orders fall back to one order: a sum then may not meet its
+        equal, which leaves a claim unproved, never proves one."""
+        mark = sp.Symbol("⋆", integer=True)
+        occurs = {v: [(f, k) for f, k in factors if v in f.free_symbols] for v in V}
+        cls = {v: sp.srepr(self.ranges[v][1] - self.ranges[v][0]) for v in V}
+        for _ in range(len(V)):
+            seen = {w: sp.Symbol(f"∘{cls[w]}", integer=True) for w in V}
+            sig = {v: (cls[v], tuple(sorted(f"{sp.srepr(f.xreplace({**seen, v: mark}))}^{k}" for f, k in occurs[v])))
+                   for v in V}
+            rank = {x: str(r) for r, x in enumerate(sorted(set(sig.values())))}
+            new = {v: rank[sig[v]] for v in V}
+            settled = len(set(new.values())) == len(set(cls.values()))
+            cls = new
+            if settled:
+                break
         groups: dict = {}
         for v in sorted(V, key=str):
-            groups.setdefault(signature(v), []).append(v)
+            groups.setdefault(int(cls[v]), []).append(v)
         tied = [groups[k] for k in sorted(groups)]
         if math.prod(math.factorial(len(g)) for g in tied) > MAX_TIED_ORDERS:
             return [[v for g in tied for v in g]]
