@@ -13,14 +13,14 @@ import sympy as sp
 
 from vjpcert.core.backends import exact
 from vjpcert.core.registry import SpecError, refuse
-from vjpcert.symbolic.every_size import gathers, layouts, writes  # noqa: F401 -- writes fills CONSTRUCTS
+from vjpcert.symbolic.every_size import gathers, inverse, layouts, writes  # noqa: F401 -- writes fills CONSTRUCTS
 from vjpcert.symbolic.every_size.atoms import Step
-from vjpcert.symbolic.every_size.inverse import unit_lower_inverse
 from vjpcert.symbolic.every_size.constructs import (_band, _shape_of, concatenate, masked_mean,
                                                     masked_sum, stack, where)
-from vjpcert.symbolic.every_size.sizes import _LOCAL, Dim, _size_expr
-from vjpcert.symbolic.every_size.symarray import (FUNCTIONS, UFUNCS, SymArray, broadcast_to, elementwise, fresh,
-                                                  lift, matmul, power)
+from vjpcert.symbolic.every_size.normal import Normaliser
+from vjpcert.symbolic.every_size.sizes import _LOCAL, Dim, _size_expr, same
+from vjpcert.symbolic.every_size.symarray import (FUNCTIONS, UFUNCS, Piece, SymArray, broadcast_to, elementwise,
+                                                  fresh, lift, matmul, power)
 
 UFUNCS.update({
     "add": lambda x, y: lift(x) + y, "subtract": lambda x, y: lift(x) - y,
@@ -147,8 +147,29 @@ class ShapeBackend:
     @staticmethod
     def unit_lower_inverse(A):
         """``core.matrix_functions.unit_lower_inverse``, (I + tril(A, -1))^-1, at a symbolic size: an atom
-        per entry (``symbolic.every_size.inverse``)."""
-        return unit_lower_inverse(A)
+        per entry (``symbolic.every_size.inverse``); at a constant size NotImplemented, so the definition
+        runs, its loop over a number and its value exact, as in every other tier."""
+        A = lift(A)
+        if A.ndim < 2:
+            refuse("unit_lower_inverse of an array of rank < 2")
+        shape, G = A._shape, A.ctx.G
+        if not same(shape[-1], shape[-2]):
+            refuse(f"unit_lower_inverse of a matrix that is not square ({shape[-2]} x {shape[-1]})")
+        n = shape[-1]
+        if n.is_Integer:
+            return NotImplemented
+        pieces = []
+        for P in A.pieces:      # a stack of matrices may be pieces along its leading axes, never within one
+            if any(a != 1 or b != 0 or not same(z, n) for a, b, z in P.maps[-2:]):
+                refuse("unit_lower_inverse of matrices made of several pieces (a concatenation, an interleave "
+                       "along their rows or columns)")
+            gens = tuple(sp.Symbol(f"{inverse.PREFIX}{k}", integer=True) for k in range(len(shape)))
+            ranges = {g: (sp.Integer(0), z - 1) for g, (_, _, z) in zip(gens, P.maps)}
+            body = P.value(gens)
+            bases = sp.Tuple(*sorted({x.base for x in body.atoms(sp.Indexed)}, key=str))
+            Inv = inverse.head(gens, Normaliser(G.dim_symbols, {**G.ranges, **ranges})(body), body, n)
+            pieces.append(Piece(P.maps, lambda idx, Inv=Inv, bases=bases: Inv(bases, *idx)))
+        return SymArray(shape, pieces, False)
 
     @staticmethod
     def _unary(f):

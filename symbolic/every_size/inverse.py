@@ -19,6 +19,9 @@ The normal form uses no relation between the atoms -- not even that T is unit lo
 identity proved with every entry free holds for the real T. (The rule needs none either: with the
 triangle written as masks, a VJP's two sides differ by products of masks that other masks imply.) An
 entry does not depend on n (T's leading block is the inverse of L's), so the atom carries no size.
+The reading that builds the atoms from a traced array is the trace backend's method
+(``symbolic.every_size.backend.ShapeBackend.unit_lower_inverse``); this module holds the atom alone,
+below the normaliser that treats it.
 """
 from __future__ import annotations
 
@@ -28,7 +31,6 @@ import sympy as sp
 from sympy import Sum
 
 from vjpcert.core.matrix_functions import RULES
-from vjpcert.core.registry import refuse
 from vjpcert.symbolic.every_size.atoms import Ind
 
 PREFIX = "τ"          # the generic indices of a definition (no spec index or normaliser index uses it)
@@ -108,33 +110,3 @@ def head(gens: tuple, key: sp.Expr, body: sp.Expr, size: sp.Expr) -> type:
         cls = _HEADS[(gens, key, size)] = type(f"Inv{len(_HEADS)}", (LowerInverse,),
                                               {"gens": gens, "body": body, "size": size})
     return cls
-
-
-def unit_lower_inverse(A):
-    """``unit_lower_inverse`` on a symbolic-size array: the entries above as atoms; at a constant size
-    NotImplemented, so the definition runs (its loop is then over a number, and its value exact)."""
-    from vjpcert.symbolic.every_size.normal import Normaliser
-    from vjpcert.symbolic.every_size.sizes import same
-    from vjpcert.symbolic.every_size.symarray import Piece, SymArray, lift
-
-    A = lift(A)
-    if A.ndim < 2:
-        refuse("unit_lower_inverse of an array of rank < 2")
-    shape, G = A._shape, A.ctx.G
-    if not same(shape[-1], shape[-2]):
-        refuse(f"unit_lower_inverse of a matrix that is not square ({shape[-2]} x {shape[-1]})")
-    n = shape[-1]
-    if n.is_Integer:            # a constant size: the definition itself, written out like every other tier's
-        return NotImplemented
-    pieces = []
-    for P in A.pieces:          # a stack of matrices may be pieces along its leading axes, never within one
-        if any(a != 1 or b != 0 or not same(z, n) for a, b, z in P.maps[-2:]):
-            refuse("unit_lower_inverse of matrices made of several pieces (a concatenation, an interleave "
-                   "along their rows or columns)")
-        gens = tuple(sp.Symbol(f"{PREFIX}{k}", integer=True) for k in range(len(shape)))
-        ranges = {g: (sp.Integer(0), z - 1) for g, (_, _, z) in zip(gens, P.maps)}
-        body = P.value(gens)
-        bases = sp.Tuple(*sorted({x.base for x in body.atoms(sp.Indexed)}, key=str))
-        Inv = head(gens, Normaliser(G.dim_symbols, {**G.ranges, **ranges})(body), body, n)
-        pieces.append(Piece(P.maps, lambda idx, Inv=Inv, bases=bases: Inv(bases, *idx)))
-    return SymArray(shape, pieces, False)
