@@ -721,3 +721,19 @@ def test_instantiation_walks_sums_with_their_indices_bound():
     values = {n: sp.Integer(4), s: sp.Integer(1)}
     forgot = expand_sums(exprs[0], values, Forgetful(), arrays)
     assert sp.simplify(forgot - _brute_force(exprs[0], values, arrays)) != 0
+
+
+@pytest.mark.parametrize("name", ["conv2d", "max_pool2d", "softmax", "layernorm"])
+def test_each_piece_s_jacobian_is_sympy_s_own_derivative_there(name):
+    """The statement differentiates each output piece once, at an entry of symbolic position, and reads
+    each input piece's derivative off it: it must be what differentiating at that piece's own entry
+    gives, piece by piece (an edge case a symbolic position mishandles would be a wrong Jacobian)."""
+    from vjpcert.symbolic.every_size.form import build_statement
+    from vjpcert.symbolic.every_size.shape_trace import derive
+    o = OPS[name]
+    claim = next(c for c in general_claims(o) if c.startswith("vjp["))
+    stmt = build_statement(o, claim, derive(o, claim))
+    X = stmt.G.array(claim[4:-1])
+    assert stmt.jacobian
+    for out, inp, d in stmt.jacobian:
+        assert d == out.value.diff(X[inp.idx]), (out.idx, inp.idx)

@@ -29,7 +29,7 @@ def _run_options(p, *, budget=True):
     p.add_argument("--large", action="store_true", help="use each op's large dims ladder")
     if budget:
         p.add_argument("--timeout", type=float, default=None,
-                       help="budget per claim in seconds (default 60; 600 for a claim proved for every size)")
+                       help="budget per claim in seconds (default 60; 900 for a claim proved for every size)")
     p.add_argument("--jobs", type=int, default=1, help="parallel worker processes (default 1)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run on a Dask cluster (e.g. tcp://10.0.0.5:8786) instead of local processes")

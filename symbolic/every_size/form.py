@@ -346,11 +346,18 @@ def build_statement(op: Op, claim: str, builder: Callable, display: bool = False
             return stmt
         for out in outs:            # SymPy differentiates; each primitive's derivative is the table's
             check_heads(out.value, X)
+        # Each output piece is differentiated once, at the entry X[p] of a symbolic position p, and each
+        # input piece's derivative is that one at p = its index: d X[i] / d X[p] is the product of
+        # KroneckerDelta(i_k, p_k), a function of p for every p, and substituting re-evaluates each
+        # delta. One diff per output piece, not one per (output, input) pair: a convolution's edge
+        # cases make 49 x 49 pairs of the 7 x 7 depthwise one.
+        at = tuple(sp.Dummy(f"p{k}", integer=True) for k in range(len(ins[0].idx))) if ins else ()
+        at_p = [out.value.diff(X[at]) for out in outs] if at else None
         for inp in ins:
             target = X[inp.idx]
             terms = []
-            for out in outs:
-                d = out.value.diff(target)
+            for k, out in enumerate(outs):
+                d = at_p[k].xreplace(dict(zip(at, inp.idx))) if at else out.value.diff(target)
                 stmt.jacobian.append((out, inp, d))
                 body = dY[out.idx] * d
                 terms.append(Sum(body, *[(v, 0, s - 1) for v, s in zip(out.syms, out.sizes)]))
