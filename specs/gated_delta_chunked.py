@@ -151,7 +151,7 @@ gated_delta_rule_chunked = chunked(
 # Stated for every length and chunk size, as the linear attention's chunked form is: by induction over the
 # chunks, from the chunk ops' claims for every n (the every-size tier reads the gates' product at a
 # symbolic n as exp of a sum of logs, and the solve as an atom per entry). The forms' agreement rests on
-# the chunk ops' laws, which need the solve at n + 1 bordered by the one at n, a relation the every-size
-# normal form does not use: it is inconclusive there, and stands at fixed dims, mod p and numerically.
+# the chunk ops' laws, which the every-size tier proves with the chunk's last step taken out: T's last row
+# by forward substitution against the rows above it, the (n - 1)-step solve (ARCHITECTURE.md).
 gated_delta_rule_chunked.every_size("vjp[S]", "vjp[k]", "vjp[v]", "vjp[alpha]", "vjp[beta]", "vjp[q]",
                                     "equals_the_recurrent_form")

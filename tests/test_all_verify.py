@@ -188,17 +188,11 @@ def test_every_committed_certificate_of_a_built_in_op_passes():
     assert {(r["op"], r["claim"]) for r in open_gaps} == set(NOT_YET_FOR_EVERY_SIZE)
 
 
-# Claims stated for every size that the every-size tier does not prove yet, committed `inconclusive` with
-# the reason (ARCHITECTURE.md, "A recurrence in chunks"): the chunked gated delta rule's chunk laws need
-# the triangular solve at n bordered by the one at n - 1, a relation the normal form does not use, and
-# the forms' agreement rests on them. At fixed dims, mod p and numerically they pass like every other
-# claim. Only these every-size certificates, and only for this reason: when the tier learns the
-# relation, they come out proved and this list shrinks; any other verdict fails above.
-NOT_YET_FOR_EVERY_SIZE = {
-    ("gated_delta_chunk_state", "one_more_step_is_the_cell"): "the normal form is not 0",
-    ("gated_delta_chunk_out", "one_more_step_is_the_readout"): "the normal form is not 0",
-    ("gated_delta_rule_chunked", "equals_the_recurrent_form"): "one_more_step_is_the_cell",
-}
+# Claims stated for every size that the every-size tier does not prove yet, committed `inconclusive`,
+# each with the words its reason must hold: only these every-size certificates, and only for that reason.
+# Every claim stated for every size is proved now (the last were the chunked gated delta rule's chunk
+# laws), so the list is empty: a claim added here must say why, and comes out when the tier proves it.
+NOT_YET_FOR_EVERY_SIZE: dict[tuple[str, str], str] = {}
 
 
 def _stated_beyond_the_every_size_tier(record: dict) -> bool:

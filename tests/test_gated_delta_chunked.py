@@ -2,8 +2,8 @@
 chunk is the exact inverse at every size around its squarings, the chunked form is the recurrent one
 in floats at lengths just below, at and just above multiples of the chunk size (and at a long length
 with a partial last chunk), every claim is proved at its dims, a solve one squaring short is refuted by
-the chunk op's law at the first chunk length it is wrong at, the VJP claims are proved for every size,
-and the forms' agreement for every size is inconclusive with its reason, never proved."""
+the chunk op's law at the first chunk length it is wrong at, the VJP claims and the forms' agreement are
+proved for every size, and chunk states wrong in their last step are failed there."""
 from fractions import Fraction
 
 import numpy as np
@@ -11,8 +11,10 @@ import pytest
 
 from vjpcert.core.backends import F64
 from vjpcert.core.matrix_functions import unit_lower_inverse
+from vjpcert.core.registry import Mutant
 from vjpcert.core.spec_array import plain
 from vjpcert.specs import builtin_ops
+from vjpcert.specs.gated_delta_chunked import _heads, _masks, _solve, _t
 from vjpcert.specs.gated_delta_rule import gates, unit_keys
 from vjpcert.symbolic.every_size.general import prove_general
 from vjpcert.symbolic.fixed.prover import prove_claim
@@ -101,14 +103,48 @@ def test_a_chunk_of_one_step_is_the_cell_for_every_size_through_the_solve_s_defi
         assert cert.verdict == "proved-general", (o.name, cert.evidence)
 
 
-def test_the_forms_agreeing_for_every_size_is_inconclusive_with_its_reason_not_proved():
-    """The chunk ops' laws (one step more is the cell) need the solve at n + 1 bordered by the one at n,
-    a relation the normal form does not use: not proved, and neither is what rests on them."""
-    premise = prove_general(STATE, "one_more_step_is_the_cell", budget=120)
-    assert premise.verdict == "inconclusive", premise.evidence
-    cert = prove_general(CHUNKED, "equals_the_recurrent_form", budget=120)
-    assert cert.verdict == "inconclusive", cert.evidence
-    assert "one_more_step_is_the_cell" in cert.evidence["reason"]
+def test_the_forms_agree_for_every_length_and_chunk_size():
+    """The chunk ops' laws (one step more is the cell, and its readout) are proved for every chunk length:
+    the normal form takes the last step out of the n-step side (its sums, its gates' product, its
+    inverse's last row by forward substitution) and reads the rest as the (n - 1)-step inverse. From them,
+    by induction on the chunks, the chunked forward is the recurrent one for every T and C."""
+    for o, law in ((STATE, "one_more_step_is_the_cell"), (OUT, "one_more_step_is_the_readout")):
+        cert = prove_general(o, law, budget=120)
+        assert cert.verdict == "proved-general", (o.name, cert.evidence)
+    cert = prove_general(CHUNKED, "equals_the_recurrent_form", budget=300)
+    assert cert.verdict == "proved-general", cert.evidence
+    assert cert.evidence["proof"] == "induction on the number of chunks"
+
+
+def _wrong_state(bug):
+    """The chunk state's forward with one bug a size shift could hide: each is right at a chunk of one
+    step (or of two) and wrong beyond, in the last step or in the inverse that the normal form splits."""
+    def forward(B, S, k, v, alpha, beta):
+        K, V, a, b = _heads(k), _heads(v), alpha.T, beta.T
+        _, strict = _masks(K.shape[1])
+        g, ratio, T, rhs, R = _solve(B, S, K, V, a, b)
+        gn, before_last = a.prod(1), strict.any(0)     # j < n - 1
+        if bug == "last_write_dropped":               # the chunk's last row of R left out
+            R = np.where(before_last[None, :, None], R, B.c(0))
+        elif bug == "last_gate_dropped":              # gamma_(n-1) for gamma_n
+            gn = np.where(before_last[None], a, B.c(1)).prod(1)
+        elif bug == "inverse_transposed":             # R = T^T rhs
+            R = _t(T) @ rhs
+        elif bug == "inverse_of_the_inverted_decay":  # (I + A)^-1 with gamma_j / gamma_i in A
+            T = unit_lower_inverse(B, np.where(strict, b[:, :, None] / ratio * (K @ _t(K)), B.c(0)))
+            R = T @ rhs
+        return gn[:, None, None] * S - _t(K) @ ((gn[:, None] / g)[:, :, None] * R)
+    return STATE.with_mutant(Mutant(bug, forward, "forward", ("one_more_step_is_the_cell",), bug))
+
+
+@pytest.mark.parametrize("bug", ["last_write_dropped", "last_gate_dropped", "inverse_transposed",
+                                 "inverse_of_the_inverted_decay"])
+def test_a_chunk_state_wrong_in_its_last_step_or_its_inverse_is_failed_for_every_size(bug):
+    """The negative control of the size shift: the law of a wrong chunk state is failed with a witness,
+    never proved-general."""
+    cert = prove_general(_wrong_state(bug), "one_more_step_is_the_cell", budget=120)
+    assert cert.verdict == "failed", cert.evidence
+    assert "witness" in cert.evidence
 
 
 def test_mod_p_at_a_length_with_a_partial_last_chunk_and_a_backward_that_drops_the_carry_fails():

@@ -172,8 +172,82 @@ def test_the_heads_of_the_matrix_an_atom_inverts_are_held_to_the_table():
     X = IndexedBase("X")
     g = tuple(sp.Symbol(f"{PREFIX}{k}", integer=True) for k in range(2))
     i, j = sp.symbols("i j", integer=True)
-    ok = head(g, sp.exp(X[g]), sp.exp(X[g]), n)(sp.Tuple(X), i, j)
+    ranges = {t: (0, n - 1) for t in g}
+    ok = head(g, sp.exp(X[g]), sp.exp(X[g]), n, ranges)(sp.Tuple(X), i, j)
     heads.check_heads(ok, X)
-    odd = head(g, sp.atan(X[g]), sp.atan(X[g]), n)(sp.Tuple(X), i, j)
+    odd = head(g, sp.atan(X[g]), sp.atan(X[g]), n, ranges)(sp.Tuple(X), i, j)
     with pytest.raises(DerivationRefused, match="no row"):
         heads.check_heads(odd, X)
+
+
+def test_a_mask_narrows_a_sum_only_as_far_as_it_bounds_the_index():
+    """sum_(j <= n - 1) Ind(s - j) a[j] is the sum over j <= n - 2 where s <= n - 2 (the terms cut off are 0),
+    and stays the longer sum where s may be n - 1."""
+    n = sp.Symbol("n", integer=True, positive=True)
+    s, j = sp.symbols("s j", integer=True)
+    a = IndexedBase("a")
+    from vjpcert.symbolic.every_size.atoms import Ind
+    long, short = (Sum(Ind(s - j) * a[j], (j, 0, hi)) for hi in (n - 1, n - 2))
+    N = Normaliser([n], {s: (0, n - 2)})
+    assert N(long) == N(short)
+    assert N.stats.ranges_narrowed == 1
+    N = Normaliser([n], {s: (0, n - 1)})
+    assert N(long) != N(short)
+
+
+def _prefix_heads(whole_chunk: bool):
+    """The inverse over n and over n - 1 steps of A[i, j] = sum_(l <= i) x[l] y[j] (a decay's sum up to
+    the row), or, ``whole_chunk``, of sum_(l < size) x[l] y[j], which the last step changes everywhere."""
+    from vjpcert.symbolic.every_size.atoms import Ind
+    from vjpcert.symbolic.every_size.inverse import PREFIX, head
+    n = sp.Symbol("n", integer=True, positive=True)
+    x, y = IndexedBase("x"), IndexedBase("y")
+    g = tuple(sp.Symbol(f"{PREFIX}{k}", integer=True) for k in range(2))
+    lv = sp.Symbol("l", integer=True)
+    out = []
+    for size in (n, n - 1):
+        body = Sum((1 if whole_chunk else Ind(g[0] - lv)) * x[lv], (lv, 0, size - 1)) * y[g[1]]
+        ranges = {t: (0, size - 1) for t in g}
+        out.append(head(g, Normaliser([n], ranges)(body), body, size, ranges))
+    return n, sp.Tuple(x, y), out
+
+
+@pytest.mark.parametrize("whole_chunk", [False, True])
+def test_an_inverse_on_its_leading_block_is_the_inverse_of_its_matrix_s_leading_block(whole_chunk):
+    """T = (I + tril(A, -1))^-1 over n steps, at a row and column below n - 1, is the inverse over n - 1
+    steps of A's leading block -- when A's entries there are the same (a sum up to the row), and not when
+    the last step changes them (a sum over the whole chunk), nor where the row may be the last."""
+    n, bases, (Tn, Tm) = _prefix_heads(whole_chunk)
+    i, j = sp.symbols("i j", integer=True)
+    N = Normaliser([n], {i: (0, n - 2), j: (0, n - 2)})
+    assert (N(Tn(bases, i, j)) == N(Tm(bases, i, j))) is not whole_chunk
+    N = Normaliser([n], {i: (0, n - 1), j: (0, n - 2)})
+    assert N(Tn(bases, i, j)) != N(Tm(bases, i, j))
+    assert N(Tn(bases, j, j)) == 1 and N(Tn(bases, j, j + 1)) == 0        # unit lower triangular
+
+
+def test_the_last_step_taken_out_writes_the_inverse_s_last_row_by_forward_substitution():
+    """With n's last step taken out (the normal form of a chunk against its first n - 1 steps), a sum
+    over n steps is the sum over n - 1 and its last term, and the inverse's last row is forward
+    substitution against the rows above it: T[n - 1, j] = -sum_(k <= n - 2) A[n - 1, k] T[k, j]. The
+    written-out inverse at n = 2..5 agrees, and the sum over n - 1 steps alone is not the one over n."""
+    from vjpcert.symbolic.every_size.atoms import Ind
+    n, bases, (Tn, Tm) = _prefix_heads(False)
+    x, y = bases
+    j, k = sp.symbols("j k", integer=True)
+    N = Normaliser([n], {j: (0, n - 2)}, peel={n})
+    lv = sp.Symbol("l", integer=True)
+    A_last = Sum(x[lv], (lv, 0, n - 1)) * y[k]
+    substituted = -Sum(A_last * Tm(bases, k, j), (k, 0, n - 2))
+    assert N(Tn(bases, n - 1, j)) == N(substituted)
+    assert N.stats.last_rows_substituted == 1 and N.stats.last_steps_taken >= 1
+    assert N(Tn(bases, n - 1, j)) != N(-substituted)
+    total = Sum(Ind(j - k) * x[k], (k, 0, n - 1))
+    assert N(total) == N(Sum(Ind(j - k) * x[k], (k, 0, n - 2)) + Ind(j - n + 1) * x[n - 1])
+    assert N(total) != N(Sum(x[k], (k, 0, n - 2)))
+    for size in range(2, 6):             # the rule against forward substitution written out
+        entry = lambda batch, r, c: sum(x[l] for l in range(r + 1)) * y[c]
+        last = [Tn.written_out((), size - 1, c, entry) for c in range(size - 1)]
+        by_rule = [sp.expand(-sum(entry((), size - 1, kk) * Tn.written_out((), kk, c, entry) for kk in range(size - 1)))
+                   for c in range(size - 1)]
+        assert last == by_rule

@@ -111,10 +111,18 @@ class Stats:
     sums_written_out: int = 0
     absolute_values: int = 0
     bodies_joined: int = 0          # groups of same-range sums whose joined body cancelled
+    ranges_narrowed: int = 0        # summation ranges cut to the bound a mask puts on their index
+    leading_blocks: int = 0         # inverses read as their leading block's
+    last_steps_taken: int = 0       # sums over a peeled dim split into the steps before the last, and it
+    last_rows_substituted: int = 0  # an inverse's last row written by forward substitution
 
     def as_dict(self) -> dict:
         joined = {"sums_joined": self.bodies_joined} if self.bodies_joined else {}
-        return {**joined, "sums_normalised": self.sums_seen, "deltas_evaluated": self.deltas_evaluated,
+        shifts = {k: v for k, v in (("ranges_narrowed", self.ranges_narrowed),
+                                    ("leading_blocks", self.leading_blocks),
+                                    ("last_steps_taken", self.last_steps_taken),
+                                    ("last_rows_substituted", self.last_rows_substituted)) if v}
+        return {**joined, **shifts, "sums_normalised": self.sums_seen, "deltas_evaluated": self.deltas_evaluated,
                 "deltas_zero": self.deltas_zero, "sums_flattened": self.sums_flattened,
                 "sums_split": self.sums_split, "relation_reductions": self.relation_reductions,
                 "sums_written_out": self.sums_written_out, "absolute_values": self.absolute_values}

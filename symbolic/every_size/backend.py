@@ -167,7 +167,8 @@ class ShapeBackend:
             ranges = {g: (sp.Integer(0), z - 1) for g, (_, _, z) in zip(gens, P.maps)}
             body = P.value(gens)
             bases = sp.Tuple(*sorted({x.base for x in body.atoms(sp.Indexed)}, key=str))
-            Inv = inverse.head(gens, Normaliser(G.dim_symbols, {**G.ranges, **ranges})(body), body, n)
+            ranges = {**G.ranges, **ranges}
+            Inv = inverse.head(gens, Normaliser(G.dim_symbols, ranges)(body), body, n, ranges)
             pieces.append(Piece(P.maps, lambda idx, Inv=Inv, bases=bases: Inv(bases, *idx)))
         return SymArray(shape, pieces, False)
 

@@ -17,12 +17,18 @@ in that case, so its normal form being 0 proves the identity there. A fresh symb
 two identities' middles never share a name, so the normaliser's cache cannot mix their ranges.
 Nothing is assumed: a case that does not reach 0 (within ``MAX_DEPTH`` splits and ``MAX_CASES``
 cases) leaves the identity unproved, as before.
+
+A residual that no split brings to 0 and that holds sums over both n - 1 and n - 2 steps (a chunk of n
+steps against its first n - 1 and one step more) is normalised once more with n's last step taken out of
+every sum and inverse (``shifted_dims``, ``Normaliser(peel=...)``): another exact normal form, in which
+both sides are written over the first n - 1 steps and the last.
 """
 from __future__ import annotations
 
 import sympy as sp
 from sympy import KroneckerDelta, Sum
 
+from vjpcert.symbolic.every_size.inverse import LowerInverse
 from vjpcert.symbolic.every_size.normal import Normaliser
 from vjpcert.symbolic.every_size.zero_test import rational_function_is_zero
 
@@ -38,10 +44,27 @@ def by_cases(N, expr, free) -> tuple[bool, dict]:
     if zero:
         return True, info
     state = {"cases": 0, "vacuous": 0, "splits": []}
-    if _split(N, N(expr), list(free), MAX_DEPTH, state):
+    nf = N(expr)
+    if _split(N, nf, list(free), MAX_DEPTH, state):
         return True, {"atoms": 0, "numerator_terms": 0, "cases": state["cases"],
                       "vacuous_cases": state["vacuous"], "split": state["splits"][:12]}
+    for d in shifted_dims(N, nf):
+        peeled = Normaliser(N.dims, N.ranges, peel={d})
+        zero, shifted = peeled.is_zero(expr)
+        if zero:
+            return True, {**shifted, "last_step_taken_out": str(d), "with_it": peeled.stats.as_dict()}
     return False, info
+
+
+def shifted_dims(N, nf) -> list:
+    """The dims d over which nf holds both a sum up to d - 1 and one up to d - 2 (or an inverse of size d
+    and one of size d - 1): a chunk of d steps against its first d - 1 and a step after them (a
+    recurrence's one_more_step laws). In the normal form that takes d's last step out of every sum and
+    inverse (``Normaliser(peel={d})``), both sides are written over the first d - 1 steps and the last,
+    where they can meet."""
+    ends = {sp.expand(hi + 1) for S in nf.atoms(Sum) for _, _, hi in S.limits}
+    ends |= {sp.expand(a.func.size) for a in nf.atoms(LowerInverse)}
+    return [d for d in sorted(N.dims, key=str) if d in ends and sp.expand(d - 1) in ends]
 
 
 def _split(N, nf, free, depth: int, state: dict) -> bool:

@@ -77,7 +77,11 @@ NORMALISATION = ("sums expanded by linearity (independent factors pulled out, ne
                  "(radicals reduced by u^q = b); zero test: numerator of the rational function in "
                  "the atoms expands to 0; a residual whose deltas pin a free index or a size near the "
                  "end of its range is split into cases (those values one by one, the rest of the range "
-                 "as a fresh index or a larger size), each normalised and tested again")
+                 "as a fresh index or a larger size), each normalised and tested again; a summation range "
+                 "cut to the bound a mask (or a unit lower triangular inverse's zero triangle) puts on its "
+                 "index; an inverse entry whose row and column lie in a leading block read as that block's "
+                 "inverse; a residual holding sums over both n - 1 and n - 2 steps normalised again with n's "
+                 "last step taken out of every sum, and an inverse's last row written by forward substitution")
 SCOPE = ("the statement was derived from the spec's own code (the functions named in derived_from) by a "
          "shape-polymorphic trace with symbolic dimensions, and proved for every size allowed by the "
          "assumptions; the cross-check instantiates it at concrete sizes and compares it exactly with the "

@@ -15,10 +15,11 @@ things:
   substitution, T[i, j] = -sum_(j <= k < i) L[i, k] T[k, j], which is what the cross-check compares
   with the definition run on the SymPy backend.
 
-The normal form uses no relation between the atoms -- not even that T is unit lower triangular: an
-identity proved with every entry free holds for the real T. (The rule needs none either: with the
-triangle written as masks, a VJP's two sides differ by products of masks that other masks imply.) An
-entry does not depend on n (T's leading block is the inverse of L's), so the atom carries no size.
+The normal form uses three facts of T (``normal.Normaliser.inverse_entry``): it is unit lower triangular;
+its leading (m + 1) block is the inverse of L's leading block (``leading_block``), so a chunk of n steps
+meets its first n - 1 there; and, where a chunk's last step is taken out (``Normaliser(peel=...)``), its
+last row is forward substitution against the rows above it. Each is exact. A VJP's two sides need none of
+them: with the triangle written as masks, they differ by products of masks that other masks imply.
 The reading that builds the atoms from a traced array is the trace backend's method
 (``symbolic.every_size.backend.ShapeBackend.unit_lower_inverse``); this module holds the atom alone,
 below the normaliser that treats it.
@@ -51,8 +52,10 @@ class LowerInverse(sp.Function):
         dT = RULES["unit_lower_inverse"](M, M.value(), dA)
         return dT(i, j)
 
-    def matrix_entry(self, batch, r, c):
-        return self.body.xreplace(dict(zip(self.gens, (*batch, r, c))))
+    @classmethod
+    def matrix_entry(cls, batch, r, c):
+        """A's entry (batch, r, c)."""
+        return cls.body.xreplace(dict(zip(cls.gens, (*batch, r, c))))
 
     def _sympystr(self, printer):
         return f"inv(I+L_{type(self).__name__[3:]})[{', '.join(printer.doprint(a) for a in self.args[1:])}]"
@@ -101,12 +104,28 @@ class _EntryOps:
 _HEADS: dict = {}
 
 
-def head(gens: tuple, key: sp.Expr, body: sp.Expr, size: sp.Expr) -> type:
+def head(gens: tuple, key: sp.Expr, body: sp.Expr, size: sp.Expr, ranges: dict) -> type:
     """The atom's class for the matrix whose entry at ``gens`` has the normal form ``key`` (one class per
     matrix: the forward and the backward build A apart, with other names for its sums' indices). It keeps
-    the first ``body`` built, which SymPy differentiates: every body with that normal form is equal."""
+    the first ``body`` built, which SymPy differentiates: every body with that normal form is equal.
+    ``ranges`` are the generic indices' (and the spec's indices') ranges ``key`` was normalised over:
+    what ``leading_block`` narrows."""
     cls = _HEADS.get((gens, key, size))
     if cls is None:
         cls = _HEADS[(gens, key, size)] = type(f"Inv{len(_HEADS)}", (LowerInverse,),
-                                              {"gens": gens, "body": body, "size": size})
+                                              {"gens": gens, "body": body, "size": size, "ranges": ranges})
     return cls
+
+
+def leading_block(cls: type, m: sp.Expr, normal_form) -> type:
+    """The atom's class for the leading (m + 1) x (m + 1) block of ``cls``'s inverse, m < its size - 1.
+
+    T = (I + L)^-1 with L strictly lower triangular: the leading block of T is the inverse of L's leading
+    block (forward substitution for the rows up to m reads no row of L below m). So an entry of T whose row
+    and column are at most m is that entry of the size m + 1 inverse of the matrix whose entries are A's
+    there: its class is the one whose body has the normal form of A's entry with the generic row and
+    column bounded by m (``normal_form(body, ranges)``), where the sums over the chunk (a decay's product
+    up to the row) stop at m -- the key a trace of the same spec over m + 1 steps gives its own inverse."""
+    gens = cls.gens
+    ranges = {**cls.ranges, gens[-2]: (sp.Integer(0), m), gens[-1]: (sp.Integer(0), m)}
+    return head(gens, normal_form(cls.body, ranges), cls.body, m + 1, ranges)

@@ -42,6 +42,7 @@ from sympy import Indexed, KroneckerDelta, Sum
 from vjpcert.symbolic.every_size.atoms import (OPAQUE, SIGMA, Cos, Erf, Exp, Ind, Log, NormalFormError,  # noqa: F401
                                                Root, Sin, Stats, Step, Tanh, _EVEN, _ODD, _SIGN, canonical_index)
 from vjpcert.core.derivatives import STEP_AT_KINK
+from vjpcert.symbolic.every_size import inverse
 from vjpcert.symbolic.every_size.inverse import LowerInverse
 from vjpcert.symbolic.every_size.sums import MAX_WRITTEN_OUT, SumForms  # noqa: F401
 from vjpcert.symbolic.every_size.zero_test import expand_sums, plainly_zero, rational_function_is_zero  # noqa: F401
@@ -54,8 +55,12 @@ class Normaliser(SumForms):
     inclusive, in terms of the dims. Summation indices get their ranges from their ``Sum``.
     """
 
-    def __init__(self, dims=(), ranges=None):
+    def __init__(self, dims=(), ranges=None, peel=()):
         self.dims = set(dims)
+        # dims d whose last step the normal form takes out of every sum over ..d - 1 (``SumForms.norm_sum``)
+        # and out of every inverse of size d (``inverse_entry``): the form in which a chunk of d steps
+        # meets its first d - 1 and a step after them
+        self.peel = frozenset(peel)
         self.ranges: dict[sp.Symbol, tuple] = dict(ranges or {})
         self.stats = Stats()
         self._fresh = 0
@@ -64,6 +69,7 @@ class Normaliser(SumForms):
         # norm() is deterministic for a given expression (ranges never change for a symbol, and
         # the fresh indices of a sum never survive its normal form), so its results are cached
         self._memo: dict = {}
+        self._blocks: dict = {}         # (inverse's class, m) -> its leading block's class
 
     # ------------------------------------------------------------------ public
     def __call__(self, expr, max_rounds: int = 6):
@@ -79,7 +85,7 @@ class Normaliser(SumForms):
     def is_zero(self, expr) -> tuple[bool, dict]:
         """(True, info) when the normal form of ``expr`` is the zero rational function in its atoms
         (after radical relations); (False, info) otherwise -- not a disproof."""
-        nf = self.merge_ranges(self(expr))
+        nf = self(expr) if self.peel else self.merge_ranges(self(expr))
         a = self.atomise(nf)
         info = {"atoms": len(a.free_symbols)}
         if rational_function_is_zero(a):            # fast and exact (python-flint)
@@ -105,7 +111,7 @@ class Normaliser(SumForms):
         meets its edge term only once the product is multiplied out. Tried only where the first test
         failed, so what it already proves costs nothing more."""
         expanded = self.expand(nf)
-        if expanded == nf:
+        if expanded == nf or self.peel:
             return False
         merged = self.merge_ranges(expanded)
         return merged != expanded and rational_function_is_zero(self.atomise(merged))
@@ -220,7 +226,7 @@ class Normaliser(SumForms):
         if isinstance(e, Indexed):
             return e.func(e.base, *[sp.expand(i) for i in e.indices])
         if isinstance(e, LowerInverse):                     # an entry of unit_lower_inverse: its indices
-            return e.func(e.args[0], *[sp.expand(self.norm(i)) for i in e.args[1:]])
+            return self.inverse_entry(e.func, e.args[0], [sp.expand(self.norm(i)) for i in e.args[1:]])
         if isinstance(e, Sum):
             return self.norm_sum(e)
         if isinstance(e, KroneckerDelta):
@@ -395,6 +401,41 @@ class Normaliser(SumForms):
         if arg.could_extract_minus_sign():
             return _SIGN[atom] * atom(self.expand(-arg))
         return atom(arg)
+
+    def inverse_entry(self, cls, bases, idx):
+        """An entry of a unit lower triangular inverse: 0 where its row is provably above its column, 1 on
+        the diagonal, and, where its row and column are bounded by an m below its size - 1, the entry of
+        the inverse of A's leading block (``inverse.leading_block``): so the inverse over the first n - 1
+        steps of a chunk meets the one over all n there."""
+        i, j = idx[-2:]
+        if i == j:
+            return sp.Integer(1)
+        if self.peel and sp.expand(i - cls.size + 1) == 0 and cls.size in self.peel:
+            # the last row, by forward substitution against the rows above it (where T is the leading
+            # block's): T[d - 1, j] = -sum_(k <= d - 2) L[d - 1, k] T[k, j], for j <= d - 2
+            aff = self._affine(j)
+            bounds = aff and self._bounds(*aff)
+            if bounds and self._nonneg(cls.size - 2 - bounds[1]):
+                k, batch = sp.Dummy("k", integer=True), idx[:-2]
+                self.stats.last_rows_substituted += 1
+                return self.norm(-Sum(cls.matrix_entry(batch, i, k) * cls(bases, *batch, k, j), (k, 0, cls.size - 2)))
+        below = self._affine(i - j)
+        bounds = below and self._bounds(*below)
+        if bounds and self._neg(bounds[1]):
+            return sp.Integer(0)
+        bounds = [self._bounds(*aff) for aff in (self._affine(i), self._affine(j))
+                  if aff is not None]
+        if len(bounds) == 2 and None not in bounds:
+            (_, hi_i), (_, hi_j) = bounds
+            m = hi_i if self._nonneg(hi_i - hi_j) else hi_j if self._nonneg(hi_j - hi_i) else None
+            if m is not None and self._pos(cls.size - 1 - m):
+                block = self._blocks.get((cls, m))
+                if block is None:
+                    block = self._blocks[(cls, m)] = inverse.leading_block(
+                        cls, m, lambda body, ranges: Normaliser(self.dims, ranges)(body))
+                    self.stats.leading_blocks += 1
+                cls = block
+        return cls(bases, *idx)
 
     # ------------------------------------------------------------------ Kronecker deltas
     def _affine(self, e):

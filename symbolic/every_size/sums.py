@@ -13,6 +13,7 @@ import sympy as sp
 from sympy import KroneckerDelta, Sum
 
 from vjpcert.symbolic.every_size.atoms import Ind, NormalFormError, _height_of, canonical_index
+from vjpcert.symbolic.every_size.inverse import LowerInverse
 from vjpcert.symbolic.every_size.zero_test import rational_function_is_zero
 
 MAX_TIED_ORDERS = 720           # canonical naming tries every order its indices' classes leave up to this many
@@ -37,6 +38,14 @@ class SumForms:
                 terms = [e.function.xreplace({v: sp.expand(self.norm(lo) + k)}) for k in range(int(size))]
                 self.stats.sums_written_out += 1
                 return self.norm(sp.Add(*[Sum(t, *rest) if rest else t for t in terms]))
+        for pos, (v, lo, hi) in enumerate(e.limits):       # a peeled dim's last step: a term of its own
+            lo, hi = self.norm(lo), self.norm(hi)
+            if sp.expand(hi + 1) in self.peel and self._nonneg(hi - lo):
+                rest = e.limits[:pos] + e.limits[pos + 1:]
+                last = e.function.xreplace({v: hi})
+                self.stats.last_steps_taken += 1
+                return self.norm(Sum(e.function, *e.limits[:pos], (v, lo, hi - 1), *e.limits[pos + 1:])
+                                 + (Sum(last, *rest) if rest else last))
         body, rename, V = e.function, {}, []
         for v, lo, hi in e.limits:
             lo, hi = self.norm(lo), self.norm(hi)
@@ -131,25 +140,17 @@ class SumForms:
                 self.stats.deltas_evaluated += 1
                 factors.pop(pos)
                 V.remove(v)
-                new = []
-                for g, e in factors:
-                    if v in g.free_symbols:
-                        g = self.norm(g.xreplace({v: value}))
-                        if g == 0:
-                            if e < 0:
-                                raise NormalFormError("a denominator is 0 once a delta is evaluated")
-                            return sp.Integer(0)
-                        for h in sp.Mul.make_args(g):   # a factor may now be a product
-                            b, e2 = h.as_base_exp()
-                            if b.is_Number:
-                                coeff *= h ** e
-                            else:
-                                new.append((b, e2 * e))
-                    else:
-                        new.append((g, e))
-                factors = self._flatten(new, V)
+                scale, factors = self._substituted(factors, v, value, "once a delta is evaluated")
+                if scale == 0:
+                    return sp.Integer(0)
+                coeff *= scale
+                factors = self._flatten(factors, V)
                 progress = True
                 break
+        scale, factors = self._narrow(factors, V)
+        if scale == 0:
+            return sp.Integer(0)
+        coeff *= scale
         # what does not depend on the summation indices leaves the sum
         Vs = set(V)
         outside = [f ** k for f, k in factors if not (f.free_symbols & Vs)]
@@ -166,6 +167,90 @@ class SumForms:
         for comp_vars, comp_factors in self._components(V, inside):
             result *= self.canonical_sum(comp_vars, comp_factors)
         return result
+
+    def _substituted(self, factors, v, value, why: str):
+        """(scale, factors) with v := value in each factor, normalised again (a factor may turn into a
+        number, which goes to ``scale``, or a product); scale 0 when a factor turns 0."""
+        scale, new = sp.Integer(1), []
+        for g, e in factors:
+            if v not in g.free_symbols:
+                new.append((g, e))
+                continue
+            g = self.norm(g.xreplace({v: value}))
+            if g == 0:
+                if e < 0:
+                    raise NormalFormError(f"a denominator is 0 {why}")
+                return sp.Integer(0), []
+            for h in sp.Mul.make_args(g):               # a factor may now be a product
+                b, e2 = h.as_base_exp()
+                if b.is_Number:
+                    scale *= h ** e
+                else:
+                    new.append((b, e2 * e))
+        return scale, new
+
+    @staticmethod
+    def _nonzero_only_where(f) -> list:
+        """Affine expressions that are >= 0 wherever the factor f is not 0: a mask's bound, and a unit
+        lower triangular inverse's row minus its column (its entries above the diagonal are 0)."""
+        if isinstance(f, Ind):
+            return [f.args[0]]
+        if isinstance(f, LowerInverse):
+            return [f.args[-2] - f.args[-1]]
+        return []
+
+    def _narrow(self, factors, V):
+        """(scale, factors) with each summation index's range cut to the bound that a factor which is 0
+        outside it puts on the index (sum_(v <= n - 1) Ind(s - v) f(v) with s <= n - 2 is the sum over
+        v <= n - 2): the terms cut off are 0, so this is exact. A cut index is a fresh one over the
+        narrower range, and the factors that read it are normalised again, where its new bound may
+        decide more (a mask inside a decay's product, an inverse read as its leading block's). Repeated
+        until no range narrows: a bound may follow from another index's narrowed range."""
+        scale, narrowed = sp.Integer(1), True
+        while narrowed:
+            narrowed = False
+            for v in list(V):
+                lo, hi = self.ranges[v]
+                for f, k in factors:
+                    if k < 1:
+                        continue
+                    for cond in self._nonzero_only_where(f):
+                        lo, hi = self._cut(v, cond, lo, hi)
+                if (lo, hi) == self.ranges[v]:
+                    continue
+                w = self.fresh(lo, hi)
+                V[V.index(v)] = w
+                self.stats.ranges_narrowed += 1
+                more, factors = self._substituted(factors, v, w, "once a range is narrowed")
+                if more == 0:
+                    return sp.Integer(0), []
+                scale *= more
+                narrowed = True
+                break
+        return scale, factors
+
+    def _cut(self, v, cond, lo, hi):
+        """v's range [lo, hi] cut by cond >= 0 where cond = +-v + rest is affine: the bound rest puts on
+        v over the other indices' ranges, where it is provably inside [lo, hi] and leaves a range that
+        is not reversed (it may be empty; else the range stays as it is)."""
+        aff = self._affine(cond)
+        if aff is None or aff[0].get(v) not in (1, -1):
+            return lo, hi
+        coeffs, const = aff
+        c = coeffs[v]
+        rest = {s: -c * x for s, x in coeffs.items() if s != v}
+        bounds = self._bounds(rest, -c * const)          # c = -1: v <= rest; c = 1: v >= -rest
+        if bounds is None:
+            return lo, hi
+        if c == -1:
+            b = bounds[1]
+            if b != hi and self._nonneg(hi - b) and self._nonneg(b - lo + 1):
+                return lo, b
+        else:
+            b = bounds[0]
+            if b != lo and self._nonneg(b - lo) and self._nonneg(hi - b + 1):
+                return b, hi
+        return lo, hi
 
     def _components(self, V, factors):
         parent = {v: v for v in V}
