@@ -109,11 +109,15 @@ def head(gens: tuple, key: sp.Expr, body: sp.Expr, size: sp.Expr, ranges: dict) 
     matrix: the forward and the backward build A apart, with other names for its sums' indices). It keeps
     the first ``body`` built, which SymPy differentiates: every body with that normal form is equal.
     ``ranges`` are the generic indices' (and the spec's indices') ranges ``key`` was normalised over:
-    what ``leading_block`` narrows."""
-    cls = _HEADS.get((gens, key, size))
+    what ``leading_block`` narrows. The ranges of the indices ``key`` reads (the generic ones, and any other)
+    are part of the class's identity: two bodies whose normal forms agree over a batch of h matrices and
+    over one of h - 1 are the same matrix on the smaller batch only, and the class keeps one body."""
+    read = sorted(set(gens) | {s for s in key.free_symbols if s in ranges}, key=str)
+    ident = (gens, key, size, tuple((s, ranges.get(s)) for s in read))
+    cls = _HEADS.get(ident)
     if cls is None:
-        cls = _HEADS[(gens, key, size)] = type(f"Inv{len(_HEADS)}", (LowerInverse,),
-                                              {"gens": gens, "body": body, "size": size, "ranges": ranges})
+        cls = _HEADS[ident] = type(f"Inv{len(_HEADS)}", (LowerInverse,),
+                                   {"gens": gens, "body": body, "size": size, "ranges": ranges})
     return cls
 
 

@@ -35,14 +35,16 @@ class SumForms:
             size = sp.expand(self.norm(hi) - self.norm(lo) + 1)
             if size.is_Integer and 0 <= size <= MAX_WRITTEN_OUT:
                 rest = e.limits[:pos] + e.limits[pos + 1:]
-                terms = [e.function.xreplace({v: sp.expand(self.norm(lo) + k)}) for k in range(int(size))]
+                terms = [self._at(e, v, sp.expand(self.norm(lo) + k)) for k in range(int(size))]
                 self.stats.sums_written_out += 1
                 return self.norm(sp.Add(*[Sum(t, *rest) if rest else t for t in terms]))
-        for pos, (v, lo, hi) in enumerate(e.limits):       # a peeled dim's last step: a term of its own
+        peelable = self.peel and all(not ((self.norm(lo).free_symbols | self.norm(hi).free_symbols) - self.dims)
+                                     for _, lo, hi in e.limits)
+        for pos, (v, lo, hi) in enumerate(e.limits if peelable else ()):   # a peeled dim's last step: a term of its own
             lo, hi = self.norm(lo), self.norm(hi)
             if sp.expand(hi + 1) in self.peel and self._nonneg(hi - lo):
                 rest = e.limits[:pos] + e.limits[pos + 1:]
-                last = e.function.xreplace({v: hi})
+                last = self._at(e, v, hi)
                 self.stats.last_steps_taken += 1
                 return self.norm(Sum(e.function, *e.limits[:pos], (v, lo, hi - 1), *e.limits[pos + 1:])
                                  + (Sum(last, *rest) if rest else last))
@@ -58,6 +60,14 @@ class SumForms:
             V.append(f)
         body = self.norm(body.xreplace(rename))
         return self.sum_terms(body, V)
+
+    @staticmethod
+    def _at(e: Sum, v, value):
+        """e's body at v = value: a term of the sum written out. A sum inside it that binds v again would
+        have its own index replaced too, so that is refused (the trace names every index apart)."""
+        if any(v in {w for w, _, _ in inner.limits} for inner in e.function.atoms(Sum)):
+            raise NormalFormError(f"the sum index {v} is bound again inside its own sum")
+        return e.function.xreplace({v: value})
 
     def terms(self, body):
         """body as a list of (coefficient, [(factor, power)]): expanded term by term, each term
