@@ -149,7 +149,18 @@ def needs(path, function: str | None) -> set[str]:
     return top | functions.get(function, set())
 
 
+# Under pytest-xdist every core runs a worker already, so each worker's BLAS, OpenMP and Numba take one
+# thread: a second thread per worker only contends for the cores (and OpenBLAS's idle threads spin).
+# Set in the controller before it starts the workers, which read it at their first import; a value the
+# caller set is kept, and a run without xdist keeps every core.
+ONE_THREAD_PER_WORKER = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
 def pytest_configure(config):
+    import os
+    if config.getoption("numprocesses", default=None) and "PYTEST_XDIST_WORKER" not in os.environ:
+        for var in ONE_THREAD_PER_WORKER:
+            os.environ.setdefault(var, "1")
     config.addinivalue_line("markers", "slow: a full matrix or realistic size; run with --slow")
     for need in NEEDS:
         config.addinivalue_line("markers", f"{need}: needs {need} (read off the test file's imports)")

@@ -1,5 +1,6 @@
 """The test suite's own layout: collecting it imports no optional framework (tests/optional.py), the
-tests that need one are marked and run last in each worker, and a framework that is missing skips."""
+tests that need one are marked and run last in each worker, a framework that is missing skips, and an
+xdist worker runs one BLAS and Numba thread."""
 import shutil
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import optional
-from conftest import FRAMEWORKS, IMPORTED_AT_COLLECTION, framework_tests_last, needs
+from conftest import FRAMEWORKS, IMPORTED_AT_COLLECTION, ONE_THREAD_PER_WORKER, framework_tests_last, needs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,3 +79,14 @@ def test_a_file_loaded_at_first_use(tmp_path):
     assert "kernels_here_for_a_test" not in sys.modules
     assert module.TABLE == {"x": 1} and "kernels_here_for_a_test" in sys.modules
     del sys.modules["kernels_here_for_a_test"]
+
+
+def test_an_xdist_worker_runs_one_blas_and_numba_thread(request):
+    """Each worker inherits one thread per library from the controller (unless the caller chose another
+    number), and Numba read it at its import."""
+    import os
+    if getattr(request.config, "workerinput", None) is None:
+        pytest.skip("not an xdist worker")
+    import numba
+    assert all(os.environ.get(var) for var in ONE_THREAD_PER_WORKER)
+    assert numba.config.NUMBA_NUM_THREADS == int(os.environ["NUMBA_NUM_THREADS"])
