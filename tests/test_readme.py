@@ -89,3 +89,16 @@ def test_the_documented_spec_language_is_the_checked_one():
     section = SPEC_LANGUAGE.split("<!-- spec language: begin -->\n")[1].split("\n<!-- spec language: end -->")[0]
     assert section == language_table(), "regenerate with: python -c 'import tests.test_readme as t; print(t.language_table())'"
     assert "\n".join(l for l in section.splitlines() if "`pad`" not in l) != language_table()
+
+
+def test_the_documented_default_budgets_are_the_ones_a_claim_gets():
+    """The default budget per claim is written in three places besides its constant (README, the CLI's
+    help, and the every-size one beside it): each says what the code does."""
+    from vjpcert.cli_parser import build_parser
+    from vjpcert.symbolic.every_size.general import GENERAL_BUDGET_S
+    from vjpcert.symbolic.settings import DEFAULT_CLAIM_BUDGET_S
+    said = f"{DEFAULT_CLAIM_BUDGET_S:g} s without it, {GENERAL_BUDGET_S:g} s if it is"
+    assert said in " ".join(README.split()), said
+    helps = [a.help for sub in build_parser()._subparsers._group_actions[0].choices.values()
+             for a in sub._actions if "--timeout" in a.option_strings]
+    assert helps and all(f"default {DEFAULT_CLAIM_BUDGET_S:g}; {GENERAL_BUDGET_S:g} for" in h for h in helps)
