@@ -66,6 +66,57 @@ def test_every_certificate_validates_against_the_published_schema():
         raise AssertionError("the schema accepted a failed certificate without a witness")
 
 
+def _broken(record):
+    """Records one edit away from a valid one: each field removed, or given a value of each other
+    JSON type; a verdict outside the list; a failure without its witness; a field too many; a
+    wrong entry inside each list and object field."""
+    for key in record:
+        yield {k: v for k, v in record.items() if k != key}
+        for value in (None, 1, 1.5, "x", "", [], {}, [1], {"a": 1}, True):
+            yield {**record, key: value}
+    yield {**record, "verdict": "proved!"}
+    yield {**record, "verdict": "failed", "evidence": {k: v for k, v in record["evidence"].items() if k != "witness"}}
+    yield {**record, "unexpected": 1}
+    for key, value in record.items():
+        if isinstance(value, list) and value:
+            yield {**record, key: [*value, 1]}
+            yield {**record, key: [None]}
+        if isinstance(value, dict):
+            yield {**record, key: {**value, "x": None}}
+
+
+def test_verify_s_compiled_validator_agrees_with_the_reference_validator():
+    """`vjpcert verify` validates with the schema compiled to code (fastjsonschema); on every committed
+    certificate and on each record one edit away from one per tier, it says valid exactly where the
+    reference validator (jsonschema, the committed schema file) does, and names the field it rejects."""
+    from vjpcert.core.certificate import SCHEMA_VERSION
+    from vjpcert.verify import _validator
+    reports = ROOT / "reports"
+    schema = json.loads((reports / "schema" / f"certificate-v{SCHEMA_VERSION}.schema.json").read_text())
+    reference = jsonschema.Draft202012Validator(schema)
+    fast = _validator()
+    records = [json.loads(p.read_text()) for p in (reports / "certificates").rglob("*.json")]
+    assert all(fast(r) is None for r in records)
+    one_per_tier = {}
+    for r in records:
+        one_per_tier.setdefault(r["tier"], r)
+    assert len(one_per_tier) >= 3
+    r = records[0]          # and a failure, whose evidence must hold a witness
+    failure = {**r, "verdict": "failed", "trust": "disproved, with a witness",
+               "evidence": {**r["evidence"], "witness": {"x": 1}}}
+    assert fast(failure) is None and reference.is_valid(failure)
+    rejected = 0
+    for record in [*one_per_tier.values(), failure]:
+        for bad in _broken(record):
+            error = fast(bad)
+            assert (error is None) == reference.is_valid(bad), (bad, error)
+            if error is not None:
+                rejected += 1
+                where, message = error
+                assert where == "record" or where.split("/")[0] in bad, (where, message)
+    assert rejected > 100
+
+
 def test_written_files_are_readable_by_others_under_the_usual_umask(tmp_path):
     """Certificates and pages are written through a temporary file (mkstemp: mode 0600) and renamed;
     they get the mode a plain open would give (0644 under umask 022, 0640 under 027), and a file
