@@ -50,6 +50,29 @@ def test_an_edited_helper_module_makes_its_certificates_stale(tmp_path, capsys):
     assert _verdicts(reports)["vjp[x]"] == "failed"
 
 
+def test_the_tasks_of_one_op_in_one_run_share_the_op_it_resolved(tmp_path, monkeypatch):
+    """A run resolves each op (loads its file, builds it) once, and its claims, tiers and dims share
+    it (instead of loading the file and tracing again per task); the next run, and a task run outside
+    a run (a replay), resolve it afresh."""
+    from vjpcert.ops import OpRef
+    from vjpcert.runner import execute, make_task, run_tasks
+    f = _project(tmp_path, spec=SPEC.replace('dims=[{"n": 3}]', 'dims=[{"n": 2}, {"n": 3}]'))
+    resolved = []
+    real = OpRef.resolve
+    monkeypatch.setattr(OpRef, "resolve", lambda self: (resolved.append(str(self)), real(self))[1])
+    ref = OpRef("sq", str(f))
+    tasks = [make_task(tier, ref, "vjp[x]", {"n": n}) for tier in ("symbolic", "numeric") for n in (2, 3)]
+    certs = run_tasks(tasks)
+    assert [c.verdict for c in certs] == ["proved", "proved", "checked", "checked"]
+    assert resolved == ["sq"]
+    resolved.clear()
+    run_tasks(tasks[:1])
+    assert resolved == ["sq"], "the next run loads the file again"
+    resolved.clear()
+    execute(tasks[0]), execute(tasks[1])
+    assert resolved == ["sq", "sq"]
+
+
 def test_a_dask_worker_runs_the_code_on_disk_now(tmp_path):
     distributed = pytest.importorskip("distributed")
     f = _project(tmp_path)

@@ -4,6 +4,7 @@ certificate is written the moment it arrives, so an interrupted run loses only t
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import time
 import traceback
@@ -67,13 +68,40 @@ def _check_code(task: Task, op) -> None:
         raise CodeChanged(f"a data file the code of {op.name} read: {why}; rerun (restart the workers)")
 
 
+# One run's ops, by their reference: the tasks of one op (its claims, tiers and dims) share the op
+# that the run's first task of it resolved, with what that op has cached (a framework's traced graphs,
+# a spec's traces), instead of loading its file and tracing it again per task. The op's code and its
+# identity are then those of one moment, checked against the plan once (``_check_code``). Only within
+# ``run_tasks`` (a pool's workers live for one run): a long-lived worker resolves each task afresh.
+_RUN_OPS: dict | None = None
+
+
+def _resolve(ref):
+    if _RUN_OPS is None:
+        return ref.resolve()
+    op = _RUN_OPS.get(ref)
+    if op is None:
+        op = _RUN_OPS[ref] = ref.resolve()
+    return op
+
+
+@contextlib.contextmanager
+def _one_op_per_ref():
+    global _RUN_OPS
+    before, _RUN_OPS = _RUN_OPS, {}
+    try:
+        yield
+    finally:
+        _RUN_OPS = before
+
+
 def _execute(task: Task) -> Certificate:
     """A crash of the checker itself becomes an `inconclusive` certificate that carries the error:
     never a pass, never a lost run."""
     start = time.perf_counter()
     op = None
     try:
-        op = task.op.resolve()
+        op = _resolve(task.op)
         _check_code(task, op)
         with watch(op) as seen:
             cert = tier(task.tier).runs(op, task)
@@ -100,18 +128,19 @@ def run_tasks(tasks: Iterable[Task], *, jobs: int = 1, executor: Executor | None
     tasks = list(tasks)
     out: list[Certificate] = []
     if executor is None and jobs <= 1:
-        for task in tasks:
-            cert = execute(task)
-            if stop_requested():            # an interrupt may have been swallowed inside the task
-                raise KeyboardInterrupt("stop requested")
-            on_result(task, cert)
-            out.append(cert)
+        with _one_op_per_ref():
+            for task in tasks:
+                cert = execute(task)
+                if stop_requested():            # an interrupt may have been swallowed inside the task
+                    raise KeyboardInterrupt("stop requested")
+                on_result(task, cert)
+                out.append(cert)
         return out
     own = executor is None
     if own:
         ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() \
             else multiprocessing.get_context()
-        executor = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_signals)
+        executor = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_start)
     futures = {}
     try:
         futures = {executor.submit(execute, t): t for t in tasks}
@@ -132,6 +161,13 @@ def run_tasks(tasks: Iterable[Task], *, jobs: int = 1, executor: Executor | None
         if own:
             executor.shutdown(wait=False, cancel_futures=True)
     return out
+
+
+def _worker_start():
+    """A pool worker of one run: the run's ops shared by its tasks (``_resolve``), and its signals."""
+    global _RUN_OPS
+    _RUN_OPS = {}
+    _worker_signals()
 
 
 def _worker_signals():
