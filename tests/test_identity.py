@@ -481,3 +481,30 @@ def test_a_helper_module_whose_code_was_made_from_strings_is_hashed_by_its_file(
     assert sorted(s.rsplit("/", 1)[-1] for s in record["sources"]) == ["helpers.py", "my_ops.py"]
     (tmp_path / "helpers.py").write_text((tmp_path / "helpers.py").read_text().replace("k: int = 2", "k: int = 3"))
     assert main(["prove", str(f), "--reports", str(reports), "--quiet", "--no-general"]) == 1
+
+
+def test_a_forked_strategy_stops_watching_and_its_parent_keeps_watching():
+    """What a forked child (a strategy under its budget) sees never reaches its parent's watches, so
+    it stops watching at once (its profile hook doubled the time of the SymPy it ran); the parent's
+    watch, open across the fork, still sees what runs after it."""
+    import sys
+
+    from vjpcert import unhashed
+    from vjpcert.core.budget import run_with_budget
+
+    def in_child():
+        hooked = sys.getprofile() is unhashed._profile or (unhashed._RUNS.get("tool") is not None and bool(
+            sys.monitoring.get_events(unhashed._RUNS["tool"])))
+        return hooked, len(unhashed._WATCHES), unhashed._RUNS["open"]
+
+    with unhashed.watch() as seen:
+        unhashed._runs_on()
+        try:
+            watching = in_child()
+            child = run_with_budget(in_child, 60)
+            after = in_child()
+        finally:
+            unhashed._runs_off()
+    assert watching[0] and watching[1] >= 1 and watching[2] >= 1      # the control: the parent watches
+    assert child.status == "ok" and child.value == (False, 0, 0), child
+    assert after == watching and seen is not None
