@@ -67,6 +67,10 @@ def test_both_forms_agree_in_floats_at_a_long_length_with_a_partial_last_chunk()
     assert np.allclose(plain(CHUNKED(F64, *x, 100)), plain(CHUNKED(F64, *x, 64)))
 
 
+# Proofs of the built-in claims themselves: the committed certificates hold them, and CI verifies they
+# are current (same spec, same checker code) and replays a sample; the default run keeps the laws'
+# proof for every size (the new normal-form rules' positive control) and the wrong chunk states.
+@pytest.mark.slow
 def test_every_claim_is_proved_at_every_dims_of_the_ladders():
     for o in (STATE, OUT, CHUNKED):
         for dims in o.dims:
@@ -84,6 +88,7 @@ def test_a_solve_one_squaring_short_is_refuted_by_the_chunk_op_s_law_where_it_is
     assert verdicts[3].verdict == "failed" and "witness" in verdicts[3].evidence
 
 
+@pytest.mark.slow
 def test_a_chunk_op_s_vjp_and_the_chunked_op_s_are_proved_for_every_size():
     """The chunk ops' claims for every chunk length n (the gates' product and the triangular solve read
     at a symbolic n), and from them the chunked op's for every T and C, by induction on the chunks."""
