@@ -508,3 +508,31 @@ def test_a_forked_strategy_stops_watching_and_its_parent_keeps_watching():
     assert watching[0] and watching[1] >= 1 and watching[2] >= 1      # the control: the parent watches
     assert child.status == "ok" and child.value == (False, 0, 0), child
     assert after == watching and seen is not None
+
+
+def test_a_watch_under_cprofile_sees_what_runs_and_the_profiler_resumes_after(tmp_path, monkeypatch):
+    """cProfile's profiler is C code the watch's hook cannot pass events on to (it raised "'Profile'
+    object is not callable" inside every user op's run): it is paused while the watch sees what runs,
+    and counts again after."""
+    import cProfile
+    import importlib
+
+    from vjpcert import unhashed
+    (tmp_path / "far_helper.py").write_text("def far():\n    return 1\n\n\ndef after():\n    return 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    helper = importlib.import_module("far_helper")
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        with unhashed.watch() as seen:
+            unhashed._runs_on()
+            try:
+                assert helper.far() == 1
+            finally:
+                unhashed._runs_off()
+        assert helper.after() == 2
+    finally:
+        profiler.disable()
+    assert (tmp_path / "far_helper.py").resolve() in seen.modules
+    counted = {e.code.co_name for e in profiler.getstats() if not isinstance(e.code, str)}
+    assert "after" in counted and "far" not in counted

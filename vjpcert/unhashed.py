@@ -250,8 +250,9 @@ def _monitoring_tool() -> int | None:
     return None
 
 
-# how many open watches ask what runs; the profile functions their hook replaced, put back after
-_RUNS: dict = {"open": 0, "before": None, "threads": None}
+# how many open watches ask what runs; the profile functions their hook replaced, put back after; a
+# C profiler (cProfile's) paused meanwhile
+_RUNS: dict = {"open": 0, "before": None, "threads": None, "paused": None}
 
 
 def _runs_on() -> None:
@@ -265,7 +266,13 @@ def _runs_on() -> None:
             sys.monitoring.restart_events()              # what the last watch disabled is seen again
             sys.monitoring.set_events(_RUNS["tool"], sys.monitoring.events.PY_START)
         else:
-            _RUNS["before"], _RUNS["threads"] = sys.getprofile(), threading.getprofile()
+            before = sys.getprofile()
+            if before is not None and not callable(before) and hasattr(before, "disable"):
+                # a profiler of C code (cProfile) is not a function the hook can pass events on to:
+                # paused while the watch is open, and resumed after (its figures skip the watched code)
+                before.disable()
+                _RUNS["paused"], before = before, None
+            _RUNS["before"], _RUNS["threads"] = before, threading.getprofile()
             sys.setprofile(_profile)
             threading.setprofile(_profile)
 
@@ -281,6 +288,9 @@ def _runs_off() -> None:
             sys.setprofile(_RUNS["before"])
             threading.setprofile(_RUNS["threads"])
             _RUNS["before"] = _RUNS["threads"] = None
+            if _RUNS["paused"] is not None:
+                _RUNS["paused"].enable()
+                _RUNS["paused"] = None
 
 
 def _stop_in_child() -> None:
@@ -298,7 +308,7 @@ def _stop_in_child() -> None:
         else:
             sys.setprofile(_RUNS["before"])
             threading.setprofile(_RUNS["threads"])
-            _RUNS["before"] = _RUNS["threads"] = None
+            _RUNS["before"] = _RUNS["threads"] = _RUNS["paused"] = None
 
 
 if hasattr(os, "register_at_fork"):
