@@ -187,8 +187,8 @@ def modular() -> list[dict]:
     return rows
 
 
-def _pytest(args: list[str]) -> dict:
-    out = timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args])
+def _pytest(args: list[str], env=None) -> dict:
+    out = timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], env=env)
     tail = [ln for ln in out["stdout"].splitlines() if " in " in ln and ("passed" in ln or "collected" in ln)]
     said = re.search(r" in ([0-9.]+)s", tail[-1]) if tail else None
     return {"wall_s": out["wall_s"], "cpu_s": out["cpu_s"], "code": out["code"], "summary": tail[-1] if tail else "",
@@ -197,13 +197,19 @@ def _pytest(args: list[str]) -> dict:
 
 
 def suite() -> dict:
-    """Collection (median of 3) and one run of README's test command, each in a fresh process."""
+    """Collection (median of 3), collection as a fresh clone's first run meets it (Numba's cache empty:
+    the test files that import the modular tier compile its loops there), and one run of README's test
+    command, each in a fresh process."""
+    import tempfile
     runs = [_pytest(["--collect-only"]) for _ in range(3)]
     collection = min(runs, key=lambda r: abs(r["pytest_s"] - statistics.median(x["pytest_s"] for x in runs)))
     print(f"  collection: {collection['pytest_s']} s", flush=True)
+    with tempfile.TemporaryDirectory() as empty:
+        fresh = _pytest(["--collect-only"], env={**_as_installed(), "NUMBA_CACHE_DIR": empty})
+    print(f"  collection, Numba's cache empty: {fresh['pytest_s']} s", flush=True)
     run = _pytest(["-n", "auto", f"--durations={SLOWEST}"])
     print(f"  suite: {run['summary']}", flush=True)
-    return {"collection": collection, "run": run}
+    return {"collection": collection, "collection_fresh": fresh, "run": run}
 
 
 SLOWEST = 25          # the suite's slowest tests, listed in the report: where a contributor looks first
@@ -244,6 +250,9 @@ def render(data: dict) -> str:
         lines += ["## The test suite", "", "| what | pytest's figure s | wall s | CPU s | target |", "|---|---|---|---|---|",
                   f"| collection (`pytest --collect-only`, median of 3) | **{col['pytest_s']}** | {col['wall_s']} | "
                   f"{col['cpu_s']} | <= {TARGETS['collection_s']} s |",
+                  *([f"| collection as a fresh clone's first run meets it (Numba's cache empty: the modular tier's "
+                     f"loops compile) | **{f['pytest_s']}** | {f['wall_s']} | {f['cpu_s']} | <= "
+                     f"{TARGETS['collection_s']} s |"] if (f := t.get("collection_fresh")) else []),
                   f"| README's test command (`pytest -n auto`): {run['summary'].strip('= ')} | **{run['pytest_s']}** | "
                   f"{run['wall_s']} | {run['cpu_s']} | <= {TARGETS['suite_s']:.0f} s |", ""]
         if run.get("failed"):
