@@ -189,15 +189,19 @@ def framework_tests_last(items: list, workers: int, needs_framework) -> list:
             for item in part]
 
 
-# The optional frameworks that collecting the suite must not import (tests/optional.py), and which of
-# them it did: each worker records it when its collection ends, tests/test_suite_layout.py asserts.
-OPTIONAL_MODULES = ("torch", "jax", "triton", "liger_kernel", "distributed")
+# The optional frameworks that collecting the suite must not import (tests/optional.py), nor the modular
+# tier's Numba loops, compiled when first imported (optional.compiled); and which of them it did: each
+# worker records it when its collection ends, tests/test_suite_layout.py asserts.
+OPTIONAL_MODULES = ("torch", "jax", "triton", "liger_kernel", "distributed", "vjpcert.symbolic.modular.kernels")
 IMPORTED_AT_COLLECTION = pytest.StashKey[list]()
 
 
 def pytest_collection_finish(session):
     import sys
+
+    import optional
     session.config.stash[IMPORTED_AT_COLLECTION] = sorted(m for m in OPTIONAL_MODULES if m in sys.modules)
+    optional.COLLECTION["done"] = True
 
 
 def _workers(config) -> int:

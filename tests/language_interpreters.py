@@ -23,9 +23,13 @@ from vjpcert.core.trace import TRACE, Node, leaf_array
 from vjpcert.symbolic.every_size.form import build_statement
 from vjpcert.symbolic.every_size.concrete import instantiate
 from vjpcert.symbolic.every_size.shape_trace import DerivationRefused, derive as derive_every_size
-from vjpcert.symbolic.modular.backend import Field, ModArray, ModularBackend, derive, lift
 from vjpcert.symbolic.modular.bound import LEAF
-from vjpcert.symbolic.modular.check import KINDS, draw_prime
+
+from optional import compiled
+
+# imported at the first test that uses them, not at collection: importing the modular tier compiles its
+# Numba loops (tests/optional.py)
+mb, mc = compiled("vjpcert.symbolic.modular.backend"), compiled("vjpcert.symbolic.modular.check")
 
 from language_cases import SAME
 
@@ -213,29 +217,29 @@ def run_trace(case, shape_pair):
 @lru_cache(maxsize=None)
 def modular_field():
     rng = random.Random(20240611)
-    p = draw_prime(rng)
-    return p, {k: (rng.getrandbits(64), rng.getrandbits(64)) for k in KINDS}, rng.randrange(1, p)
+    p = mc.draw_prime(rng)
+    return p, {k: (rng.getrandbits(64), rng.getrandbits(64)) for k in mc.KINDS}, rng.randrange(1, p)
 
 
 def run_modular(case, shape_pair):
     """ModArray mod one prime: the rational inputs lifted to residues, the result compared with the
     ground truth's Fractions mod p."""
     p, keys, sqrt_pi = modular_field()
-    F = Field(p, keys, sqrt_pi)
+    F = mb.Field(p, keys, sqrt_pi)
     x, y = inputs(shape_pair)
     args = []
     for name, a in (("x", x), ("y", y)):
         res = np.array([F.residue(v) for v in a.ravel()], dtype=np.int64).reshape(a.shape)
-        m = ModArray(F, res, None, LEAF, None)
-        m.sid = derive("leaf", name)
+        m = mb.ModArray(F, res, None, LEAF, None)
+        m.sid = mb.derive("leaf", name)
         args.append(m)
-    out = _call(lambda: case.fn(spec_backend(ModularBackend(F)), *args))
+    out = _call(lambda: case.fn(spec_backend(mb.ModularBackend(F)), *args))
     if case.refusal is not None:
         return out, None
-    if not isinstance(out, ModArray):
+    if not isinstance(out, mb.ModArray):
         if isinstance(out, np.ndarray) and out.dtype == object:
             return None, "the result is an object array, not a ModArray"
-        out = _call(lambda: lift(F, out))
+        out = _call(lambda: mb.lift(F, out))
     want = truth(case, shape_pair)
     got = np.asarray(out.v, dtype=np.int64) % p
     expected = np.array([F.residue(v) for v in want.ravel()], dtype=np.int64).reshape(want.shape)

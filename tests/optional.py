@@ -1,5 +1,6 @@
 """Optional frameworks (torch, JAX, Triton, Liger-Kernel, dask) imported when a test first uses them,
-not when pytest collects the file that names them.
+not when pytest collects the file that names them; and so are the modules of ours that compile machine
+code when imported (``compiled``).
 
 Every pytest worker imports every test file to collect it. A file that imported torch at its top made
 every worker a process of half a gigabyte from the start: collection took 11 s, and each strategy the
@@ -79,6 +80,40 @@ def imported(name: str, attr: str):
     call.__name__ = call.__qualname__ = attr
     call.__doc__ = f"{name}.{attr}, imported at its first call"
     return call
+
+
+# Set by the conftest when this worker's collection ends: until then a private name asked of a module
+# imported at first use is pytest's probe of a module-level name (``_mock_name``), not a test's use.
+COLLECTION = {"done": False}
+
+
+class _Compiled(_Deferred):
+    """One of vjpcert's own modules, imported at its first use inside a test: it is always installed, so
+    an ImportError fails the test, never skips it. A name set on it would be set on the stand-in, not
+    on the module the code under test reads: refused, so a patch cannot silently miss (patch the
+    module by its path: ``monkeypatch.setattr("vjpcert.symbolic.modular.arith.BLOCK", 4)``)."""
+
+    def __getattr__(self, attr):
+        if attr.startswith("__") or (attr.startswith("_") and not COLLECTION["done"]):
+            raise AttributeError(attr)
+        return getattr(importlib.import_module(self._name), attr)
+
+    def __setattr__(self, attr, value):
+        raise TypeError(f"{attr} would be set on the stand-in for {self._name}, not on the module: "
+                        f"monkeypatch.setattr(\"{self._name}.{attr}\", value)")
+
+    def __delattr__(self, attr):
+        self.__setattr__(attr, None)
+
+
+# The modules whose import compiles the modular tier's Numba loops (``symbolic.modular.kernels``: some
+# 14 CPU s in a fresh clone, before Numba's cache holds them; 0.7 s to load them after). Every worker
+# imports every test file to collect it, so a file that imported them at its top made each worker
+# compile them while collecting: 18 s of collection in a fresh clone, against 5 with them deferred.
+def compiled(name: str) -> _Deferred:
+    """``import name`` at its first use inside a test (``symbolic.modular.check``, ``.backend``,
+    ``.arith``: what imports the modular tier's compiled loops)."""
+    return _Compiled(name, None)
 
 
 def needs_triton():

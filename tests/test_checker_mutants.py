@@ -17,6 +17,7 @@ reports which of these, and of the other tests, catch them).
 """
 from __future__ import annotations
 
+import functools
 import json
 import random
 import textwrap
@@ -26,8 +27,11 @@ import pytest
 import sympy
 
 from vjpcert.cli import main
-from vjpcert.symbolic.modular import arith as ma
-from vjpcert.symbolic.modular.check import draw_prime
+
+from optional import compiled
+
+ma = compiled("vjpcert.symbolic.modular.arith")     # the modular tier's Numba loops: at first use
+modular_check = compiled("vjpcert.symbolic.modular.check")
 
 
 # ------------------------------------------------------------------------------------- numeric-only claims
@@ -107,12 +111,20 @@ def test_the_correct_twin_of_the_numeric_only_claim_is_proved(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------- products mod p
+@functools.cache
 def _primes():
     rng = random.Random(23)
-    return [draw_prime(rng) for _ in range(2)] + [int(sympy.prevprime(2 ** 60)), int(sympy.nextprime(2 ** 59))]
+    return [modular_check.draw_prime(rng) for _ in range(2)] + [int(sympy.prevprime(2 ** 60)),
+                                                                int(sympy.nextprime(2 ** 59))]
 
 
-PRIMES = _primes()
+PRIMES = ("drawn_1", "drawn_2", "prevprime_2_60", "nextprime_2_59")     # the tier's own draws, and the extremes
+
+
+@pytest.fixture
+def p(request):
+    """The prime named by the test's parameter, drawn at the test (the draw imports the modular tier)."""
+    return _primes()[PRIMES.index(request.param)]
 SIDES = {"below": -1, "above": 1}       # the value is k p - c or k p + c, 1 <= c <= 64
 
 
@@ -144,7 +156,7 @@ def _both_halves_below(p: int, n: int, rng: random.Random):
 
 
 @pytest.mark.parametrize("side", SIDES)
-@pytest.mark.parametrize("p", PRIMES)
+@pytest.mark.parametrize("p", PRIMES, indirect=True)
 def test_products_just_below_a_multiple_of_p_are_exact(p, side):
     """Elementwise products (both 30-bit halves of the second factor, and the product by a scalar)
     whose value lies within 64 of a multiple of p: the float64 quotient estimate is then off by one
@@ -183,12 +195,12 @@ def test_products_just_below_a_multiple_of_p_are_exact(p, side):
 
 @pytest.mark.parametrize("method", ["preshift", "karatsuba"])
 @pytest.mark.parametrize("side", SIDES)
-@pytest.mark.parametrize("p", PRIMES)
+@pytest.mark.parametrize("p", PRIMES, indirect=True)
 def test_matmul_entries_just_below_a_multiple_of_p_are_exact(p, side, method, monkeypatch):
     """Batched 1 x 1 products a_k b_k ≡ k p ± c: the recombination D_0 + 2^20 D_1 + 2^40 D_2 (and,
     Karatsuba, c_0 + 2^20 c_1 + 2^40 c_2 for a second factor below 2^20) is then within 64 of a
     multiple of p, where its float64 quotient estimate is off by one for many entries."""
-    monkeypatch.setattr(ma, "KARATSUBA_MIN_CONTRACTION", 1 if method == "karatsuba" else 10 ** 9)
+    monkeypatch.setattr("vjpcert.symbolic.modular.arith.KARATSUBA_MIN_CONTRACTION", 1 if method == "karatsuba" else 10 ** 9)
     rng = random.Random(p * 3 + SIDES[side])
     n = 600
     y = [rng.randrange(1, 1 << 20) for _ in range(n // 2)] + [rng.randrange(1, p) for _ in range(n // 2)]
@@ -236,11 +248,11 @@ def _high_near_multiple(p: int, side: int, rng: random.Random, K: int):
 
 
 @pytest.mark.parametrize("side", SIDES)
-@pytest.mark.parametrize("p", PRIMES)
+@pytest.mark.parametrize("p", PRIMES, indirect=True)
 def test_karatsuba_high_diagonals_just_below_a_multiple_of_p_are_exact(p, side, monkeypatch):
     """A contraction whose high diagonals c_3 + 2^20 c_4 sum to within 64 of a multiple of p, where the
     float64 estimate of its quotient (computed as the kernel does) is off by one for some rows."""
-    monkeypatch.setattr(ma, "KARATSUBA_MIN_CONTRACTION", 1)
+    monkeypatch.setattr("vjpcert.symbolic.modular.arith.KARATSUBA_MIN_CONTRACTION", 1)
     rng = random.Random(p * 5 + SIDES[side])
     K, rows = 16, 12
     pairs = [_high_near_multiple(p, SIDES[side], rng, K) for _ in range(rows)]
@@ -340,7 +352,7 @@ def test_the_modular_bound_bounds_coefficients_of_sums():
 
 def test_inverses_of_large_arrays_are_exact():
     """Above 4096 entries ModP.inv takes a^(p - 2) by squaring instead of Python's pow."""
-    p = PRIMES[0]
+    p = _primes()[0]
     F = ma.ModP(p)
     rng = np.random.default_rng(7)
     a = rng.integers(1, p, size=5000, dtype=np.int64)

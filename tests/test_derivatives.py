@@ -20,7 +20,10 @@ from vjpcert.symbolic.every_size.shape_trace import DerivationRefused
 from vjpcert.symbolic.fixed.evaluate import Evaluator, Tangent
 from vjpcert.symbolic.fixed.prover import prove_claim
 from vjpcert.symbolic.fixed.size_and_display import SympyField
-from vjpcert.symbolic.modular import check as modular
+
+from optional import compiled
+
+modular = compiled("vjpcert.symbolic.modular.check")   # its Numba loops: at first use
 
 ROOT = Path(__file__).resolve().parents[1]
 z = sympy.Symbol("z")
@@ -146,11 +149,11 @@ def test_a_wrong_row_fails_the_modular_check_of_a_correct_op(monkeypatch):
     forward, no table) agrees with the backward, so the certificate is inconclusive, never checked."""
     op, dims = builtin_ops()["gelu_tanh"], {"rows": 2, "n": 3}
     d, params = modular.split_dims(op, dims)
-    monkeypatch.setattr(modular, "_MEMO", {})          # a fresh joint run each time
+    monkeypatch.setattr("vjpcert.symbolic.modular.check._MEMO", {})          # a fresh joint run each time
     assert modular.check_vjps(op, d, params, trials=2)["claims"]["vjp[x]"]["status"] == "zero"
     assert modular.check_modular(op, "vjp[x]", dims, trials=2).verdict == "checked-probabilistic"
     monkeypatch.setitem(RULES, "tanh", WRONG_TANH)
-    monkeypatch.setattr(modular, "_MEMO", {})
+    monkeypatch.setattr("vjpcert.symbolic.modular.check._MEMO", {})
     assert modular.check_vjps(op, d, params, trials=2)["claims"]["vjp[x]"]["status"] == "nonzero"
     cert = modular.check_modular(op, "vjp[x]", dims, trials=2)
     assert cert.verdict == "inconclusive", cert.verdict

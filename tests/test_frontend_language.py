@@ -17,7 +17,7 @@ from vjpcert.core.registry import SpecError  # noqa: E402
 from vjpcert.frontends import torch_rules  # noqa: E402
 from vjpcert.frontends.pytorch import torch_op  # noqa: E402
 from vjpcert.symbolic.fixed.prover import prove_claim  # noqa: E402
-from vjpcert.symbolic.modular.check import check_modular  # noqa: E402
+check_modular = optional.imported("vjpcert.symbolic.modular.check", "check_modular")   # its Numba loops: at first use
 
 DIMS = {"n": 2, "d": 3}
 

@@ -16,7 +16,7 @@ models = optional.importorskip("torch_models")
 
 from vjpcert.cli import main  # noqa: E402
 from vjpcert.frontends.pytorch import from_torch  # noqa: E402
-from vjpcert.symbolic.modular.check import check_modular  # noqa: E402
+check_modular = optional.imported("vjpcert.symbolic.modular.check", "check_modular")   # its Numba loops: at first use
 
 ROWS_N = {"x": ("rows", "n"), "gamma": ("n",)}
 

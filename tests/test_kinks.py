@@ -24,7 +24,10 @@ from vjpcert.symbolic.fixed import fields
 from vjpcert.symbolic.fixed.claims import trace_claim
 from vjpcert.symbolic.fixed.kinks import kink_roots
 from vjpcert.symbolic.fixed.prover import prove_claim
-from vjpcert.symbolic.modular.check import check_modular
+
+from optional import imported
+
+check_modular = imported("vjpcert.symbolic.modular.check", "check_modular")   # its Numba loops: at first use
 
 ROWS = {"x": ("rows", "n")}
 DIMS = {"rows": 2, "n": 3}

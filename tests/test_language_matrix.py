@@ -19,8 +19,12 @@ from language_interpreters import (FRACTION, INTERPRETERS, Refused, check_cell, 
 from vjpcert.core import language as L
 from vjpcert.core.backends import KINK_FAMILY, spec_backend
 from vjpcert.core.matrix_functions import DEFINITIONS, unit_lower_inverse
-from vjpcert.symbolic.modular import backend as modular
-from vjpcert.symbolic.modular.backend import Field, ModArray, ModularBackend, derive
+
+from optional import compiled
+
+# imported at the first test that uses them, not at collection: importing the modular tier compiles its
+# Numba loops (tests/optional.py)
+modular = compiled("vjpcert.symbolic.modular.backend")
 from vjpcert.symbolic.modular.bound import LEAF
 
 
@@ -209,13 +213,13 @@ def test_a_kink_is_numpy_s_value_where_an_interpreter_evaluates_at_the_point(cas
 
 def _modular(case, shape_pair):
     p, keys, sqrt_pi = modular_field()
-    F = Field(p, keys, sqrt_pi)
+    F = modular.Field(p, keys, sqrt_pi)
     args = []
     for name, a in zip(("x", "y"), inputs(shape_pair)):
-        m = ModArray(F, np.array([F.residue(v) for v in a.ravel()], dtype=np.int64).reshape(a.shape), None, LEAF, None)
-        m.sid = derive("leaf", name)
+        m = modular.ModArray(F, np.array([F.residue(v) for v in a.ravel()], dtype=np.int64).reshape(a.shape), None, LEAF, None)
+        m.sid = modular.derive("leaf", name)
         args.append(m)
-    return F, spec_backend(ModularBackend(F)), args
+    return F, spec_backend(modular.ModularBackend(F)), args
 
 
 def test_mod_p_a_kink_is_a_free_boolean_of_its_region_and_the_convention_on_it():

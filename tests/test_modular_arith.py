@@ -2,22 +2,45 @@
 compared with Python's integers, at the extremes (entries p - 1, the longest exact contraction and one
 past it, broadcast batches, vectors) and on random residues; a contraction too long for float64 is shown
 to go wrong, so these comparisons can fail."""
+import functools
 import random
 
 import numpy as np
 import pytest
 import sympy
 
-from vjpcert.symbolic.modular import arith as ma
-from vjpcert.symbolic.modular.check import draw_prime
+from optional import compiled
+
+# imported at the first test, not at collection: importing arith compiles its Numba loops
+ma = compiled("vjpcert.symbolic.modular.arith")
+modular_check = compiled("vjpcert.symbolic.modular.check")
 
 
+@functools.cache
 def _primes():
     rng = random.Random(18)
-    return [draw_prime(rng) for _ in range(3)] + [int(sympy.prevprime(2 ** 60))]
+    return [modular_check.draw_prime(rng) for _ in range(3)] + [int(sympy.prevprime(2 ** 60))]
 
 
-PRIMES = _primes()          # three random primes in [2^59, 2^60) and the largest one below 2^60
+PRIMES = ("drawn_1", "drawn_2", "drawn_3", "prevprime_2_60")  # three random primes in [2^59, 2^60), the largest below 2^60
+
+
+@pytest.fixture
+def p(request):
+    """The prime named by the test's parameter, drawn at the test (the draw imports the modular tier)."""
+    return _primes()[PRIMES.index(request.param)]
+
+
+def _sized(shape) -> tuple:
+    """A shape whose entries may name the contraction limits ("K", "KK", "K+1", "3*K+7")."""
+    limits = {"KK": ma.KARATSUBA_MAX_CONTRACTION, "K": ma.MAX_CONTRACTION}
+    def size(e):
+        if isinstance(e, int):
+            return e
+        for name, value in limits.items():
+            e = e.replace(name, str(value))
+        return int(eval(e, {"__builtins__": {}}))      # digits, + and * only
+    return tuple(size(e) for e in shape)
 
 
 def _residues(p, shape, rng, extreme):
@@ -37,16 +60,18 @@ METHODS = {"auto": None, "preshift": 10 ** 9, "karatsuba": 1}
 
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("p", PRIMES)
+@pytest.mark.parametrize("p", PRIMES, indirect=True)
 @pytest.mark.parametrize("extreme", ["random", "top", "limbs"])
 @pytest.mark.parametrize("sa, sb", [
     ((3, 5), (5, 4)),                                   # b pre-shifted (the smaller)
     ((2, 7), (7, 9)),                                   # a pre-shifted
-    ((4, ma.MAX_CONTRACTION), (ma.MAX_CONTRACTION, 3)),  # the longest single dgemm
-    ((3, ma.MAX_CONTRACTION + 1), (ma.MAX_CONTRACTION + 1, 2)),   # two chunks
-    ((2, 3 * ma.MAX_CONTRACTION + 7), (3 * ma.MAX_CONTRACTION + 7, 2)),
-    ((3, ma.KARATSUBA_MAX_CONTRACTION), (ma.KARATSUBA_MAX_CONTRACTION, 2)),   # Karatsuba's longest chunk
-    ((2, ma.KARATSUBA_MAX_CONTRACTION + 1), (ma.KARATSUBA_MAX_CONTRACTION + 1, 3)),
+    # contractions named by the limits they meet: read at the test ("K" is MAX_CONTRACTION, "KK"
+    # KARATSUBA_MAX_CONTRACTION; + and * as written)
+    ((4, "K"), ("K", 3)),                               # the longest single dgemm
+    ((3, "K+1"), ("K+1", 2)),                           # two chunks
+    ((2, "3*K+7"), ("3*K+7", 2)),
+    ((3, "KK"), ("KK", 2)),                             # Karatsuba's longest chunk
+    ((2, "KK+1"), ("KK+1", 3)),
     ((2, 1, 3, 4), (3, 4, 5)),                          # broadcast batches
     ((2, 3, 4, 5), (5, 2)),                             # b pre-shifted, a with more batch axes
     ((3, 2), (4, 2, 2, 6)),                             # a pre-shifted, b with more batch axes
@@ -55,8 +80,9 @@ METHODS = {"auto": None, "preshift": 10 ** 9, "karatsuba": 1}
     ((0, 3), (3, 2)), ((2, 3), (3, 0)), ((0, 2, 3), (3, 4)),   # empty outputs
 ])
 def test_matmul_is_exact(method, p, extreme, sa, sb, monkeypatch):
+    sa, sb = _sized(sa), _sized(sb)
     if METHODS[method] is not None:
-        monkeypatch.setattr(ma, "KARATSUBA_MIN_CONTRACTION", METHODS[method])
+        monkeypatch.setattr("vjpcert.symbolic.modular.arith.KARATSUBA_MIN_CONTRACTION", METHODS[method])
     rng = np.random.default_rng(abs(hash((p, extreme, sa, sb))) % 2 ** 32)
     a, b = _residues(p, sa, rng, extreme), _residues(p, sb, rng, extreme)
     got = ma.ModP(p).matmul(a, b)
@@ -65,7 +91,7 @@ def test_matmul_is_exact(method, p, extreme, sa, sb, monkeypatch):
     assert (np.asarray(got, dtype=object) == want).all()
 
 
-@pytest.mark.parametrize("p", PRIMES)
+@pytest.mark.parametrize("p", PRIMES, indirect=True)
 def test_elementwise_and_sums_are_exact(p):
     rng = np.random.default_rng(p % 2 ** 32)
     F = ma.ModP(p)
@@ -101,13 +127,13 @@ def test_a_contraction_too_long_for_float64_goes_wrong(method, limit, monkeypatc
     number v, and a BLAS that sums in power-of-two blocks only ever forms 2^k * m * v, which float64
     can hold exactly for this K (64 * 2730 = 2^7 * 1365), so the rounding would go unseen on some
     machines and not on others."""
-    p = PRIMES[-1]
+    p = _primes()[-1]
     K = 64 * ma.MAX_CONTRACTION
     rng = np.random.default_rng(53)
     a = rng.integers(p // 2, p, size=(2, K), dtype=np.int64)
     b = rng.integers(p // 2, p, size=(K, 2), dtype=np.int64)
-    monkeypatch.setattr(ma, "KARATSUBA_MIN_CONTRACTION", METHODS[method])
-    monkeypatch.setattr(ma, limit, 10 ** 9)
+    monkeypatch.setattr("vjpcert.symbolic.modular.arith.KARATSUBA_MIN_CONTRACTION", METHODS[method])
+    monkeypatch.setattr(f"vjpcert.symbolic.modular.arith.{limit}", 10 ** 9)
     got = np.asarray(ma.ModP(p).matmul(a, b), dtype=object)
     assert (got != _exact_matmul(a, b, p)).all()
 
@@ -122,11 +148,11 @@ def test_a_prime_outside_the_range_is_refused():
 def test_matmul_sum_in_blocks_is_exact(method, block, monkeypatch):
     """sum_i a_i @ b_i with contraction chunks straddling the pieces, and blocks of rows, columns and
     batch entries down to one entry (BLOCK), on strided, transposed and broadcast operands."""
-    monkeypatch.setattr(ma, "KARATSUBA_MIN_CONTRACTION", METHODS[method])
-    monkeypatch.setattr(ma, "MAX_CONTRACTION", 5)
-    monkeypatch.setattr(ma, "KARATSUBA_MAX_CONTRACTION", 5)
-    monkeypatch.setattr(ma, "BLOCK", block)
-    p = PRIMES[0]
+    monkeypatch.setattr("vjpcert.symbolic.modular.arith.KARATSUBA_MIN_CONTRACTION", METHODS[method])
+    monkeypatch.setattr("vjpcert.symbolic.modular.arith.MAX_CONTRACTION", 5)
+    monkeypatch.setattr("vjpcert.symbolic.modular.arith.KARATSUBA_MAX_CONTRACTION", 5)
+    monkeypatch.setattr("vjpcert.symbolic.modular.arith.BLOCK", block)
+    p = _primes()[0]
     rng = np.random.default_rng(block)
     for m, n in ((4, 3), (3, 6)):                       # the pre-shifted side b, then a (transposed)
         a1 = rng.integers(0, p, size=(2, 1, m, 7), dtype=np.int64)
@@ -152,7 +178,7 @@ def test_the_atom_hash_is_splitmix64_keyed_twice():
             x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
             return x ^ (x >> np.uint64(31))
 
-    p = PRIMES[1]
+    p = _primes()[1]
     rng = random.Random(7)
     keys = (rng.getrandbits(64), rng.getrandbits(64))
     F = Field(p, {"exp": keys}, 1)
@@ -166,7 +192,7 @@ def test_the_atom_hash_is_splitmix64_keyed_twice():
 def test_inverses_over_many_runs_are_exact():
     """Montgomery's trick (kernels.inv_flat) over several runs of INV_RUN entries, the last one partial,
     on the parallel loop's sizes: every entry times its inverse is 1, and a 0 anywhere is a pole."""
-    p = PRIMES[-1]
+    p = _primes()[-1]
     F = ma.ModP(p)
     a = np.random.default_rng(11).integers(1, p, size=(3, ma.mk.PARALLEL_MIN // 3 + 4097), dtype=np.int64)
     a[0, :3] = [1, p - 1, 2]

@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 import sympy
 
-from vjpcert.symbolic.modular.check import draw_prime
-from vjpcert.symbolic.modular.backend import LEAF, Field, ModArray, ModularBackend
+from vjpcert.symbolic.modular.bound import LEAF
+
+from optional import compiled
+
+# imported at the first test that uses them, not at collection: importing the modular tier compiles its
+# Numba loops (tests/optional.py)
+mb, mc = compiled("vjpcert.symbolic.modular.backend"), compiled("vjpcert.symbolic.modular.check")
 
 E, T, W = sympy.Function("E"), sympy.Function("T"), sympy.Function("W")
 
@@ -42,12 +47,12 @@ def _true_degree(expr) -> int:
 
 def _tracked(fn, shapes, field=False):
     rng = random.Random(7)
-    p = draw_prime(rng)
-    F = Field(p, {k: (rng.getrandbits(64), rng.getrandbits(64)) for k in
+    p = mc.draw_prime(rng)
+    F = mb.Field(p, {k: (rng.getrandbits(64), rng.getrandbits(64)) for k in
                   ("exp", "log", "sqrt", "erf", "tanh", "circle", "cpow")}, rng.randrange(1, p))
     gen = np.random.default_rng(3)
-    args = [ModArray(F, gen.integers(1, p, size=s, dtype=np.int64), None, LEAF, None) for s in shapes]
-    out = fn(ModularBackend(F), *args)
+    args = [mb.ModArray(F, gen.integers(1, p, size=s, dtype=np.int64), None, LEAF, None) for s in shapes]
+    out = fn(mb.ModularBackend(F), *args)
     return (out.b.n, F) if field else out.b.n
 
 
@@ -153,20 +158,20 @@ def test_an_atom_is_counted_once_per_computation_and_distinct_ones_each():
     """The backward recomputing the forward's exp(x) adds no atoms; exp of two different slices, or of
     x and of x + 0 computed another way, are counted as distinct (a computation id, never a value)."""
     rng = random.Random(5)
-    p = draw_prime(rng)
-    F = Field(p, {k: (rng.getrandbits(64), rng.getrandbits(64)) for k in
+    p = mc.draw_prime(rng)
+    F = mb.Field(p, {k: (rng.getrandbits(64), rng.getrandbits(64)) for k in
                   ("exp", "log", "sqrt", "erf", "tanh", "circle", "cpow")}, rng.randrange(1, p))
     from vjpcert.symbolic.modular.backend import derive
-    x = ModArray(F, np.random.default_rng(1).integers(1, p, size=(3, 4), dtype=np.int64), None, LEAF, None)
+    x = mb.ModArray(F, np.random.default_rng(1).integers(1, p, size=(3, 4), dtype=np.int64), None, LEAF, None)
     x.sid = derive("leaf", "x")
-    B = ModularBackend(F)
+    B = mb.ModularBackend(F)
     B.exp(x), B.exp(x), B.exp(x.reshape(3, 4))
     assert F.atom_count["exp"] == 12 + 12                  # exp(x) once, exp(x.reshape) once more
     B.exp(x[:, :2]), B.exp(x[:, 2:])
     assert F.atom_count["exp"] == 24 + 6 + 6
     B.exp(x * 1)
     assert F.atom_count["exp"] == 36 + 12
-    y = ModArray(F, x.v, None, LEAF, None)                  # same values, unknown computation
+    y = mb.ModArray(F, x.v, None, LEAF, None)                  # same values, unknown computation
     B.exp(y)
     assert F.atom_count["exp"] == 48 + 12
 

@@ -11,24 +11,28 @@ import numpy as np
 import pytest
 
 from vjpcert.symbolic import settings as tol
-from vjpcert.symbolic.modular import check as modular
-from vjpcert.symbolic.modular.backend import LEAF, Field, ModArray, ModularBackend
-from vjpcert.symbolic.modular.check import KINDS, draw_prime
+from vjpcert.symbolic.modular.bound import LEAF
+
+from optional import compiled
+
+# imported at the first test that uses them, not at collection: importing the modular tier compiles its
+# Numba loops (tests/optional.py)
+modular, mb = compiled("vjpcert.symbolic.modular.check"), compiled("vjpcert.symbolic.modular.backend")
 
 
-def _field(seed: int) -> Field:
+def _field(seed: int):
     rng = random.Random(seed)
-    p = draw_prime(rng)
-    return Field(p, {k: (rng.getrandbits(64), rng.getrandbits(64)) for k in KINDS}, rng.randrange(1, p))
+    p = modular.draw_prime(rng)
+    return mb.Field(p, {k: (rng.getrandbits(64), rng.getrandbits(64)) for k in modular.KINDS}, rng.randrange(1, p))
 
 
 def _digest(seed: int, kind: str, *calls) -> str:
     """The digest of a trial that applies B.<kind> to each list of argument values in turn (a negative
     value is its residue p - |a|)."""
     with _field(seed) as F:
-        B = ModularBackend(F)
+        B = mb.ModularBackend(F)
         for values in calls:
-            getattr(B, kind)(ModArray(F, np.asarray(values, dtype=object).astype(np.int64) % F.p, None, LEAF, None))
+            getattr(B, kind)(mb.ModArray(F, np.asarray(values, dtype=object).astype(np.int64) % F.p, None, LEAF, None))
     return F.atom_partition
 
 
@@ -62,11 +66,11 @@ def test_the_relative_sign_of_an_odd_kind_s_class_counts():
 
 def test_the_digest_is_taken_where_compared_and_then_drops_the_arguments():
     with _field(3) as F:
-        ModularBackend(F).exp(ModArray(F, np.arange(1, 7, dtype=np.int64), None, LEAF, None))
+        mb.ModularBackend(F).exp(mb.ModArray(F, np.arange(1, 7, dtype=np.int64), None, LEAF, None))
     assert F.atom_values                                  # the trial ended: kept until compared
     assert F.atom_partition is not None and F.atom_values is None and F.atom_count == {"exp": 6}
     with _field(4) as G:
-        ModularBackend(G).exp(ModArray(G, np.arange(1, 7, dtype=np.int64), None, LEAF, None))
+        mb.ModularBackend(G).exp(mb.ModArray(G, np.arange(1, 7, dtype=np.int64), None, LEAF, None))
     G.forget_atom_arguments()                             # dropped undigested: agrees with no trial
     assert G.atom_partition is None and G.atom_count == {"exp": 6}
 
@@ -179,7 +183,7 @@ def test_control_trials_that_identified_their_atoms_otherwise_get_the_per_trial_
     bound the per-trial one to the power trials."""
     op = _softmax()
     modular._MEMO.clear()
-    monkeypatch.setattr(Field, "_partition_digest", lambda self: str(self.p))
+    monkeypatch.setattr(mb.Field, "_partition_digest", lambda self: str(self.p))
     cert = modular.check_modular(op, "vjp[x]", {"rows": 2, "n": 5})
     modular._MEMO.clear()
     assert cert.evidence["atom_identifications_agreed"] is False

@@ -2,6 +2,7 @@
 refused, never dropped; in-place updates mutate (aliases and views see them); the structural and linear
 constructs compute what numpy computes. Each construct comes as a right and a wrong backward: the right
 one is never `failed`, the wrong one is `failed` with a witness, and both agree with the exact tier."""
+import functools
 import random
 
 import numpy as np
@@ -9,10 +10,17 @@ import pytest
 
 from vjpcert.core.registry import SpecError, op
 from vjpcert.symbolic.fixed.prover import prove_claim
-from vjpcert.symbolic.modular.backend import Field, ModArray, ModularBackend
-from vjpcert.symbolic.modular.check import check_modular, draw_prime
 
-P = draw_prime(random.Random(0))
+from optional import compiled
+
+# imported at the first test that uses them, not at collection: importing the modular tier compiles its
+# Numba loops (tests/optional.py)
+mb, mc = compiled("vjpcert.symbolic.modular.backend"), compiled("vjpcert.symbolic.modular.check")
+
+
+@functools.cache
+def _prime() -> int:
+    return mc.draw_prime(random.Random(0))
 
 
 def _mask(rows, n):
@@ -141,7 +149,7 @@ def _make(case, right):
 def test_a_right_backward_is_not_failed_and_agrees_with_the_exact_tier(case):
     f = _make(case, right=True)
     for claim in ("vjp[x]", "vjp[w]"):
-        c = check_modular(f, claim, {"rows": 6, "n": 5}, trials=2)
+        c = mc.check_modular(f, claim, {"rows": 6, "n": 5}, trials=2)
         assert c.verdict == "checked-probabilistic", (claim, c.verdict, c.evidence)
         assert prove_claim(f, claim, {"rows": 3, "n": 4}).verdict == "proved"
 
@@ -149,7 +157,7 @@ def test_a_right_backward_is_not_failed_and_agrees_with_the_exact_tier(case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_wrong_backward_is_failed_with_a_witness_and_agrees_with_the_exact_tier(case):
     f = _make(case, right=False)
-    c = check_modular(f, "vjp[x]", {"rows": 6, "n": 5}, trials=2)
+    c = mc.check_modular(f, "vjp[x]", {"rows": 6, "n": 5}, trials=2)
     assert c.verdict == "failed", c.evidence
     assert int(c.evidence["witness"]["residual_mod_p"]) != 0
     assert prove_claim(f, "vjp[x]", {"rows": 3, "n": 4}).verdict == "failed"
@@ -157,11 +165,11 @@ def test_a_wrong_backward_is_failed_with_a_witness_and_agrees_with_the_exact_tie
 
 # ---- keyword arguments outside the language are refused, not dropped
 def _arr(shape, seed=0, tangent=True):
-    F = Field(P, {k: (1, 2) for k in ("exp", "log", "sqrt", "erf", "tanh", "circle", "cpow")}, 5)
+    F = mb.Field(_prime(), {k: (1, 2) for k in ("exp", "log", "sqrt", "erf", "tanh", "circle", "cpow")}, 5)
     gen = np.random.default_rng(seed)
     v = gen.integers(0, 50, size=shape)
     t = gen.integers(0, 50, size=shape) if tangent else None
-    return ModArray(F, v, t, None, None, leaf=False), v, t, F      # a computed array: writable
+    return mb.ModArray(F, v, t, None, None, leaf=False), v, t, F      # a computed array: writable
 
 
 @pytest.mark.parametrize("call", [
@@ -182,8 +190,8 @@ def test_keywords_outside_the_language_are_refused(call):
 
 
 def test_writes_into_inputs_stay_refused():
-    F = Field(P, {}, 5)
-    x = ModArray(F, np.arange(4), None)                 # a leaf, as the checker makes inputs
+    F = mb.Field(_prime(), {}, 5)
+    x = mb.ModArray(F, np.arange(4), None)                 # a leaf, as the checker makes inputs
     with pytest.raises(SpecError, match="read-only"):
         x += 1
     with pytest.raises(SpecError, match="read-only"):
@@ -230,23 +238,23 @@ def test_a_construct_computes_what_numpy_computes(name):
     fn = CONSTRUCTS[name]
     x, v, t, F = _arr((3, 4), seed=hash(name) % 1000)
     out = fn(x)
-    want = np.asarray(fn(v)) % P                     # small entries: int64 is exact
+    want = np.asarray(fn(v)) % _prime()                     # small entries: int64 is exact
     assert out.shape == want.shape
-    assert np.array_equal(np.asarray(out.v) % P, want.astype(np.int64))
+    assert np.array_equal(np.asarray(out.v) % _prime(), want.astype(np.int64))
     if name == "prod":                                  # d prod = sum_i prod_{j != i} x_j dx_i
         tw = sum(np.prod(np.where(np.arange(3)[:, None] == i, t, v).astype(object), axis=0)
-                 for i in range(3)) % P
+                 for i in range(3)) % _prime()
     elif name in ("outer", "einsum_matmul", "einsum_trace_free"):
         tw = None                                       # bilinear: checked by the VJP cases below
     else:
-        tw = np.asarray(fn(t.astype(object))) % P - (7 if name == "sum_where" else 0)
+        tw = np.asarray(fn(t.astype(object))) % _prime() - (7 if name == "sum_where" else 0)
     if tw is not None:
-        assert np.array_equal(np.asarray(out.t) % P, np.asarray(tw % P).astype(np.int64))
+        assert np.array_equal(np.asarray(out.t) % _prime(), np.asarray(tw % _prime()).astype(np.int64))
 
 
 def test_add_at_scatters_with_repeats():
     x, v, t, F = _arr((5,))
-    out = ModularBackend(F).zeros((4,))
+    out = mb.ModularBackend(F).zeros((4,))
     np.add.at(out, np.array([0, 2, 0, 0]), x[:4])
     want = np.zeros(4, dtype=object)
     np.add.at(want, np.array([0, 2, 0, 0]), v[:4].astype(object))
@@ -347,7 +355,7 @@ def test_control_a_write_that_forgets_the_written_bound_is_caught(monkeypatch):
 # ---- 0-d values: a numpy scalar is immutable (x += y rebinds x), a 0-d array is not
 def test_a_scalar_in_place_update_rebinds_and_a_0d_array_mutates():
     x, v, t, F = _arr((3,))
-    B = ModularBackend(F)
+    B = mb.ModularBackend(F)
     s = x.sum()                                          # a numpy scalar
     alias = s
     s += 1
@@ -362,8 +370,8 @@ def test_a_scalar_in_place_update_rebinds_and_a_0d_array_mutates():
 
 
 def test_a_scalar_parameter_updated_in_place_is_rebound_not_refused():
-    F = Field(P, {}, 5)
-    eps = ModArray(F, np.int64(3), None)                 # a leaf parameter, as the checker makes them
+    F = mb.Field(_prime(), {}, 5)
+    eps = mb.ModArray(F, np.int64(3), None)                 # a leaf parameter, as the checker makes them
     eps += 1
     assert int(eps.v) == 4
 

@@ -24,12 +24,26 @@ def test_a_test_file_that_imports_a_framework_at_its_top_is_seen(tmp_path):
     pytest.importorskip("distributed")
     for name in ("conftest.py", "optional.py", Path(__file__).name):
         shutil.copy(ROOT / "tests" / name, tmp_path / name)
-    (tmp_path / "test_eager.py").write_text("import distributed\n\n\ndef test_nothing():\n    assert distributed\n")
+    (tmp_path / "test_eager.py").write_text("import distributed\nfrom vjpcert.symbolic.modular import arith\n\n\n"
+                                            "def test_nothing():\n    assert distributed and arith\n")
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
                           "--rootdir", str(tmp_path), "-c", str(ROOT / "pyproject.toml"),
                           f"{Path(__file__).name}::test_collecting_the_suite_imports_no_optional_framework",
                           "test_eager.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 1 and "assert ['distributed'] == []" in run.stdout, run.stdout[-2000:]
+    assert run.returncode == 1 and "assert ['distributed...ular.kernels'] == []" in run.stdout, run.stdout[-2000:]
+
+
+def test_a_module_imported_at_first_use_refuses_a_name_set_on_its_stand_in():
+    """A patch set on the stand-in would miss the module the code under test reads: refused, and the
+    module, imported at that first use, is the real one."""
+    from optional import compiled
+    arith = compiled("vjpcert.symbolic.modular.arith")
+    with pytest.raises(TypeError, match="monkeypatch.setattr"):
+        arith.BLOCK = 4
+    with pytest.raises(TypeError):
+        del arith.BLOCK
+    import vjpcert.symbolic.modular.arith as real
+    assert arith.BLOCK == real.BLOCK and arith.ModP is real.ModP
 
 
 def test_the_needs_are_read_off_the_deferred_imports_too():
