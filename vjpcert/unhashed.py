@@ -285,12 +285,18 @@ def _runs_off() -> None:
         if _RUNS["tool"] is not None:
             sys.monitoring.set_events(_RUNS["tool"], 0)
         else:
-            sys.setprofile(_RUNS["before"])
-            threading.setprofile(_RUNS["threads"])
-            _RUNS["before"] = _RUNS["threads"] = None
-            if _RUNS["paused"] is not None:
-                _RUNS["paused"].enable()
-                _RUNS["paused"] = None
+            paused = _unhook()
+            if paused is not None:
+                paused.enable()
+
+
+def _unhook():
+    """Put back the profile functions the hook replaced; the paused C profiler, for the caller to resume."""
+    sys.setprofile(_RUNS["before"])
+    threading.setprofile(_RUNS["threads"])
+    paused = _RUNS["paused"]
+    _RUNS["before"] = _RUNS["threads"] = _RUNS["paused"] = None
+    return paused
 
 
 def _stop_in_child() -> None:
@@ -306,9 +312,7 @@ def _stop_in_child() -> None:
         if _RUNS.get("tool") is not None:
             sys.monitoring.set_events(_RUNS["tool"], 0)
         else:
-            sys.setprofile(_RUNS["before"])
-            threading.setprofile(_RUNS["threads"])
-            _RUNS["before"] = _RUNS["threads"] = _RUNS["paused"] = None
+            _unhook()               # a paused profiler stays paused: the child's figures go nowhere
 
 
 if hasattr(os, "register_at_fork"):
