@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "reports" / "benchmarks" / "checker_mutation"
 COMMAND = ".venv/bin/python benchmarks/checker_mutation.py"
 CANARY = "checker-mutation canary: this file's code is under test"
-PYTEST = ["-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=-rfE"]
+PYTEST = ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts=-rfE"]
 IGNORE = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", ".pytest_cache", ".ipynb_checkpoints")
 
 # the mutant list lives beside this script (found whatever sys.path[0] is, e.g. under PYTHONSAFEPATH)
