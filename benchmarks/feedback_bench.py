@@ -187,9 +187,11 @@ def modular() -> list[dict]:
     return rows
 
 
-def _pytest(args: list[str], env=None) -> dict:
-    out = timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], env=env)
-    tail = [ln for ln in out["stdout"].splitlines() if " in " in ln and ("passed" in ln or "collected" in ln)]
+def _pytest(args: list[str], env=None, cwd=ROOT) -> dict:
+    out = timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], env=env, cwd=cwd)
+    # pytest's last line: "N passed, ... in T s", "N skipped in T s", "N failed in T s", "N tests collected in T s"
+    last = re.compile(r"\b(passed|failed|skipped|errors?|collected|no tests ran)\b.* in [0-9.]+s")
+    tail = [ln for ln in out["stdout"].splitlines() if last.search(ln)]
     said = re.search(r" in ([0-9.]+)s", tail[-1]) if tail else None
     return {"wall_s": out["wall_s"], "cpu_s": out["cpu_s"], "code": out["code"], "summary": tail[-1] if tail else "",
             "pytest_s": float(said.group(1)) if said else None, "slowest": _slowest(out["stdout"]),

@@ -30,10 +30,10 @@ def test_files() -> list[Path]:
     return [p.relative_to(ROOT) for folder in ("tests", "examples") for p in sorted((ROOT / folder).glob("test_*.py"))]
 
 
-def alone(files: list[Path]) -> list[dict]:
+def alone(files: list[Path], cwd: Path = ROOT) -> list[dict]:
     rows = []
     for i, f in enumerate(files, 1):
-        out = _pytest(["-n", "0", str(f)])
+        out = _pytest(["-n", "0", str(f)], cwd=cwd)
         rows.append({"file": str(f), "ok": out["code"] == 0, "code": out["code"], "wall_s": out["wall_s"],
                      "cpu_s": out["cpu_s"], "summary": out["summary"], "failed": out["failed"]})
         print(f"  [{i}/{len(files)}] {f}: {'ok' if out['code'] == 0 else 'FAILED'} ({out['wall_s']:.1f} s) "

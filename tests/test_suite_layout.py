@@ -104,3 +104,24 @@ def test_an_xdist_worker_runs_one_blas_and_numba_thread(request):
     import numba
     assert all(os.environ.get(var) for var in ONE_THREAD_PER_WORKER)
     assert numba.config.NUMBA_NUM_THREADS == int(os.environ["NUMBA_NUM_THREADS"])
+
+
+def test_the_isolation_check_fails_a_test_file_that_passes_only_after_another(tmp_path):
+    """benchmarks/isolation_bench.py's negative control: test_b.py passes when test_a.py ran first in the
+    same process (a helper module's global it sets), and the check, running each file alone, says so."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.isolation_bench import alone
+    finally:
+        sys.path.remove(str(ROOT))
+    (tmp_path / "shared_state.py").write_text("seen = []\n")
+    (tmp_path / "test_a.py").write_text("import shared_state\ndef test_a():\n    shared_state.seen.append(1)\n")
+    (tmp_path / "test_b.py").write_text("import shared_state\ndef test_b():\n    assert shared_state.seen\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\npythonpath = .\n")
+    together = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                               "-n", "0", "test_a.py", "test_b.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert together.returncode == 0, together.stdout           # in one process, in this order: green
+    rows = {r["file"]: r for r in alone([Path("test_a.py"), Path("test_b.py")], cwd=tmp_path)}
+    assert rows["test_a.py"]["ok"] and "1 passed" in rows["test_a.py"]["summary"]
+    assert not rows["test_b.py"]["ok"] and "1 failed" in rows["test_b.py"]["summary"]
+    assert any("test_b" in line for line in rows["test_b.py"]["failed"])
