@@ -125,3 +125,20 @@ def test_the_isolation_check_fails_a_test_file_that_passes_only_after_another(tm
     assert rows["test_a.py"]["ok"] and "1 passed" in rows["test_a.py"]["summary"]
     assert not rows["test_b.py"]["ok"] and "1 failed" in rows["test_b.py"]["summary"]
     assert any("test_b" in line for line in rows["test_b.py"]["failed"])
+
+
+def test_the_isolation_check_passes_a_file_that_skips_itself_and_fails_one_that_cannot_be_collected(tmp_path):
+    """A file that skips itself at collection (an optional dependency missing: pytest's exit code 5,
+    no tests collected) is not a failure alone; one whose import fails is."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.isolation_bench import alone
+    finally:
+        sys.path.remove(str(ROOT))
+    (tmp_path / "test_skips.py").write_text("import pytest\npytest.importorskip('no_such_module_here')\n"
+                                            "def test_x():\n    pass\n")
+    (tmp_path / "test_broken.py").write_text("import no_such_module_here\ndef test_x():\n    pass\n")
+    rows = {r["file"]: r for r in alone([Path("test_skips.py"), Path("test_broken.py")], cwd=tmp_path)}
+    assert rows["test_skips.py"]["ok"] and rows["test_skips.py"]["code"] == 5
+    assert "1 skipped" in rows["test_skips.py"]["summary"]
+    assert not rows["test_broken.py"]["ok"] and rows["test_broken.py"]["code"] not in (0, 5)
