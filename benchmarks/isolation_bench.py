@@ -58,9 +58,13 @@ def render(data: dict) -> str:
     rows = data.get("alone")
     if rows is not None:
         bad = [r for r in rows if not r["ok"]]
+        skipped = [r["file"] for r in rows if r["code"] == 5]
         lines += ["## Every test file alone (`pytest -n 0 FILE`, each in a fresh process)", "",
-                  f"{len(rows) - len(bad)} of {len(rows)} files pass alone; {sum(r['wall_s'] for r in rows):.0f} s "
-                  f"wall and {sum(r['cpu_s'] for r in rows):.0f} CPU s in all.", ""]
+                  f"{len(rows) - len(bad)} of {len(rows)} files pass alone"
+                  + (f" (skipped whole when collected, an optional dependency missing: "
+                     f"{', '.join(f'`{f}`' for f in skipped)})" if skipped else "")
+                  + f"; {sum(r['wall_s'] for r in rows):.0f} s wall and {sum(r['cpu_s'] for r in rows):.0f} CPU s "
+                  f"in all.", ""]
         if bad:
             lines += ["| file failing alone | exit code | summary |", "|---|---|---|",
                       *[f"| `{r['file']}` | {r['code']} | {r['summary']} |" for r in bad], ""]
