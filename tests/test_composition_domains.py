@@ -266,3 +266,78 @@ def test_a_node_right_beyond_its_declared_domain_rests_on_a_proof_for_every_real
     (node,) = cert.evidence["nodes"]
     assert node["params"] == {"s": "every real value"} and node["verdict"] == "proved"
     assert node["outside_domain"][0]["certificate"] == "for every real s"
+
+
+# A structural param is part of a node call's point by its value: a VJP called at another value than the
+# forward's is called where the forward never was. Two objects with one repr (and no value equality), or
+# two long tuples that differ in one entry, are two points; an object is refused as a structural value.
+STRUCTURAL = '''
+from vjpcert import op, Param
+
+
+class Table:
+    """A structural param whose repr is not its value."""
+    def __init__(self, total):
+        self.total = total
+
+    def __repr__(self):
+        return "Table"
+
+
+T1, T2 = Table(1), Table(5)
+W1, W2 = tuple([1] * 2000), tuple([1] * 1000 + [5] + [1] * 999)
+
+
+def total(t):
+    return t.total if isinstance(t, Table) else sum(t)
+
+
+@op(inputs={"x": ("n",)}, output=("n",), params={"t": Param(1, symbolic=False)}, dims=[{"n": 2}])
+def by_table(B, x, t):
+    return x * total(t)
+
+
+@by_table.defvjp
+def _(B, x, t, dy):
+    return (dy * total(t),)
+
+
+def _composite(name, first, second, back):
+    @op(inputs={"x": ("n",)}, output=("n",), nodes={"f": by_table}, proofs=("compositional",), dims=[{"n": 2}],
+        name=name)
+    def composite(B, x, nodes):
+        return nodes.f(x, t=first) + nodes.f(x, t=second)
+
+    @composite.defvjp
+    def _(B, x, dy, nodes):
+        return (nodes.f.vjp(x, dy, t=first)[0] + nodes.f.vjp(x, dy, t=back)[0],)
+    return composite
+
+
+two_objects_wrong = _composite("two_objects_wrong", T1, T2, T1)    # the VJP at T1 twice: 2 dy, not 6 dy
+two_tuples_wrong = _composite("two_tuples_wrong", W1, W2, W1)
+two_tuples_right = _composite("two_tuples_right", W1, W2, W2)
+'''
+
+
+@pytest.fixture(scope="module")
+def structural(tmp_path_factory):
+    path = tmp_path_factory.mktemp("structural") / "structural_ops.py"
+    path.write_text(STRUCTURAL)
+    return {o.name: o for o in load_file(path)}
+
+
+@pytest.mark.parametrize("name", ["two_objects_wrong", "two_tuples_wrong"])
+def test_a_vjp_called_at_another_structural_value_than_the_forward_is_never_proved(structural, name):
+    cert = prove_compositional(structural[name], "vjp[x]", {"n": 2})
+    assert cert.verdict == "failed", cert.evidence
+    assert cert.evidence["witness"]
+
+
+def test_an_object_is_refused_as_a_structural_value_and_long_tuples_are_told_apart(structural):
+    refused = prove_compositional(structural["two_objects_wrong"], "vjp[x]", {"n": 2}).evidence["wiring"]
+    assert refused["status"] == "unsupported" and "param t is a Table" in refused["reason"]
+    wrong = prove_compositional(structural["two_tuples_wrong"], "vjp[x]", {"n": 2}).evidence["wiring"]
+    assert wrong["status"] == "failed"
+    right = prove_compositional(structural["two_tuples_right"], "vjp[x]", {"n": 2})
+    assert right.verdict == "proved-compositional", right.evidence

@@ -102,7 +102,8 @@ class OpaqueCalls:
             params[name] = v if isinstance(v, Tag) else (self.tape.lift(v) if p.symbolic else v)
         key = (self.instance,
                tuple((n, a.shape, tuple(t.id for t in a.ravel())) for n, a in arrays.items()),
-               tuple((n, ("tag", v.id) if isinstance(v, Tag) else ("value", repr(v))) for n, v in params.items()))
+               tuple((n, ("tag", v.id) if isinstance(v, Tag) else ("value", _structural(self.instance, n, v)))
+                     for n, v in params.items()))
         dims = infer_dims(self.op, {k: np.empty(a.shape) for k, a in arrays.items()})
         return key, arrays, params, dims
 
@@ -178,6 +179,25 @@ class OpaqueCalls:
     @property
     def vjp(self):
         return self.op.vjp
+
+
+# Values a structural (non-symbolic) param may take at a node call: each is equal to another only when
+# it is the same value, and cannot change between the forward's call and the backward's.
+_VALUES = (bool, int, float, complex, str, bytes, Fraction, type(None))
+
+
+def _structural(instance: str, name: str, v):
+    """A structural param's value as part of a call's point: the value with its type (1, 1.0 and True
+    are three points), element by element in a tuple. Any other object is refused: its equality, or its
+    repr, need not be its value (two tables with the same repr, an object changed between the calls),
+    and a VJP call paired with a forward call at another value would prove a wrong backward."""
+    if isinstance(v, _VALUES) or isinstance(v, np.generic):
+        return type(v), v
+    if type(v) is tuple:
+        return tuple, tuple(_structural(instance, name, e) for e in v)
+    raise Unsupported(f"node {instance}: its param {name} is a {type(v).__name__}: a structural param is a "
+                      f"number, a string, a bool, None or a tuple of them, so that calls at different values "
+                      f"are told apart")
 
 
 # ============================================================================ the proof
