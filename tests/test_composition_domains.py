@@ -270,7 +270,8 @@ def test_a_node_right_beyond_its_declared_domain_rests_on_a_proof_for_every_real
 
 # A structural param is part of a node call's point by its value: a VJP called at another value than the
 # forward's is called where the forward never was. Two objects with one repr (and no value equality), or
-# two long tuples that differ in one entry, are two points; an object is refused as a structural value.
+# two long tuples that differ in one entry, are two points; an object is refused as a structural value,
+# and so is a subclass of int (it may redefine equality).
 STRUCTURAL = '''
 from vjpcert import op, Param
 
@@ -284,12 +285,27 @@ class Table:
         return "Table"
 
 
+class IntTable(int):
+    """An int that equals every other IntTable: its table rides along as an attribute."""
+    def __new__(cls, total):
+        t = super().__new__(cls, 1)
+        t.total = total
+        return t
+
+    def __eq__(self, other):
+        return isinstance(other, IntTable)
+
+    def __hash__(self):
+        return 0
+
+
 T1, T2 = Table(1), Table(5)
+I1, I2 = IntTable(1), IntTable(5)
 W1, W2 = tuple([1] * 2000), tuple([1] * 1000 + [5] + [1] * 999)
 
 
 def total(t):
-    return t.total if isinstance(t, Table) else sum(t)
+    return t.total if isinstance(t, (Table, IntTable)) else sum(t)
 
 
 @op(inputs={"x": ("n",)}, output=("n",), params={"t": Param(1, symbolic=False)}, dims=[{"n": 2}])
@@ -315,6 +331,7 @@ def _composite(name, first, second, back):
 
 
 two_objects_wrong = _composite("two_objects_wrong", T1, T2, T1)    # the VJP at T1 twice: 2 dy, not 6 dy
+two_ints_wrong = _composite("two_ints_wrong", I1, I2, I1)
 two_tuples_wrong = _composite("two_tuples_wrong", W1, W2, W1)
 two_tuples_right = _composite("two_tuples_right", W1, W2, W2)
 '''
@@ -327,7 +344,7 @@ def structural(tmp_path_factory):
     return {o.name: o for o in load_file(path)}
 
 
-@pytest.mark.parametrize("name", ["two_objects_wrong", "two_tuples_wrong"])
+@pytest.mark.parametrize("name", ["two_objects_wrong", "two_ints_wrong", "two_tuples_wrong"])
 def test_a_vjp_called_at_another_structural_value_than_the_forward_is_never_proved(structural, name):
     cert = prove_compositional(structural[name], "vjp[x]", {"n": 2})
     assert cert.verdict == "failed", cert.evidence
@@ -337,6 +354,8 @@ def test_a_vjp_called_at_another_structural_value_than_the_forward_is_never_prov
 def test_an_object_is_refused_as_a_structural_value_and_long_tuples_are_told_apart(structural):
     refused = prove_compositional(structural["two_objects_wrong"], "vjp[x]", {"n": 2}).evidence["wiring"]
     assert refused["status"] == "unsupported" and "param t is a Table" in refused["reason"]
+    subclass = prove_compositional(structural["two_ints_wrong"], "vjp[x]", {"n": 2}).evidence["wiring"]
+    assert subclass["status"] == "unsupported" and "param t is a IntTable" in subclass["reason"]
     wrong = prove_compositional(structural["two_tuples_wrong"], "vjp[x]", {"n": 2}).evidence["wiring"]
     assert wrong["status"] == "failed"
     right = prove_compositional(structural["two_tuples_right"], "vjp[x]", {"n": 2})

@@ -181,17 +181,20 @@ class OpaqueCalls:
         return self.op.vjp
 
 
-# Values a structural (non-symbolic) param may take at a node call: each is equal to another only when
-# it is the same value, and cannot change between the forward's call and the backward's.
-_VALUES = (bool, int, float, complex, str, bytes, Fraction, type(None))
+# Values a structural (non-symbolic) param may take at a node call, by exact type (a subclass may
+# redefine equality): each is equal to another only when it is the same value, and cannot change
+# between the forward's call and the backward's.
+_VALUES = frozenset({bool, int, float, complex, str, bytes, Fraction, type(None)}
+                    | {t for t in np.sctypeDict.values() if np.dtype(t).kind in "biufc"})
 
 
 def _structural(instance: str, name: str, v):
     """A structural param's value as part of a call's point: the value with its type (1, 1.0 and True
-    are three points), element by element in a tuple. Any other object is refused: its equality, or its
-    repr, need not be its value (two tables with the same repr, an object changed between the calls),
-    and a VJP call paired with a forward call at another value would prove a wrong backward."""
-    if isinstance(v, _VALUES) or isinstance(v, np.generic):
+    are three points), element by element in a tuple. Any other object is refused, a subclass of int
+    included: its equality, or its repr, need not be its value (two tables with the same repr, an int
+    that equals every other, an object changed between the calls), and a VJP call paired with a
+    forward call at another value would prove a wrong backward."""
+    if type(v) in _VALUES:
         return type(v), v
     if type(v) is tuple:
         return tuple, tuple(_structural(instance, name, e) for e in v)
