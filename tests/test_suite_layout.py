@@ -106,14 +106,20 @@ def test_an_xdist_worker_runs_one_blas_and_numba_thread(request):
     assert numba.config.NUMBA_NUM_THREADS == int(os.environ["NUMBA_NUM_THREADS"])
 
 
+def _isolation_bench():
+    """benchmarks/isolation_bench.py, imported as a module of the repository (the benchmarks are not a
+    package on sys.path)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks import isolation_bench
+    finally:
+        sys.path.remove(str(ROOT))
+    return isolation_bench
+
 def test_the_isolation_check_fails_a_test_file_that_passes_only_after_another(tmp_path):
     """benchmarks/isolation_bench.py's negative control: test_b.py passes when test_a.py ran first in the
     same process (a helper module's global it sets), and the check, running each file alone, says so."""
-    sys.path.insert(0, str(ROOT))
-    try:
-        from benchmarks.isolation_bench import alone
-    finally:
-        sys.path.remove(str(ROOT))
+    alone = _isolation_bench().alone
     (tmp_path / "shared_state.py").write_text("seen = []\n")
     (tmp_path / "test_a.py").write_text("import shared_state\ndef test_a():\n    shared_state.seen.append(1)\n")
     (tmp_path / "test_b.py").write_text("import shared_state\ndef test_b():\n    assert shared_state.seen\n")
@@ -130,11 +136,7 @@ def test_the_isolation_check_fails_a_test_file_that_passes_only_after_another(tm
 def test_the_isolation_check_passes_a_file_that_skips_itself_and_fails_one_that_cannot_be_collected(tmp_path):
     """A file that skips itself at collection (an optional dependency missing: pytest's exit code 5,
     no tests collected) is not a failure alone; one whose import fails is."""
-    sys.path.insert(0, str(ROOT))
-    try:
-        from benchmarks.isolation_bench import alone
-    finally:
-        sys.path.remove(str(ROOT))
+    alone = _isolation_bench().alone
     (tmp_path / "test_skips.py").write_text("import pytest\npytest.importorskip('no_such_module_here')\n"
                                             "def test_x():\n    pass\n")
     (tmp_path / "test_broken.py").write_text("import no_such_module_here\ndef test_x():\n    pass\n")
