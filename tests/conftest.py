@@ -156,8 +156,18 @@ def needs(path, function: str | None) -> set[str]:
 ONE_THREAD_PER_WORKER = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 
+# A worker holds SymPy, NumPy and often torch and JAX: millions of objects that live as long as it does,
+# while a proof makes and drops SymPy expressions by the million. Python's default thresholds run a
+# young collection every 700 allocations, and a full one, walking every long-lived object, every 100
+# young ones once enough survived; proofs ran 4% faster with the young generation 20,000 objects long.
+# Nothing is kept that would not be: the collector still runs, on fewer and larger batches.
+GC_THRESHOLDS = (20_000, 20, 10)
+
+
 def pytest_configure(config):
+    import gc
     import os
+    gc.set_threshold(*GC_THRESHOLDS)
     if config.getoption("numprocesses", default=None) and "PYTEST_XDIST_WORKER" not in os.environ:
         for var in ONE_THREAD_PER_WORKER:
             os.environ.setdefault(var, "1")
@@ -225,3 +235,28 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+# A test is one command's worth of work, and should meet the process as that command would. A worker
+# runs hundreds of tests, each loading user spec files from its own tmp_path; kept, they would be
+# reachable from every later test's spec code (sys.modules, sys.path), so the watch for code a
+# certificate does not hash would profile every call of every later user op (vjpcert/unhashed.py,
+# ``watch``: on Python 3.11 a profile hook, some 2x on the code it watches). So what a test (or a test
+# module's fixtures) loaded is forgotten after it: its user modules, the user files the watch noted as
+# loaded, and the folders it put on sys.path. A test of several user files in one process makes them
+# within the test; tests/test_identity.py has those.
+def _forget_user_files_loaded_since():
+    import sys
+    from vjpcert import unhashed
+    loaded, modules, path = set(unhashed._LOADED), set(sys.modules), list(sys.path)
+    yield
+    for name in set(sys.modules) - modules:
+        module = sys.modules.get(name)
+        if module is not None and unhashed._user_file(module) is not None:
+            del sys.modules[name]
+    unhashed._LOADED.intersection_update(loaded)
+    sys.path[:] = [p for p in sys.path if p in path]
+
+
+each_test_forgets_its_user_files = pytest.fixture(autouse=True)(_forget_user_files_loaded_since)
+each_module_forgets_its_user_files = pytest.fixture(autouse=True, scope="module")(_forget_user_files_loaded_since)

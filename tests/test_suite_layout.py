@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import optional
-from conftest import FRAMEWORKS, IMPORTED_AT_COLLECTION, ONE_THREAD_PER_WORKER, framework_tests_last, needs
+from conftest import (FRAMEWORKS, IMPORTED_AT_COLLECTION, ONE_THREAD_PER_WORKER, _forget_user_files_loaded_since,
+                      framework_tests_last, needs)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,3 +145,35 @@ def test_the_isolation_check_passes_a_file_that_skips_itself_and_fails_one_that_
     assert rows["test_skips.py"]["ok"] and rows["test_skips.py"]["code"] == 5
     assert "1 skipped" in rows["test_skips.py"]["summary"]
     assert not rows["test_broken.py"]["ok"] and rows["test_broken.py"]["code"] not in (0, 5)
+
+
+def test_a_user_file_one_test_loaded_is_not_foreign_code_to_the_next(tmp_path):
+    """The conftest forgets what a test loaded, so the next test's user op meets the process as a fresh
+    command would: its watch has nothing foreign to profile (the control: without forgetting, the
+    first file is foreign to the second op)."""
+    from vjpcert import unhashed
+    from vjpcert.ops import load_file           # the command's: it notes every user file loaded from then on
+
+    def user_file(name):
+        folder = tmp_path / name
+        folder.mkdir()
+        path = folder / f"{name}.py"
+        path.write_text(f"from vjpcert.core.registry import op\n"
+                        f"@op(inputs={{'x': ('n',)}}, output=('n',), dims=[{{'n': 2}}])\n"
+                        f"def {name}(B, x):\n    return x * x\n"
+                        f"@{name}.defvjp\ndef _(B, x, dy):\n    return (2 * x * dy,)\n")
+        return path
+
+    first = user_file("first_of_two")
+    test = _forget_user_files_loaded_since()
+    next(test)                                    # the first test begins
+    (op1,) = load_file(first)
+    assert first.resolve() in unhashed._LOADED and str(first.parent.resolve()) in sys.path
+    (op2,) = load_file(user_file("kept_next"))
+    assert unhashed.foreign_code(op2) == {first.resolve()}     # what a later test would meet, kept
+    with pytest.raises(StopIteration):
+        next(test)                                # the first test ends
+    assert first.resolve() not in unhashed._LOADED and op1.module.__name__ not in sys.modules
+    assert str(first.parent.resolve()) not in sys.path
+    (op3,) = load_file(user_file("forgotten_before"))
+    assert unhashed.foreign_code(op3) == set()
