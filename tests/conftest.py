@@ -156,17 +156,12 @@ def needs(path, function: str | None) -> set[str]:
 ONE_THREAD_PER_WORKER = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 
-# A worker holds SymPy, NumPy and often torch and JAX: millions of objects that live as long as it does,
-# while a proof makes and drops SymPy expressions by the million. Python's default thresholds run a
-# young collection every 700 allocations, and a full one, walking every long-lived object, every 100
-# young ones once enough survived; proofs ran 4% faster with the young generation 20,000 objects long.
-# Nothing is kept that would not be: the collector still runs, on fewer and larger batches.
-GC_THRESHOLDS = (20_000, 20, 10)
-
-
+# A worker runs proofs as a command does, so it collects garbage as the command does (vjpcert/cli.py,
+# GC_THRESHOLDS: fewer, larger batches; the proof-heavy test files ran 4% faster for it).
 def pytest_configure(config):
     import gc
     import os
+    from vjpcert.cli import GC_THRESHOLDS
     gc.set_threshold(*GC_THRESHOLDS)
     if config.getoption("numprocesses", default=None) and "PYTEST_XDIST_WORKER" not in os.environ:
         for var in ONE_THREAD_PER_WORKER:
