@@ -159,3 +159,22 @@ def test_the_shell_completes_commands_and_options(tmp_path):
     assert complete("vjpcert ver") == ["verify"]
     assert "--modular" in complete("vjpcert all --mo")
     assert set(complete("vjpcert ")) >= {"all", "prove", "check", "verify", "render", "mutate"}
+
+
+def test_the_command_collects_garbage_in_larger_batches_and_a_python_caller_keeps_its_own(tmp_path):
+    """The collector setting is the command's (its process is its own); ``main(argv)`` called from
+    Python leaves the caller's alone."""
+    import gc
+    from vjpcert.cli import GC_THRESHOLDS
+    mine = (1234, 11, 12)
+    before = gc.get_threshold()
+    gc.set_threshold(*mine)
+    try:
+        main(["verify", str(tmp_path / "no_reports")])
+        assert gc.get_threshold() == mine
+    finally:
+        gc.set_threshold(*before)
+    code = ("import gc, sys\nsys.argv = ['vjpcert', '--help']\nfrom vjpcert.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\nprint(tuple(gc.get_threshold()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == str(tuple(GC_THRESHOLDS)), out.stderr
