@@ -269,10 +269,13 @@ def test_a_node_right_beyond_its_declared_domain_rests_on_a_proof_for_every_real
 
 
 # A structural param is part of a node call's point by its value: a VJP called at another value than the
-# forward's is called where the forward never was. Two objects with one repr (and no value equality), or
-# two long tuples that differ in one entry, are two points; an object is refused as a structural value,
-# and so is a subclass of int (it may redefine equality).
+# forward's is called where the forward never was. Two objects with one repr (and no value equality),
+# two long tuples that differ in one entry, or -0.0 and 0.0 (equal, yet not the same value), are two
+# points; an object is refused as a structural value, and so is a subclass of int (it may redefine
+# equality).
 STRUCTURAL = '''
+import math
+
 from vjpcert import op, Param
 
 
@@ -305,6 +308,8 @@ W1, W2 = tuple([1] * 2000), tuple([1] * 1000 + [5] + [1] * 999)
 
 
 def total(t):
+    if type(t) is float:
+        return 3 if math.copysign(1.0, t) > 0 else -3      # -0.0 == 0.0, yet they are two tables
     return t.total if isinstance(t, (Table, IntTable)) else sum(t)
 
 
@@ -334,6 +339,8 @@ two_objects_wrong = _composite("two_objects_wrong", T1, T2, T1)    # the VJP at 
 two_ints_wrong = _composite("two_ints_wrong", I1, I2, I1)
 two_tuples_wrong = _composite("two_tuples_wrong", W1, W2, W1)
 two_tuples_right = _composite("two_tuples_right", W1, W2, W2)
+two_zeros_wrong = _composite("two_zeros_wrong", -0.0, 0.0, -0.0)  # the VJP at -0.0 twice: -6 dy, not 0
+two_zeros_right = _composite("two_zeros_right", -0.0, 0.0, 0.0)
 '''
 
 
@@ -344,7 +351,7 @@ def structural(tmp_path_factory):
     return {o.name: o for o in load_file(path)}
 
 
-@pytest.mark.parametrize("name", ["two_objects_wrong", "two_ints_wrong", "two_tuples_wrong"])
+@pytest.mark.parametrize("name", ["two_objects_wrong", "two_ints_wrong", "two_tuples_wrong", "two_zeros_wrong"])
 def test_a_vjp_called_at_another_structural_value_than_the_forward_is_never_proved(structural, name):
     cert = prove_compositional(structural[name], "vjp[x]", {"n": 2})
     assert cert.verdict == "failed", cert.evidence
@@ -358,5 +365,6 @@ def test_an_object_is_refused_as_a_structural_value_and_long_tuples_are_told_apa
     assert subclass["status"] == "unsupported" and "param t is a IntTable" in subclass["reason"]
     wrong = prove_compositional(structural["two_tuples_wrong"], "vjp[x]", {"n": 2}).evidence["wiring"]
     assert wrong["status"] == "failed"
-    right = prove_compositional(structural["two_tuples_right"], "vjp[x]", {"n": 2})
-    assert right.verdict == "proved-compositional", right.evidence
+    for name in ("two_tuples_right", "two_zeros_right"):
+        right = prove_compositional(structural[name], "vjp[x]", {"n": 2})
+        assert right.verdict == "proved-compositional", right.evidence

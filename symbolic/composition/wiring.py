@@ -190,12 +190,13 @@ _VALUES = frozenset({bool, int, float, complex, str, bytes, Fraction, type(None)
 
 def _structural(instance: str, name: str, v):
     """A structural param's value as part of a call's point: the value with its type (1, 1.0 and True
-    are three points), element by element in a tuple. Any other object is refused, a subclass of int
+    are three points; a float by its bits, so -0.0 and 0.0 are two), element by element in a tuple. Any other object is refused, a subclass of int
     included: its equality, or its repr, need not be its value (two tables with the same repr, an int
     that equals every other, an object changed between the calls), and a VJP call paired with a
     forward call at another value would prove a wrong backward."""
     if type(v) in _VALUES:
-        return type(v), v
+        # a float is its bits: -0.0 == 0.0 though a node can tell them apart (copysign, 1/t), nan != nan
+        return type(v), (np.asarray(v).tobytes() if isinstance(v, (float, complex, np.inexact)) else v)
     if type(v) is tuple:
         return tuple, tuple(_structural(instance, name, e) for e in v)
     raise Unsupported(f"node {instance}: its param {name} is a {type(v).__name__}: a structural param is a "
