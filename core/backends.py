@@ -224,11 +224,14 @@ def _erf(a):
 
 class FloatBackend:
     """numpy float64 or float32. The float32 backend casts every constant, so the float32 baseline
-    really runs in float32 (numpy would otherwise promote to float64 at the first float64 scalar)."""
+    really runs in float32 (numpy would otherwise promote to float64 at the first float64 scalar).
+    With ``shift=False``, ``max_shift`` is 0 as in the exact backends: the float path of the very
+    function the tracer saw (``core.replay`` holds the two together)."""
 
-    def __init__(self, dtype):
+    def __init__(self, dtype, shift: bool = True):
         self.dtype = np.dtype(dtype)
         self.name = self.dtype.name
+        self.shift = shift
         t = self.dtype.type
         self.pi = t(np.pi)
         self.exp = self._checked(np.exp)
@@ -264,6 +267,8 @@ class FloatBackend:
         ``shift_invariance`` proves it) but does not overflow at large logits. Exact backends return
         0, so the proofs and the float references run the same spec code."""
         x = np.asarray(x)
+        if not self.shift:
+            return self.zeros(x.shape[:-1] + (1,))
         masked = x if mask is None else np.where(mask, x, -np.inf)
         m = masked.max(-1, keepdims=True) if x.shape[-1] else np.zeros(x.shape[:-1] + (1,), self.dtype)
         return np.where(np.isfinite(m), m, 0).astype(self.dtype)

@@ -311,6 +311,12 @@ def _run(args, tasks, ops, command: str, proof_only: bool, out=None) -> int:
                     # names and dims print literally: `vjp[x]` and `[n=3]` are not rich markup
                     progress.console.print(f"[{c}]{cert.verdict:>22}[/{c}]  {task.tier:8} {escape(task.label())}  "
                                            f"({escape(cert.method)}, {cert.seconds:.2f}s)", soft_wrap=True)
+                error = cert.evidence.get("error") if cert.verdict == "inconclusive" else None
+                if error:                         # even with --quiet: the spec or the checker stopped it
+                    if args.quiet:
+                        progress.console.print(f"[yellow]inconclusive[/yellow]  {task.tier} {escape(task.label())}",
+                                               soft_wrap=True)
+                    progress.console.print(escape(f"    stopped by {error}"), highlight=False, soft_wrap=True)
                 if cert.verdict == "failed":      # even with --quiet: a failure is what the user acts on
                     if args.quiet:
                         progress.console.print(f"[red]failed[/red]  {task.tier} {escape(task.label())}", soft_wrap=True)
