@@ -18,13 +18,15 @@ interpreters, as a whole, at one random point of its leaves (``replayed``):
     (``RoundingBackend``): each held to the trace by ``core.rounding.FloatPathErrors``, the rule of
     the numeric tier's `reference` claim.
 
-The point: differentiable and other inputs from the op's samplers or standard normals (positive
-leaves |z| + 1/2), rounded to float32 so every interpreter reads the same reals; a cotangent standard
-normal; a symbolic parameter its default; a shift 0. A point where the trace leaves the reals or is
-not finite decides nothing (an entry whose float bound is infinite is left out; an output whose
-every bound is, decides nothing): up to ``POINTS`` points are drawn
-(seeded by the op and the claim), and a claim no point decides is refused (``SpecError``), never
-proved unreplayed.
+The point (``_point``): inputs from the op's samplers or standard normals, a cotangent standard
+normal, a symbolic parameter its default, a shift 0; from the second point on, leaves no sampler
+draws are positive (a running variance passed as an input). A point where the trace leaves the reals
+or is not finite decides nothing (an entry whose float bound is infinite is left out; an output whose
+every bound is, decides nothing). Up to ``POINTS`` points are drawn from fresh entropy (named in
+every message), so spec code cannot know them in advance. Each interpreter must agree with the trace
+at a point, or be refused at every point (a construct it does not take: it computes no number); one
+that disagrees, or runs at one point and is refused at another, refuses the claim, and so does a
+claim no point decides (``SpecError``): never proved unreplayed.
 
 What it cannot see: a difference below ``SCREEN`` relative in mpmath, or inside the float path's own
 rounding bound -- a float function within its rounding of the proved one; and float32, where its
@@ -52,6 +54,7 @@ SCREEN = 1e-30          # a relative difference below this at DPS digits is a ro
 SHRINK = 1e-30          # ... above it, refused unless CONFIRM_DPS digits shrink it by this factor
 POINTS = 3
 DTYPES = (np.float64, np.float32)
+
 
 class _Undecided(Exception):
     """This point decides nothing (the trace leaves the reals, a sign is undecided, a bound is inf)."""
@@ -85,29 +88,33 @@ def _flat(out) -> list[np.ndarray]:
     return [np.asarray(out, dtype=object)]
 
 
+def _leaf_arrays(call):
+    """name -> the call's argument, for each argument that is an array of leaves."""
+    return {name: v for name, v in call.values.items() if isinstance(v, np.ndarray) and v.dtype == object
+            and v.size and all(isinstance(n, Node) and n.op == "leaf" for n in v.ravel())}
+
+
 def _point(op, calls, rng, positive: bool = False) -> dict:
-    """name -> float64 array (float32-representable) for every array of leaves the calls were bound
-    to, and Leaf -> Fraction for every leaf."""
-    arrays, leaves = {}, {}
+    """Leaf -> Fraction for every leaf the calls were bound to: an array of leaves drawn at once (by
+    the op's sampler for its name, else standard normals; |z| + 1/2 where a leaf is positive, or
+    everywhere with ``positive`` but where a sampler drew), rounded to float32 so every interpreter
+    reads the same reals; a symbolic parameter its default."""
+    leaves = {}
     for call in calls:
-        for name, v in call.values.items():
-            if not isinstance(v, np.ndarray) or v.dtype != object or name in arrays:
+        for name, v in _leaf_arrays(call).items():
+            if v.ravel()[0].value in leaves:
                 continue
-            if not all(isinstance(n, Node) and n.op == "leaf" for n in v.ravel()):
-                continue
-            a = np.asarray(op.sample[name](rng, v.shape) if name in op.sample else rng.standard_normal(v.shape),
-                           dtype=np.float64)
-            a = a.astype(np.float32).astype(np.float64)
+            drawn = op.sample[name](rng, v.shape) if name in op.sample else rng.standard_normal(v.shape)
+            a = np.asarray(drawn, dtype=np.float64).astype(np.float32).astype(np.float64)
             for idx in np.ndindex(*v.shape):
                 leaf = v[idx].value
                 if leaf.positive or (positive and name not in op.sample):
                     a[idx] = float(np.float32(abs(a[idx]) + 0.5))
                 leaves[leaf] = Fraction(float(a[idx]))
-            arrays[name] = a
-        for name, v in call.values.items():
+        for v in call.values.values():
             if isinstance(v, Node) and v.op == "leaf":
                 leaves[v.value] = Fraction(op.params[v.value.owner].default)
-    return {"arrays": arrays, "leaves": leaves}
+    return leaves
 
 
 class _Leaves(dict):
@@ -119,16 +126,18 @@ class _Leaves(dict):
         raise KeyError(leaf)
 
 
-def _bound_values(call, point, B, convert) -> dict:
+def _bound_values(call, leaves: dict, B, convert) -> dict:
+    """The call's arguments at the point, for backend B (``convert`` takes a float64 array)."""
+    arrays = _leaf_arrays(call)
     out = {}
     for name, v in call.values.items():
-        if name in point["arrays"]:
-            out[name] = convert(point["arrays"][name])
+        if name in arrays:
+            out[name] = convert(np.vectorize(lambda n: float(leaves[n.value]), otypes=[np.float64])(v))
         elif isinstance(v, Node) and v.op == "leaf":
-            out[name] = B.c(point["leaves"][v.value])
+            out[name] = B.c(leaves[v.value])
         elif isinstance(v, Node) and v.op == "const":
             out[name] = B.c(v.value)
-        elif isinstance(v, np.ndarray) and v.dtype == object:
+        elif isinstance(v, np.ndarray) and v.dtype == object and v.size:
             raise SpecError(None, f"{call.role}: its argument {name!r} mixes leaves and values, which "
                                   f"cannot be replayed")
         else:
@@ -199,7 +208,7 @@ def _mp_difference(ctx, got: list, truth: list) -> tuple:
 
 def _mpmath(op, calls, point, dps: int, truth=None) -> list:
     """Per call: (max difference, scale) of the mpmath run against the trace, at ``dps`` digits."""
-    truth = truth or _truth(calls, point["leaves"], dps)
+    truth = truth or _truth(calls, point, dps)
     B = MpmathBackend(dps)
     out = []
     for call, t in zip(calls, truth):
@@ -276,7 +285,7 @@ def replay(op, claim: str, dims: dict, calls: list, entropy: int | None = None) 
     for attempt in range(POINTS):
         point = _point(op, calls, np.random.default_rng([entropy, attempt]), positive=attempt > 0)
         try:
-            truth = _truth(calls, point["leaves"], DPS)
+            truth = _truth(calls, point, DPS)
         except (_Undecided, ArithmeticError) as exc:
             notes.append(f"{type(exc).__name__}: {exc}")
             continue

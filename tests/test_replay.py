@@ -43,11 +43,16 @@ def _calls(op, claim="vjp[x]"):
     return seen
 
 
+def _x(op, calls, entropy, attempt=0):
+    """x at the replay's point number ``attempt`` of this entropy."""
+    leaves = replay._point(op, calls, np.random.default_rng([entropy, attempt]), positive=attempt > 0)
+    return np.array([float(leaves[n.value]) for n in calls[0].values["x"]])
+
+
 def _entropy_where(op, calls, pred):
     """An entropy whose first point (standard normals) satisfies pred(x)."""
     for entropy in range(1000):
-        point = replay._point(op, calls, np.random.default_rng([entropy, 0]))
-        if pred(point["arrays"]["x"]):
+        if pred(_x(op, calls, entropy)):
             return entropy
     raise AssertionError("no such entropy")
 
@@ -100,6 +105,6 @@ def test_a_claim_no_point_decides_is_refused(tmp_path, monkeypatch):
 def test_an_entropy_replays_the_same_points(tmp_path):
     op = _op(tmp_path, "return (2 * x * dy,)")
     calls = _calls(op)
-    a = replay._point(op, calls, np.random.default_rng([7, 0]))["arrays"]["x"]
-    b = replay._point(op, calls, np.random.default_rng([7, 0]))["arrays"]["x"]
+    a, b = _x(op, calls, 7), _x(op, calls, 7)
     assert np.array_equal(a, b) and np.array_equal(a, a.astype(np.float32))   # float32-representable
+    assert (_x(op, calls, 7, attempt=1) >= 0.5).all()           # later points: positive
