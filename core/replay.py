@@ -9,10 +9,12 @@ an entry is not an operation the language sees), so a claim's trace is held to t
 interpreters, as a whole, at one random point of its leaves (``replayed``):
 
   * mpmath (object arrays of mpf, ``MpmathBackend.strict``) at ``DPS`` digits against the trace
-    evaluated at the same digits. A difference above ``SCREEN`` of the output's scale is confirmed at
+    evaluated at the same digits. A difference above ``SCREEN`` of the scale (the call's outputs, at
+    least the point's largest value: a law's residual is 0 in the reals) is confirmed at
     ``CONFIRM_DPS`` digits: two evaluations of one function in different orders differ by a rounding
-    residue that shrinks with the precision; two functions differ by what does not. Refused when the
-    difference at ``CONFIRM_DPS`` is above ``SHRINK`` times the one at ``DPS``.
+    residue that shrinks with the precision (an ill-conditioned one may pass the screen at ``DPS``
+    and not at ``CONFIRM_DPS``); two functions differ by what does not. Refused when the difference
+    is above the screen at both.
   * the float64 and float32 paths (numeric arrays: ``FloatBackend(dtype, shift=False)``, whose
     ``max_shift`` is 0 as in the trace) with the running-error run beside them
     (``RoundingBackend``): each held to the trace by ``core.rounding.FloatPathErrors``, the rule of
@@ -50,8 +52,8 @@ from vjpcert.core.tracing import recording, run_spec_code
 
 DPS = 40
 CONFIRM_DPS = 100
-SCREEN = 1e-30          # a relative difference below this at DPS digits is a rounding residue
-SHRINK = 1e-30          # ... above it, refused unless CONFIRM_DPS digits shrink it by this factor
+SCREEN = 1e-30          # a relative difference below this is a rounding residue: one above it at DPS
+                        # digits is confirmed at CONFIRM_DPS, where a residue shrinks by 1e-60
 POINTS = 3
 DTYPES = (np.float64, np.float32)
 
@@ -219,12 +221,18 @@ def _mpmath(op, calls, point, dps: int, truth=None) -> list:
 
 
 def _check_mpmath(op, claim, calls, point, truth) -> None:
+    # the scale of a difference: the call's outputs, and never below the point's own values (a law's
+    # residual is 0 in the reals and a residue of the working precision in both evaluations)
+    floor = float(max((abs(v) for v in point.values()), default=0))
+
+    def differs(err, scale) -> bool:
+        return err > SCREEN * max(scale, floor)
     first = _mpmath(op, calls, point, DPS, truth)
-    if all(err == 0 or err <= SCREEN * scale for err, scale in first):
+    if not any(differs(*d) for d in first):
         return
     confirm = _mpmath(op, calls, point, CONFIRM_DPS)
-    for call, (err, _), (err2, scale2) in zip(calls, first, confirm):
-        if err2 > SHRINK * err:
+    for call, d, (err2, scale2) in zip(calls, first, confirm):
+        if differs(*d) and differs(err2, scale2):
             raise SpecError(op.name, f"{claim}: {call.role} computes another function in mpmath than "
                                      f"where traced (they differ by {float(err2):.3g}, at most "
                                      f"{float(scale2):.3g} in size, at {CONFIRM_DPS} digits as at {DPS}): "
