@@ -215,9 +215,8 @@ class MpField(_OperatorField):
     """mpmath numbers in a private context at ``dps`` digits; leaves take the values given."""
 
     def __init__(self, dps: int, values: dict):
-        import mpmath
-        self.ctx = mpmath.MPContext()
-        self.ctx.dps = dps
+        from vjpcert.core.backends import mp_context
+        self.ctx = mp_context(dps)
         self.values = values
 
     def const(self, q):

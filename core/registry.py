@@ -7,6 +7,7 @@ Functions are bound *by argument name*, so a backward or a law names only what i
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -330,7 +331,10 @@ class Op:
         by, so that is refused (numpy raises), never silently traced."""
         from vjpcert.core.backends import spec_backend
         B = spec_backend(B)
-        names = list(inspect.signature(fn).parameters)[1:]
+        try:
+            names = _parameter_names(fn)
+        except TypeError:             # an unhashable callable: no cache
+            names = tuple(inspect.signature(fn).parameters)[1:]
         extras = {"forward": lambda: self.bound(self.forward, B, values),
                   "backward": lambda: self.bound(self.vjp, B, values),
                   "nodes": lambda: NodeSet(self.nodes, B)}
@@ -411,6 +415,12 @@ class Op:
 
     def __repr__(self):
         return f"<op {self.name}: inputs {list(self.inputs)} -> {self.output}>"
+
+
+@functools.lru_cache(maxsize=None)
+def _parameter_names(fn) -> tuple[str, ...]:
+    """A spec function's parameters after B (``inspect.signature`` is slow, and bind runs per call)."""
+    return tuple(inspect.signature(fn).parameters)[1:]
 
 
 def read_only(value):

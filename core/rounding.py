@@ -257,9 +257,10 @@ def slope(kind: str, a: float, e: float) -> float:
 class RoundingBackend:
     """The float backend of ``dtype`` with a running error bound on every number (see the module)."""
 
-    def __init__(self, dtype):
+    def __init__(self, dtype, shift: bool = True):
         self.dtype = np.dtype(dtype)
         self.name = f"rounding-{self.dtype.name}"
+        self.shift = shift          # False: max_shift is 0, as in the exact backends
         self.u = float(np.finfo(self.dtype).eps) / 2
         t = self.dtype.type
         self.eta = float(np.finfo(self.dtype).smallest_subnormal)
@@ -341,6 +342,8 @@ class RoundingBackend:
     def max_shift(self, x, mask=None):
         """As the float backend: the row maximum of the computed values (over ``mask``), a constant
         with no error -- any constant gives the same exact function (the shift-invariance law)."""
+        if not self.shift:
+            return self.zeros(np.shape(x)[:-1] + (1,))
         v = np.vectorize(lambda r: r.v, otypes=[np.float64])(np.asarray(x, dtype=object)) \
             if np.size(x) else np.zeros(np.shape(x))
         masked = v if mask is None else np.where(mask, v, -np.inf)
@@ -352,10 +355,70 @@ class RoundingBackend:
         return out
 
 
+def _value_and_bound(r) -> tuple[float, float]:
+    """A Rounded number's (v, e); a plain number a spec left in an array (the 0 of a triangle) is
+    exact up to its own rounding to a float."""
+    if isinstance(r, Rounded):
+        return r.v, r.e
+    v = float(r)
+    return v, float(abs(Fraction(r) - Fraction(v))) if math.isfinite(v) else math.inf
+
+
 def values_and_bounds(arr) -> tuple[np.ndarray, np.ndarray]:
     """(v, e) float64 arrays of an array of Rounded numbers."""
     arr = np.asarray(arr, dtype=object)
-    v = np.vectorize(lambda r: r.v, otypes=[np.float64])(arr) if arr.size else np.zeros(arr.shape)
-    e = np.vectorize(lambda r: r.e, otypes=[np.float64])(arr) if arr.size else np.zeros(arr.shape)
+    v = np.vectorize(lambda r: _value_and_bound(r)[0], otypes=[np.float64])(arr) if arr.size else np.zeros(arr.shape)
+    e = np.vectorize(lambda r: _value_and_bound(r)[1], otypes=[np.float64])(arr) if arr.size else np.zeros(arr.shape)
     return v, e
 
+
+
+# ---------------------------------------------------------------------------------------------- the rule
+def order_factor(L: int) -> float:
+    """numpy sums pairwise: its error is at most 2 ceil(log2 L) + 2 times a sequential sum's running
+    bound, L the longest sum (the largest dim)."""
+    return 2 * math.ceil(math.log2(max(L, 2))) + 2
+
+
+def max_abs(a) -> float:
+    a = np.asarray(a, dtype=object).ravel()
+    return float(max((abs(v) for v in a), default=0))
+
+
+def abs_diff(a, exact) -> np.ndarray:
+    """|a - exact| entrywise as float64 (inf where a is not finite)."""
+    a = np.asarray(a, dtype=np.float64)
+    ex = np.asarray(exact, dtype=object)
+    out = np.empty(a.shape, dtype=np.float64)
+    for idx in np.ndindex(*a.shape):
+        out[idx] = float(abs(a[idx] - ex[idx])) if np.isfinite(a[idx]) else math.inf
+    return out
+
+
+class FloatPathErrors:
+    """One output of a spec's float path against its exact value ``truth`` (mpmath numbers):
+        |v - exact| <= e (1 + BOUND_SLACK) + share * floor   (the running-error run (v, e): its own bound)
+        max |got - exact| <= K max e + floor                  (numpy's float run, summing pairwise)
+    with floor = REFERENCE_FLOOR_ROUNDINGS u max|exact|. ``seq_ok`` and ``float_ok`` say which hold."""
+
+    def __init__(self, got, truth, v_seq, e_seq, u: float, K: float):
+        from vjpcert.core import tolerance as tol
+        scale = max_abs(truth)
+        self.floor = tol.REFERENCE_FLOOR_ROUNDINGS * u * scale
+        self.seq_err = abs_diff(v_seq, truth)
+        self.e_seq = np.asarray(e_seq, dtype=np.float64)
+        self.seq_ok = bool(np.all(self.seq_err <= self.e_seq * (1 + tol.BOUND_SLACK)
+                                  + self.floor * tol.REFERENCE_FLOOR_SHARE_FOR_BOUND))
+        self.err_arr = abs_diff(got, truth)
+        self.err = float(self.err_arr.max()) if self.err_arr.size else 0.0
+        self.bound = K * (float(self.e_seq.max()) if self.e_seq.size else 0.0) + self.floor
+        self.float_ok = self.err <= self.bound
+
+    def worst_sequential(self) -> tuple:
+        """The entry where the running-error run is furthest past its bound."""
+        k = int(np.argmax(self.seq_err - self.e_seq))
+        return tuple(int(i) for i in np.unravel_index(k, self.seq_err.shape))
+
+    def worst_float(self) -> tuple:
+        k = int(np.argmax(self.err_arr))
+        return tuple(int(i) for i in np.unravel_index(k, self.err_arr.shape))

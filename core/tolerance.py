@@ -55,6 +55,18 @@ ABSOLUTE_FLOOR = 2.0 ** -100
 LAW_FLOOR_ROUNDINGS = 8
 
 
+# The spec's float path against the exact function it computes (``core.rounding.float_path_errors``:
+# the numeric tier's `reference` claim and the replay of every traced claim, ``core.replay``). A
+# first-order running error bound is rigorous up to O(u^2) terms and the rounding of the bound itself;
+# this relative slack covers both.
+BOUND_SLACK = 1e-6
+# ... and never below a few roundings of the output's own scale (an output that is exact in floats).
+REFERENCE_FLOOR_ROUNDINGS = 4
+# The running bound is rigorous; the output floor enters the float path's own check at this fraction
+# only (an exact-in-floats output still passes; a float path off by a rounding of the scale does not).
+REFERENCE_FLOOR_SHARE_FOR_BOUND = 1e-3
+
+
 def unit_roundoff(dtype) -> float:
     """u: half an ulp of 1; a value rounded once to ``dtype`` is off by at most u |v|."""
     return float(np.finfo(dtype).eps) / 2

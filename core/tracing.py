@@ -6,7 +6,9 @@ an op through it once before any checker does; the provers trace their claims wi
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import traceback
 from fractions import Fraction
 from pathlib import Path
@@ -53,9 +55,28 @@ def spec_location(tb, skip: tuple[str, ...] = ()) -> str:
     return where
 
 
+_recorder = threading.local()
+
+
+@contextlib.contextmanager
+def recording():
+    """Inside: every traced call is appended, as (fn, role, values, out), to the list this yields
+    (``core.replay`` runs them again in the other interpreters)."""
+    outer = getattr(_recorder, "calls", None)
+    _recorder.calls = calls = []
+    try:
+        yield calls
+    finally:
+        _recorder.calls = outer
+
+
 def _call(op: Op, fn, role: str, values: dict, backend=TRACE):
-    """Run spec code under the tracer."""
-    return run_spec_code(op, role, lambda: op.bind(fn, backend, values))
+    """Run spec code under the tracer (recorded inside ``recording``)."""
+    out = run_spec_code(op, role, lambda: op.bind(fn, backend, values))
+    calls = getattr(_recorder, "calls", None)
+    if calls is not None:
+        calls.append((fn, role, dict(values), out))
+    return out
 
 
 def run_spec_code(op: Op, role: str, call, passthrough: tuple = ()):

@@ -43,7 +43,7 @@ from vjpcert.core.certificate import Certificate, checker_code_sha256
 from vjpcert.core.evaluate import Evaluator, MpField, NotRational, QField
 from vjpcert.core.input_cases import ON_KINKS
 from vjpcert.core.registry import Op
-from vjpcert.core.rounding import RoundingBackend, values_and_bounds
+from vjpcert.core.rounding import FloatPathErrors, RoundingBackend, max_abs, order_factor, values_and_bounds
 from vjpcert.core.tolerance import digits as _digits
 from vjpcert.core.tolerance import unit_roundoff
 from vjpcert.core.trace import Node, leaf_array
@@ -58,10 +58,6 @@ CHECKER_SHA256 = checker_code_sha256(__name__)
 
 CLAIM = "reference"
 DTYPES = (np.float64, np.float32)
-
-
-def order_factor(L: int) -> float:
-    return 2 * math.ceil(math.log2(max(L, 2))) + 2
 
 
 def rule_in_words(dps: int) -> str:
@@ -106,21 +102,6 @@ class _Traced:
         E, mp = Evaluator(QField(values)), MpField(dps, {})
         as_mp = np.vectorize(mp.const, otypes=[object])
         return as_mp(E.array(self.y)), [as_mp(E.array(c)) for c in self.cots]
-
-
-def _max_abs(a) -> float:
-    a = np.asarray(a, dtype=object).ravel()
-    return float(max((abs(v) for v in a), default=0))
-
-
-def _abs_diff(a, exact) -> np.ndarray:
-    """|a - exact| entrywise as float64 (inf where a is not finite)."""
-    a = np.asarray(a, dtype=np.float64)
-    ex = np.asarray(exact, dtype=object)
-    out = np.empty(a.shape, dtype=np.float64)
-    for idx in np.ndindex(*a.shape):
-        out[idx] = float(abs(a[idx] - ex[idx])) if np.isfinite(a[idx]) else math.inf
-    return out
 
 
 def _rounded_run(op: Op, dtype, point: dict, dy: np.ndarray):
@@ -184,36 +165,26 @@ def check_reference(op: Op, dims: dict, *, dps: int = tol.DEFAULT_DPS, seed: int
                 (f"backward d{n}", g, e, r) for n, g, e, r in zip(op.inputs, got_c, exact[1], rc)]
             out = {}
             for label, got, truth, (v_seq, e_seq) in outputs:
-                scale = _max_abs(truth)
-                floor = tol.REFERENCE_FLOOR_ROUNDINGS * u * scale
-                # 1. the float path, with its own rigorous running bound
-                seq_err = _abs_diff(v_seq, truth)
-                seq_ok = bool(np.all(seq_err <= e_seq * (1 + tol.BOUND_SLACK) + floor * tol.REFERENCE_FLOOR_SHARE_FOR_BOUND))
-                # 2. numpy's float reference, in its own summation order
                 got = np.asarray(got)
-                err_arr = _abs_diff(got, truth)
-                err = float(err_arr.max()) if err_arr.size else 0.0
-                bound = K * (float(e_seq.max()) if e_seq.size else 0.0) + floor
-                ratio = err / bound if bound > 0 else (0.0 if err == 0 else math.inf)
+                rule = FloatPathErrors(got, truth, v_seq, e_seq, u, K)
+                ratio = rule.err / rule.bound if rule.bound > 0 else (0.0 if rule.err == 0 else math.inf)
                 # float results differ by an ulp from machine to machine (SIMD exp, log, ...): the
                 # certificate keeps the bound and the ratio's order of magnitude, so it diffs cleanly
-                out[label] = {"bound": f"{bound:.2g}", "error_at_most": _order(ratio) + " of the bound"}
+                out[label] = {"bound": f"{rule.bound:.2g}", "error_at_most": _order(ratio) + " of the bound"}
                 if got.dtype != np.dtype(dtype) and worst is None:
                     worst = {"case": case, "dtype": name, "what": label,
                              "problem": f"the {name} reference came back as {got.dtype}"}
-                if not seq_ok and worst is None:
-                    k = int(np.argmax(seq_err - e_seq))
-                    idx = tuple(int(i) for i in np.unravel_index(k, seq_err.shape))
+                if not rule.seq_ok and worst is None:
+                    idx = rule.worst_sequential()
                     worst = {"case": case, "dtype": name, "what": f"{label} (the spec's float path)",
                              "entry": list(idx), "float": repr(float(v_seq[idx])), "exact": _s(truth[idx]),
-                             "error": f"{seq_err[idx]:.6g}", "bound": f"{e_seq[idx]:.6g}",
+                             "error": f"{rule.seq_err[idx]:.6g}", "bound": f"{e_seq[idx]:.6g}",
                              "meaning": "the float evaluation of the spec is not the proved function"}
-                if not err <= bound and worst is None:
-                    k = int(np.argmax(err_arr))
-                    idx = tuple(int(i) for i in np.unravel_index(k, err_arr.shape))
+                if not rule.float_ok and worst is None:
+                    idx = rule.worst_float()
                     worst = {"case": case, "dtype": name, "what": label, "entry": list(idx),
                              "float": repr(float(got.astype(np.float64)[idx])), "exact": _s(truth[idx]),
-                             "error": f"{err:.6g}", "bound": f"{bound:.6g}"}
+                             "error": f"{rule.err:.6g}", "bound": f"{rule.bound:.6g}"}
             row[name] = out
         per_case[case] = row
     if not per_case:
@@ -256,10 +227,10 @@ def _mpmath_agreement(op: Op, point: dict, dy, exact, dps: int) -> float:
         cots = op.bind(op.vjp, B, {**values, "dy": B.convert(dy)})
     worst = float(dps)
     # a cotangent that is exactly 0 (a key bias's) is measured against its siblings' scale
-    sibling = max([_max_abs(c) for c in exact[1]] + [np.finfo(np.float64).tiny])
+    sibling = max([max_abs(c) for c in exact[1]] + [np.finfo(np.float64).tiny])
     for k, (got, truth) in enumerate([(y, exact[0]), *zip(cots, exact[1])]):
         got = np.asarray(got, dtype=object)
-        scale = max(_max_abs(truth), sibling if k else np.finfo(np.float64).tiny)
+        scale = max(max_abs(truth), sibling if k else np.finfo(np.float64).tiny)
         err = max((abs(g - t) for g, t in zip(got.ravel(), np.asarray(truth, dtype=object).ravel())), default=0)
         worst = min(worst, _digits(err, scale, dps))
     return round(worst, 1)

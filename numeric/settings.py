@@ -51,15 +51,11 @@ LONG_LENGTH = 1025          # a recurrence's long dims: backpropagation through 
 # The mpmath backend's run of a spec must agree with the traced spec (evaluated at the same digits) to
 # dps - this many digits: the two differ only by rounding in the last few guard digits.
 MPMATH_MARGIN_DIGITS = 10
-# Float references (core.rounding): a first-order running error bound is rigorous up to O(u^2) terms
-# and the rounding of the bound itself; this relative slack covers both.
-BOUND_SLACK = 1e-6
-# ... and never below a few roundings of the output's own scale (an output that is exact in floats).
-REFERENCE_FLOOR_ROUNDINGS = 4
+# The float path against the exact function: the rule and its constants are core's (core.tolerance,
+# core.rounding.float_path_errors), shared with the replay of every traced claim (core.replay).
+from vjpcert.core.tolerance import (BOUND_SLACK, REFERENCE_FLOOR_ROUNDINGS,  # noqa: E402,F401
+                                    REFERENCE_FLOOR_SHARE_FOR_BOUND)
 WITNESS_POINT_MAX_ENTRIES = 256   # a failed reference certificate carries the point if it is this small
-# The running bound is rigorous; the output floor enters the float path's own check at this fraction
-# only (an exact-in-floats output still passes; a float path off by a rounding of the scale does not).
-REFERENCE_FLOOR_SHARE_FOR_BOUND = 1e-3
 
 # Finite-difference steps are relative to the smallest spread of a row of x (a near-constant row sets
 # the step), clipped to [FD_SCALE_MIN, 1]: below 1e-12 a step would be lost in the inputs' own digits.

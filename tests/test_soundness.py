@@ -593,9 +593,9 @@ def test_a_numpy_integer_in_spec_code_never_wraps_around_in_the_exact_fields():
 
 # ------------------------------------------------------------------------- spec code that reads its interpreter
 # A backward that asks how its arrays are represented is right where traced (object arrays of nodes)
-# and wrong in floats (and, for some, in mpmath). The numeric tier fails each: its `reference` claim
-# holds the float path (and mpmath's run) to the traced function. The symbolic tier proves the traced
-# function alone, so `vjpcert prove` on its own says `proved`: a known gap, the strict xfails below.
+# and wrong in floats (and, for some, in mpmath). The symbolic tier replays every traced call in mpmath
+# and on the float paths (core.replay), so it refuses each; the numeric tier fails each too: its
+# `reference` claim holds the float path (and mpmath's run) to the traced function.
 READS_ITS_INTERPRETER = {
     "dtype": "k = 2 if x.dtype == object else 3",
     "asarray_dtype": "k = 2 if np.asarray(x).dtype == object else 3",
@@ -606,11 +606,7 @@ READS_ITS_INTERPRETER = {
     "tiny": "k = 2 if x.dtype == object else B.c(2) + B.c(1, 10**12)",
 }
 HONEST = "k = 2"       # the control: the same file, reading nothing, passes every tier
-PROVES_ONLY_ITS_TRACE = pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="known gap: the symbolic tier proves the function it traced; a "
-    "spec that reads its representation computes another one in floats (caught by the numeric tier, above). "
-    "Closing it: run each traced call again in mpmath and on the float paths at a random point, held to the "
-    "trace by the running error bound")
+
 
 
 def _backward_choosing_k(tmp_path, line):
@@ -640,18 +636,16 @@ def test_the_same_backward_reading_nothing_passes_both_tiers(tmp_path, capsys):
     assert verdicts == {("symbolic", "proved"), ("numeric", "checked")}, verdicts
 
 
-@PROVES_ONLY_ITS_TRACE
 @pytest.mark.parametrize("how", READS_ITS_INTERPRETER)
 def test_a_backward_that_reads_its_interpreter_is_never_proved(tmp_path, capsys, how):
     path = _backward_choosing_k(tmp_path, READS_ITS_INTERPRETER[how])
     code, out = _run(tmp_path, capsys, "prove", str(path))
     verdicts = {r["verdict"] for r in _records(tmp_path)}
-    assert verdicts and "proved" not in verdicts, verdicts           # the gap itself: proved today
+    assert verdicts and "proved" not in verdicts, verdicts           # no interpreter's reading is proved
     assert "reads how its arrays are represented" in out, out
     assert verdicts == {"inconclusive"}
 
 
-@PROVES_ONLY_ITS_TRACE
 def test_a_forward_and_a_law_that_read_their_interpreter_are_never_proved(tmp_path, capsys):
     """The forward computes x^2 where traced and x^3 in floats, its backward 2 x: proved of the trace,
     wrong of the function that runs. A law that holds only where traced is refused the same way."""
@@ -670,7 +664,7 @@ def twice(B, x):
 ''')
     code, out = _run(tmp_path, capsys, "prove", str(path))
     verdicts = {r["verdict"] for r in _records(tmp_path)}
-    assert verdicts and "proved" not in verdicts, verdicts           # the gap itself: proved today
+    assert verdicts and "proved" not in verdicts, verdicts           # no interpreter's reading is proved
     assert out.count("reads how its arrays are represented") == 2, out       # the backward's and the law's
     assert verdicts == {"inconclusive"}
 

@@ -64,7 +64,7 @@ def _symbolic(op) -> tuple[bool, str]:
                 cert = prove_claim(op, claim, dims)
             else:
                 cert = prove_compositional(op, claim, dims)
-        except SpecError as exc:        # refused as bad input while its claim was traced
+        except SpecError as exc:        # its trace is not what another interpreter computes (core.replay)
             return True, f"refused: {exc.problem}"[:200]
         if cert.verdict == "failed":
             return True, claim

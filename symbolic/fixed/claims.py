@@ -15,6 +15,7 @@ import numpy as np
 
 from vjpcert.core.registry import SHIFT_CLAIM, Op, SpecError
 from vjpcert.core.evaluate import postorder
+from vjpcert.core.replay import replayed
 from vjpcert.core.trace import Leaf, Node, leaf_array, leaves_of, shared_nodes
 from vjpcert.core.tracing import primal_values, trace_forward, trace_law, trace_shift_free, trace_vjp
 from vjpcert.symbolic.fixed.evaluate import Adjoint, Evaluator, Tangent, inner
@@ -147,7 +148,14 @@ def split_shifts(claim: TracedClaim) -> TracedClaim:
 
 
 def trace_claim(op: Op, claim: str, dims: dict) -> TracedClaim:
+    """The claim traced at ``dims``, each traced call replayed in mpmath and on the float paths
+    (``core.replay``): what is proved is the function the spec computes, not only its trace."""
     dims = op.resolve_dims(dims)
+    with replayed(op, claim, dims):
+        return _trace_claim(op, claim, dims)
+
+
+def _trace_claim(op: Op, claim: str, dims: dict) -> TracedClaim:
     if claim.startswith("vjp[") and claim.endswith("]"):
         wrt = claim[4:-1]
         if wrt not in op.inputs:
