@@ -608,7 +608,6 @@ READS_ITS_INTERPRETER = {
 HONEST = "k = 2"       # the control: the same file, reading nothing, passes every tier
 
 
-
 def _backward_choosing_k(tmp_path, line):
     return _file(tmp_path, SQUARE + f'''
 @sq.defvjp
