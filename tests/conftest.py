@@ -118,17 +118,28 @@ NEEDS = {"torch": ("torch", "vjpcert.frontends.pytorch", "vjpcert.numeric.torch_
          "dask": ("distributed", "dask")}
 
 
-def _needs_of(tree) -> set[str]:
+def _names_of(tree) -> tuple[list[str], set[str]]:
+    """The modules ``tree`` imports (statements, and importorskip/imported calls with a constant name),
+    and the plain names it calls (``helper(...)``, ``optional.check_triton(...)`` as its attribute)."""
     import ast
-    names = []
+    names, called = [], set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.append(node.module)
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("importorskip", "imported") \
-                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-            names.append(node.args[0].value)
+        elif isinstance(node, ast.Call):
+            attr = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            if attr in ("importorskip", "imported") and node.args and isinstance(node.args[0], ast.Constant) \
+                    and isinstance(node.args[0].value, str):
+                names.append(node.args[0].value)
+            called.add(attr)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "optional":
+            called.add(node.attr)           # optional.check_triton, called here or kept under another name
+    return names, called
+
+
+def _needs_of_names(names) -> set[str]:
     return {need for need, prefixes in NEEDS.items()
             for n in names for p in prefixes if n == p or n.startswith(p + ".")}
 
@@ -136,17 +147,76 @@ def _needs_of(tree) -> set[str]:
 _NEEDS_CACHE: dict = {}
 
 
-def needs(path, function: str | None) -> set[str]:
-    """What the test module at ``path`` needs at module level, plus what ``function`` needs."""
+def _read(path):
+    """(what the module needs at its top, {function: what it needs}): a function needs what it imports
+    and what the module-level functions it calls need, in its own file and in tests/optional.py (a
+    helper that builds a Triton kernel, ``optional.check_triton``), so a test that reaches a framework
+    through a helper is marked as one that imports it."""
     import ast
+    from pathlib import Path
     if path not in _NEEDS_CACHE:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
         top = ast.Module(body=[n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.ClassDef))],
                          type_ignores=[])
-        _NEEDS_CACHE[path] = (_needs_of(top), {n.name: _needs_of(n) for n in tree.body
-                                               if isinstance(n, ast.FunctionDef)})
-    top, functions = _NEEDS_CACHE[path]
+        own = {}
+        for n in tree.body:
+            if isinstance(n, ast.FunctionDef):        # its fixtures, by argument name, as calls
+                names, called = _names_of(n)
+                own[n.name] = (names, called | {a.arg for a in n.args.args})
+        helpers = {} if Path(path).name == "optional.py" else _read(Path(__file__).with_name("optional.py"))[1]
+        aliases = {}                         # _check = optional.check_triton
+        for n in top.body:
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute) and len(n.targets) == 1 \
+                    and isinstance(n.targets[0], ast.Name):
+                aliases[n.targets[0].id] = n.value.attr
+        functions = {}
+
+        def closure(name, seen):
+            if name in functions:
+                return functions[name]
+            names, called = own[name]
+            found = _needs_of_names(names)
+            for c in called:
+                c = aliases.get(c, c)
+                if c in own and c not in seen:
+                    found |= closure(c, seen | {c})
+                elif c in helpers and c not in own:
+                    found |= helpers[c]
+            return found
+        for name in own:
+            functions[name] = closure(name, {name})
+        _NEEDS_CACHE[path] = (_needs_of_names(_names_of(top)[0]), functions)
+    return _NEEDS_CACHE[path]
+
+
+def needs(path, function: str | None) -> set[str]:
+    """What the test module at ``path`` needs at module level, plus what ``function`` needs."""
+    top, functions = _read(path)
     return top | functions.get(function, set())
+
+
+# A test that loads a framework the reader above cannot see (the code under test imports it: `vjpcert
+# verify` rebuilding the framework ops) says so with the framework's marker; one that says nothing runs
+# among the light tests and leaves its worker heavy for every later proof (each forked child pays for
+# the parent's size). So each test that is not marked for a framework and loads one is told, with a
+# warning that names the marker to add. Triton (some 80 MB) is not watched: declaring an op loads it
+# wherever the op's file reaches the Triton tier (core.sources asks where `triton.language` lives, and
+# finding a submodule imports its package), which is no need of the test's.
+FRAMEWORK_MODULES = {"torch": "torch", "jax": "jax", "dask": "distributed"}
+
+
+@pytest.fixture(autouse=True)
+def _a_framework_loaded_unannounced_is_named(request):
+    import sys
+    before = {m for m in FRAMEWORK_MODULES.values() if m in sys.modules}
+    yield
+    marked = set(request.node.keywords)
+    loaded = [need for need, module in FRAMEWORK_MODULES.items()
+              if module in sys.modules and module not in before and need not in marked]
+    if loaded:
+        request.node.warn(pytest.PytestWarning(
+            f"this test loaded {', '.join(loaded)} without the marker: mark it "
+            f"{' '.join('@pytest.mark.' + n for n in loaded)} so it runs with the framework tests, last in its worker"))
 
 
 # Under pytest-xdist every core runs a worker already, so each worker's BLAS, OpenMP and Numba take one

@@ -118,8 +118,9 @@ def compiled(name: str) -> _Deferred:
 
 def needs_triton():
     """Skip the calling test unless torch and Triton import."""
-    for name in ("torch", "triton"):
-        importorskip(name, reason="the Triton tier needs torch and triton: pip install -e '.[triton]'").__version__
+    reason = "the Triton tier needs torch and triton: pip install -e '.[triton]'"
+    importorskip("torch", reason=reason).__version__          # named here, so the conftest reads the need
+    importorskip("triton", reason=reason).__version__
 
 
 def check_triton(kernel, dims, cases=None):

@@ -41,6 +41,7 @@ def test_file_colon_colon_an_unknown_op_is_one_line_exit_2(tmp_path, spec, capsy
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.torch          # `check --impl` loads the implementation bridges, torch's among them
 def test_impl_imports_from_the_current_directory(tmp_path, monkeypatch):
     (tmp_path / "edges_impl.py").write_text(
         "import numpy as np\n"

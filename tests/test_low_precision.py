@@ -193,6 +193,7 @@ def _softmax_vjp(dtype, arithmetic):
     return impl
 
 
+@pytest.mark.torch          # check_backward runs the implementation through the torch bridge
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_check_impl_in_low_precision_checks_an_honest_backward_and_fails_a_lower_one(dtype):
     from vjpcert.impl import check_backward
@@ -298,6 +299,7 @@ def test_a_law_residual_that_rounding_explains_is_inconclusive_and_a_biased_grad
     assert cert.verdict == "failed" and cert.evidence["witness"]["check"] in ("law", "tolerance")
 
 
+@pytest.mark.triton         # vjpcert.testing loads the Triton tier with its fixtures
 def test_the_fixtures_take_a_low_precision_dtype():
     from vjpcert.testing import CertificationError, assert_matches_spec, assert_triton_matches
     assert_matches_spec("softmax", lambda x: _softmax(x, np.float32).astype(BF16), kind="forward", dtype="bfloat16")
@@ -335,6 +337,7 @@ def test_an_arithmetic_less_precise_than_the_dtype_is_refused():
             _check(kernel, {"rows": 2, "n": 7})
 
 
+@pytest.mark.torch          # check_backward runs the implementation through the torch bridge
 def test_a_low_precision_implementation_gets_its_positions_as_the_spec_reads_them():
     """RoPE in bfloat16: x and dy in bfloat16, the positions (non-differentiable) in float32 -- positions
     past 256 are not bfloat16 numbers, and rounding them would check another function."""

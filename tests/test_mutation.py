@@ -43,6 +43,8 @@ def test_our_tiers_kill_no_correct_backward(matrix):
     assert matrix["summary"]["numeric"]["false_kills"] == []
 
 
+@pytest.mark.torch          # a row runs every tier, torch's gradcheck and JAX's check_grads among them
+@pytest.mark.jax
 def test_the_matrix_machinery_can_fail():
     """A correct row is not killed; a gross mutant is killed by every tier that runs."""
     good = run_row(OpRef("scaled_dot"))

@@ -54,6 +54,81 @@ def test_the_needs_are_read_off_the_deferred_imports_too():
     assert not needs(ROOT / "tests" / "test_modular_arith.py", None) & set(FRAMEWORKS)
 
 
+def test_a_framework_reached_through_a_helper_marks_the_tests_that_call_it(tmp_path):
+    """A helper of the file (called, kept under another name, or taken as a fixture) or of
+    tests/optional.py that imports a framework makes each test that reaches it need that framework; a
+    test of the same file that reaches none needs nothing."""
+    path = tmp_path / "test_helpers.py"
+    path.write_text(textwrap.dedent("""
+        import pytest
+        import optional
+
+        _check = optional.check_triton
+
+        def _kernel():
+            from vjpcert.triton_kernels.registry import TritonKernel
+            return TritonKernel
+
+        def _twice():
+            return _kernel()
+
+        @pytest.fixture
+        def jax_module():
+            import jax
+            return jax
+
+        def test_through_two_helpers():
+            _twice()
+
+        def test_through_an_alias_of_optional():
+            _check(None, {})
+
+        def test_through_a_fixture(jax_module):
+            pass
+
+        def test_reaching_nothing():
+            assert _kernel is not None
+        """))
+    assert needs(path, "test_through_two_helpers") == {"triton"}
+    assert needs(path, "test_through_an_alias_of_optional") == {"torch", "triton"}    # optional.needs_triton
+    assert needs(path, "test_through_a_fixture") == {"jax"}
+    assert needs(path, "test_reaching_nothing") == set()         # named, not called: the control
+
+
+def test_a_test_that_loads_a_framework_unmarked_is_told_which_marker_to_add(tmp_path):
+    """The loads no file's imports show (the code under test imports the framework) are caught as they
+    happen: a warning names the marker; the same test marked, and a test that loads nothing, get none."""
+    pytest.importorskip("distributed")
+    for name in ("conftest.py", "optional.py"):
+        shutil.copy(ROOT / "tests" / name, tmp_path / name)
+    (tmp_path / "test_loads.py").write_text(textwrap.dedent("""
+        import importlib
+        import pytest
+
+        def test_light():
+            pass
+
+        def test_unmarked():
+            importlib.import_module("distri" + "buted")
+
+        @pytest.mark.dask
+        def test_marked():
+            importlib.import_module("distri" + "buted")
+        """))
+
+    def run(*tests):                     # each in a fresh process: the framework not loaded before it
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
+                              "--rootdir", str(tmp_path), "-c", str(ROOT / "pyproject.toml"),
+                              *(f"test_loads.py::{t}" for t in tests)],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stdout[-2000:]
+        return out.stdout
+    told = run("test_unmarked")
+    assert "test_loads.py::test_unmarked" in told and "@pytest.mark.dask" in told, told[-2000:]
+    quiet = run("test_light", "test_marked")
+    assert "without the marker" not in quiet, quiet[-2000:]
+
+
 def test_each_workers_share_runs_its_framework_tests_last():
     items = [("a", False), ("t1", True), ("b", False), ("c", False), ("t2", True), ("d", False), ("t3", True)]
     out = framework_tests_last(items, 2, lambda i: i[1])
