@@ -116,6 +116,7 @@ NEEDS = {"torch": ("torch", "vjpcert.frontends.pytorch", "vjpcert.numeric.torch_
          "triton": ("triton", "liger_kernel", "vjpcert.triton_kernels"),
          "cuda": ("numba", "vjpcert.cuda_kernels"),
          "dask": ("distributed", "dask")}
+FRAMEWORKS = ("torch", "jax", "triton", "dask")      # the needs run last in each worker
 
 
 def _names_of(tree) -> tuple[list[str], set[str]]:
@@ -202,7 +203,7 @@ def needs(path, function: str | None) -> set[str]:
 # warning that names the marker to add. Triton (some 80 MB) is not watched: declaring an op loads it
 # wherever the op's file reaches the Triton tier (core.sources asks where `triton.language` lives, and
 # finding a submodule imports its package), which is no need of the test's.
-FRAMEWORK_MODULES = {"torch": "torch", "jax": "jax", "dask": "distributed"}
+FRAMEWORK_MODULES = {need: NEEDS[need][0] for need in FRAMEWORKS if need != "triton"}   # the package each loads
 
 
 @pytest.fixture(autouse=True)
@@ -247,9 +248,6 @@ def pytest_configure(config):
 LONG_FIRST = ("test_numeric.py", "test_composition.py", "test_readme.py", "test_adding_an_op.py",
               "test_plugin.py", "test_all_verify.py", "test_notebook.py", "test_frameworks.py",
               "test_kernels.py", "test_soundness.py", "test_every_size_language.py", "test_dask.py")
-
-
-FRAMEWORKS = ("torch", "jax", "triton", "dask")
 
 
 def framework_tests_last(items: list, workers: int, needs_framework) -> list:
