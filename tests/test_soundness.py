@@ -668,6 +668,22 @@ def twice(B, x):
     assert verdicts == {"inconclusive"}
 
 
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known gap: spec code that keeps state between its "
+                   "calls (a counter in its module) computes 2 x dy for its first calls, the trace's and the replay's, "
+                   "and 3 x dy after them; the symbolic tier proves the first (the numeric tier, later, fails it)")
+def test_a_backward_that_counts_its_calls_is_never_proved(tmp_path, capsys):
+    path = _file(tmp_path, SQUARE.replace("@op", "CALLS = [0]\n\n@op") + '''
+@sq.defvjp
+def _(B, x, dy):
+    CALLS[0] += 1
+    k = 2 if CALLS[0] <= 40 else 3
+    return (k * x * dy,)
+''')
+    _run(tmp_path, capsys, "prove", "--no-general", str(path))
+    verdicts = {r["verdict"] for r in _records(tmp_path)}
+    assert verdicts and "proved" not in verdicts, verdicts
+
+
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="known gap: the modular tier runs spec code on its "
                    "own arrays (ModArray) at production dims, where no trace exists to replay against; a spec "
                    "that reads their type computes there a function no other interpreter computes")
