@@ -49,6 +49,7 @@ from pathlib import Path
 
 from vjpcert.core.reads import PACKAGE, is_spec_code, resolved
 from vjpcert.core.reads import _frame_kind as frame_kind      # the classification of core.reads' hook
+from vjpcert.kept_state import changed, fingerprint
 
 
 
@@ -57,6 +58,8 @@ class Seen:
     modules: set = field(default_factory=set)      # user files imported, or whose code ran
     environ: set = field(default_factory=set)      # environment variables spec code read
     outside: set = field(default_factory=set)      # what spec code asked of the world: a process, a socket
+    drew: set = field(default_factory=set)         # the shared random streams' functions spec code called
+    kept: list = field(default_factory=list)       # state it keeps between calls that changed (``kept_state``)
 
 
 # audit events through which spec code gets an answer from outside its files: another program's, or
@@ -359,7 +362,30 @@ def _install() -> None:
         builtins.__import__ = watched_import
         importlib.import_module = watched_import_module
         os._Environ.__getitem__ = watched_getitem      # os.environ[k], .get, os.getenv, `in`
+        _watch_draws()
     record_loads()
+
+
+def _watch_draws() -> None:
+    """Spec code that draws from the process's shared random streams computes a function of the
+    stream's state, which every thread changes: the module functions of ``random`` and numpy's legacy
+    ones (``np.random.rand``) are wrapped, and a call from spec code is noted (``Seen.drew``), as a read
+    of ``os.environ`` is. A generator the spec module holds is fingerprinted instead (``kept_state``)."""
+    import numpy.random
+    import random
+    for module, stream in ((random, random._inst), (numpy.random, numpy.random.mtrand._rand)):
+        for name, fn in list(vars(module).items()):
+            if getattr(fn, "__self__", None) is stream and callable(fn):
+                setattr(module, name, _drawn(f"{module.__name__}.{name}", fn))
+
+
+def _drawn(label: str, fn):
+    @functools.wraps(fn)
+    def draw(*args, **kwargs):
+        if _WATCHES and _from_spec_code():
+            _add("drew", label)
+        return fn(*args, **kwargs)
+    return draw
 
 
 @contextlib.contextmanager
@@ -370,6 +396,8 @@ def watch(op=None):
     process (or a built-in op) goes without it, having nothing it could reach that way."""
     _install()
     seen = Seen()
+    state = _state_of(op)
+    before = state() if state is not None else None
     _WATCHES.append(seen)
     runs = op is not None and bool(foreign_code(op))
     if runs:
@@ -380,6 +408,28 @@ def watch(op=None):
         _WATCHES.remove(seen)
         if runs:
             _runs_off()
+        if state is not None:
+            seen.kept = changed(before, state())
+
+
+def _is_user(name: str) -> bool:
+    """Whether a code file (a path) or a module (a dotted name) is user code."""
+    if name.endswith(".py") and os.path.isabs(name):
+        return is_user_code(resolved(name))
+    module = sys.modules.get(name)
+    return module is not None and _user_file(module) is not None
+
+
+def _state_of(op):
+    """For a user's op, the function that fingerprints the state its code keeps (``kept_state``): the
+    globals of its user modules, the op object; None for a built-in op."""
+    if op is None:
+        return None
+    files = {p for p in op.source_files if is_user_code(p)}
+    if not files:
+        return None
+    modules = [m for m in list(sys.modules.values()) if _user_file(m) in files]
+    return functools.partial(fingerprint, modules, [(f"the op {op.name}", op)], _is_user)
 
 
 def unhashed(op, seen: Seen) -> str | None:
@@ -399,4 +449,13 @@ def unhashed(op, seen: Seen) -> str | None:
     if seen.outside:
         parts.append(f"asked {', '.join(sorted(seen.outside))} while it ran: what came back is in no certificate's "
                      f"hash. Write it to a file the spec reads (data files are hashed)")
+    if seen.drew:
+        parts.append(f"drew random numbers from the process's shared stream ({', '.join(sorted(seen.drew))}): a "
+                     f"certificate is for a function of the op's arguments. Make the draw a param, an input, or "
+                     f"a constant drawn once from a seeded generator when the module loads")
+    if seen.kept:
+        parts.append(f"changed, while it ran, state it reads again on its next call: {', '.join(seen.kept)}. A "
+                     f"certificate is for a function of the op's arguments, and one that counts its calls (or "
+                     f"draws random numbers) can compute another after the calls a tier makes. Compute such "
+                     f"values from the arguments, or once when the module loads")
     return ("its code " + "; and it ".join(parts)) if parts else None
