@@ -694,6 +694,8 @@ KEEPS_STATE = {
                   "box()[0] += 1; k = 2 if box()[0] <= 40 else 3", "box"),
     "on_the_op": ("", "sq.calls = getattr(sq, 'calls', 0) + 1; k = 2 if sq.calls <= 40 else 3", "sq (my_ops.py)"),
     "generator_object": ("RNG = np.random.default_rng()", "k = 2 if RNG.random() < 0.999 else 3", "RNG"),
+    "library_module": ("import math", "math.calls = getattr(math, 'calls', 0) + 1; k = 2 if math.calls <= 40 else 3",
+                       "the attributes of math"),
     "helper_module": ("import counting_helper", "counting_helper.CALLS[0] += 1; "
                       "k = 2 if counting_helper.CALLS[0] <= 40 else 3", "CALLS (counting_helper.py)"),
 }

@@ -22,10 +22,13 @@ as it sees it read an environment variable. Any other object is compared by its 
 iterator's position) and the objects it refers to (``gc.get_referents``). A ``functools`` cache of a
 module is read entry by entry: it may fill with what nothing can change in place (a number, a tuple, a
 read-only array: a pure function's memo), while an entry that can be changed (a list it hands out, any
-entry of a bounded cache, whose results only C code reads) counts from the moment it appears. Modules are roots of their own, never walked through.
+entry of a bounded cache, whose results only C code reads) counts from the moment it appears. Modules
+are roots of their own, never walked through.
 
-Not seen: state a library keeps that no object reachable from the spec module refers to (its own
-module globals); what changes only in a forked child (a strategy run under its budget), which is gone
+A library module the spec module names is read for what its names are bound to (``math.calls = 1``
+binds one), by identity. Not seen: what a library module's objects hold, changed in place (its caches
+change under vjpcert too), and state a library keeps that no object reachable from the spec module
+refers to; what changes only in a forked child (a strategy run under its budget), which is gone
 when the child ends; and what vjpcert's own objects hold (an op built from a framework module keeps
 the module instances it builds, whose buffers -- BatchNorm's running statistics -- change in training
 by design): those are compared by identity. Built-in ops are the project's code, reviewed with it:
@@ -210,10 +213,23 @@ def fingerprint(modules, objects, is_user) -> dict[str, str]:
             for key, result in entries:
                 mark = _CACHED if _immutable(result) else ""
                 prints[f"{mark}{where}[{key!r}]"] = _Walk(is_user).digest(result)
+        for name, value in list(vars(module).items()):
+            if isinstance(value, types.ModuleType) and not is_user(value.__name__):
+                prints[f"the attributes of {value.__name__} (as {name})"] = _bindings(value)
     for name, value in objects:      # an object's attributes one by one: the change is named to the attribute
         for attr, v in _own_attributes(value):
             prints[f"{name}.{attr}"] = _Walk(is_user).digest(v)
     return prints
+
+
+def _bindings(module) -> str:
+    """What a library module's names are bound to, by identity (``math.calls = math.calls + 1`` rebinds
+    one), less its submodules (an import binds them): its own caches, mutated in place, are its own."""
+    h = hashlib.blake2b(digest_size=16)
+    for k, v in sorted(vars(module).items(), key=lambda kv: kv[0]):
+        if not isinstance(v, types.ModuleType):
+            h.update(f"{k}={id(v)};".encode())
+    return h.hexdigest()
 
 
 def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:

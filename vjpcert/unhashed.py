@@ -23,9 +23,14 @@ do not list, or any of the others, makes the op refused
 at planning (its forward and backward run there), or its certificate ``inconclusive`` with the reason
 (a law: never current, so every rerun asks again).
 
+Two more inputs are not files at all: a draw from the process's shared random streams (``random``'s
+module functions and numpy's legacy ones are wrapped, and a call from spec code is noted), and the
+state spec code keeps between its calls, fingerprinted when a watch opens and when it closes
+(``vjpcert.kept_state``).
+
 User code: a file ``core.reads`` counts as spec code, outside vjpcert's own tree (its machinery, and
-the built-in specs, whose identity is the project's, reviewed with the project). The wrappers are installed once per process (an audit hook
-cannot be removed); each watch is a ``Seen`` they add to while it is open, so watches nest and threads
+the built-in specs, whose identity is the project's, reviewed with the project). The wrappers are
+installed once per process (an audit hook cannot be removed); each watch is a ``Seen`` they add to while it is open, so watches nest and threads
 share them. What only a forked child does (a strategy run under its budget) is not seen here: spec
 code runs in the parent first (tracing, planning). Nor is code whose file name is not a user's file on
 disk (code built from ``marshal`` bytes under a made-up name): there is no file for a certificate to
