@@ -696,6 +696,10 @@ KEEPS_STATE = {
     "generator_object": ("RNG = np.random.default_rng()", "k = 2 if RNG.random() < 0.999 else 3", "RNG"),
     "library_module": ("import math", "math.calls = getattr(math, 'calls', 0) + 1; k = 2 if math.calls <= 40 else 3",
                        "the attributes of math"),
+    "library_function": ("import json", "json.dumps.calls = getattr(json.dumps, 'calls', 0) + 1; "
+                         "k = 2 if json.dumps.calls <= 40 else 3", "the attributes of json"),
+    "library_class": ("from fractions import Fraction", "Fraction.calls = getattr(Fraction, 'calls', 0) + 1; "
+                      "k = 2 if Fraction.calls <= 40 else 3", "Fraction"),
     "helper_module": ("import counting_helper", "counting_helper.CALLS[0] += 1; "
                       "k = 2 if counting_helper.CALLS[0] <= 40 else 3", "CALLS (counting_helper.py)"),
 }

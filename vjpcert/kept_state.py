@@ -26,7 +26,8 @@ entry of a bounded cache, whose results only C code reads) counts from the momen
 are roots of their own, never walked through.
 
 A library module the spec module names is read for what its names are bound to (``math.calls = 1``
-binds one), by identity. Not seen: what a library module's objects hold, changed in place (its caches
+binds one), and a library's function or class for the attributes it binds (``json.dumps.calls = 1``),
+by identity. Not seen: what a library module's objects hold, changed in place (its caches
 change under vjpcert too), and state a library keeps that no object reachable from the spec module
 refers to; what changes only in a forked child (a strategy run under its budget), which is gone
 when the child ends; and what vjpcert's own objects hold (an op built from a framework module keeps
@@ -99,7 +100,7 @@ class _Walk:
             return tuple(sorted(_Walk(self.is_user).digest(x) for x in obj))
         if isinstance(obj, types.FunctionType):
             if not self.is_user(obj.__code__.co_filename):
-                return (obj.__module__, obj.__qualname__)
+                return (obj.__module__, obj.__qualname__, _attribute_ids(obj))
             cells = tuple(c.cell_contents if _filled(c) else "<empty cell>" for c in obj.__closure__ or ())
             return (id(obj.__code__), obj.__defaults__, obj.__kwdefaults__, cells, obj.__dict__)
         if isinstance(obj, (types.MethodType, types.BuiltinMethodType)) and getattr(obj, "__self__", None) \
@@ -113,7 +114,7 @@ class _Walk:
             return (obj.fget, obj.fset, obj.fdel)
         if isinstance(obj, type):
             if not self.is_user(obj.__module__):
-                return (obj.__module__, obj.__qualname__)
+                return (obj.__module__, obj.__qualname__, _attribute_ids(obj))
             return tuple(x for k, v in vars(obj).items() if k not in ("__dict__", "__weakref__", "__doc__")
                          for x in (k, v))
         if isinstance(obj, (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)):
@@ -224,12 +225,24 @@ def fingerprint(modules, objects, is_user) -> dict[str, str]:
 
 def _bindings(module) -> str:
     """What a library module's names are bound to, by identity (``math.calls = math.calls + 1`` rebinds
-    one), less its submodules (an import binds them): its own caches, mutated in place, are its own."""
+    one), less its submodules (an import binds them), and the attributes of its functions and classes,
+    by identity too (``json.dumps.calls = 1``): its own caches, mutated in place, are its own."""
     h = hashlib.blake2b(digest_size=16)
     for k, v in sorted(vars(module).items(), key=lambda kv: kv[0]):
         if not isinstance(v, types.ModuleType):
-            h.update(f"{k}={id(v)};".encode())
+            h.update(f"{k}={id(v)}{_attribute_ids(v)};".encode())
     return h.hexdigest()
+
+
+def _attribute_ids(value) -> str:
+    """The names a library's function or class binds, and to what (by identity), else ''."""
+    if isinstance(value, type):
+        d = vars(value)
+    elif isinstance(value, types.FunctionType):
+        d = value.__dict__
+    else:
+        return ""
+    return "(" + ",".join(f"{k}={id(v)}" for k, v in sorted(d.items(), key=lambda kv: kv[0])) + ")"
 
 
 def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
