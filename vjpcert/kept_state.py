@@ -44,6 +44,7 @@ import hashlib
 import random
 import sys
 import types
+import warnings
 
 # what vjpcert itself caches on an op object while it plans and checks, by the class that keeps the
 # cache (not state of the spec's: a graph traced once, the hash of a file)
@@ -56,6 +57,9 @@ _MODULE_OWN = frozenset({"__builtins__", "__loader__", "__spec__", "__cached__",
                          "__package__", "__path__", "__doc__", "__annotations__"})
 
 
+_CLOSE = object()      # the end of an object's parts, in the walk's stack
+
+
 class _Walk:
     """One fingerprint: a blake2b over the objects reached, in a fixed order, an object met again
     written as a reference to its first visit (cycles end, sharing is part of the shape)."""
@@ -66,25 +70,30 @@ class _Walk:
         self.alive: list = []           # keeps every visited object alive, so no id is reused meanwhile
 
     def digest(self, obj) -> str:
+        """Iterative (a nested structure of any depth is walked whole): each object writes its type, then
+        its parts, then a closing mark."""
         h = hashlib.blake2b(digest_size=16)
-        self._feed(h, obj)
+        todo = [obj]
+        while todo:
+            item = todo.pop()
+            if item is _CLOSE:
+                h.update(b">")
+                continue
+            t = type(item)
+            if t in _ATOMS:
+                h.update(item if t is bytes else
+                         f"{t.__name__}:{float.hex(item) if t is float else repr(item)};".encode())
+                continue
+            key = id(item)
+            if key in self.visited:
+                h.update(f"@{self.visited[key]};".encode())
+                continue
+            self.visited[key] = len(self.visited)
+            self.alive.append(item)
+            h.update(f"<{t.__module__}.{t.__qualname__}".encode())
+            todo.append(_CLOSE)
+            todo.extend(reversed(tuple(self._parts(item))))
         return h.hexdigest()
-
-    def _feed(self, h, obj) -> None:
-        t = type(obj)
-        if t in _ATOMS:
-            h.update(obj if t is bytes else f"{t.__name__}:{float.hex(obj) if t is float else repr(obj)};".encode())
-            return
-        key = id(obj)
-        if key in self.visited:
-            h.update(f"@{self.visited[key]};".encode())
-            return
-        self.visited[key] = len(self.visited)
-        self.alive.append(obj)
-        h.update(f"<{t.__module__}.{t.__qualname__}".encode())
-        for part in self._parts(obj):
-            self._feed(h, part)
-        h.update(b">")
 
     def _parts(self, obj):
         """What ``obj`` holds that can change, as a sequence of objects to walk."""
@@ -195,6 +204,12 @@ def _array_parts(a):
 def fingerprint(modules, objects, is_user) -> dict[str, str]:
     """name -> digest of each global of ``modules`` (user modules) and of each attribute of ``objects``
     (named pairs)."""
+    with warnings.catch_warnings():     # a library's repr or reduction may warn (torch's storages do)
+        warnings.simplefilter("ignore")
+        return _fingerprint(modules, objects, is_user)
+
+
+def _fingerprint(modules, objects, is_user) -> dict[str, str]:
     # each name walked on its own (an object two names share is walked twice): a change under one name
     # does not renumber the references met under the next
     prints = {}

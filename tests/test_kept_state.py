@@ -1,0 +1,81 @@
+"""The fingerprint of the state spec code keeps (vjpcert/kept_state.py), on its own: what it sees change,
+what it must not call a change. The command-level cases (a counter in every place a spec can keep one)
+are in tests/test_soundness.py."""
+import collections
+import functools
+import itertools
+import types
+
+import numpy as np
+import pytest
+
+from vjpcert.kept_state import changed, fingerprint
+
+
+def _module(**values):
+    m = types.ModuleType("users_module")
+    m.__dict__.update(values)
+    return m
+
+
+def _prints(module):
+    return fingerprint([module], [], lambda name: name == "users_module" or name.endswith("users_module.py"))
+
+
+def _deep(levels):
+    top = node = []
+    for _ in range(levels):
+        node.append([])
+        node = node[0]
+    return top, node
+
+
+MUTATIONS = {        # name -> (the value a global holds, a change made in place)
+    "list": ([0], lambda v: v.__setitem__(0, 1)),
+    "dict": ({"n": 0}, lambda v: v.__setitem__("n", 1)),
+    "set": ({1}, lambda v: v.add(2)),
+    "deque": (collections.deque([1]), lambda v: v.append(2)),
+    "array": (np.zeros(3), lambda v: v.__setitem__(1, 1.0)),
+    "object array": (np.array([[0]], dtype=object), lambda v: v.__setitem__((0, 0), 1)),
+    "count": (itertools.count(), next),
+    "iterator": (iter(range(5)), next),
+    "list in a tuple": (([0],), lambda v: v[0].append(1)),
+    "cache entry handed out": (functools.cache(lambda: [0]), lambda f: f().append(1)),
+    "a change 50,000 levels deep": (_deep(50_000), lambda v: v[1].append(1)),
+    "rng": (np.random.default_rng(0), lambda g: g.random()),
+}
+
+
+@pytest.mark.parametrize("name", MUTATIONS)
+def test_a_change_in_place_is_seen(name):
+    value, change = MUTATIONS[name]
+    if name == "cache entry handed out":
+        value()                                # the entry exists before: only its change counts
+    m = _module(STATE=value)
+    before = _prints(m)
+    assert changed(before, _prints(m)) == []   # the walk is stable: nothing changed, nothing named
+    change(value)
+    where = "STATE (users_module)" + ("[()]" if name == "cache entry handed out" else "")
+    assert changed(before, _prints(m)) == [where]
+
+
+def test_a_rebinding_and_a_new_global_are_seen():
+    m = _module(N=0)
+    before = _prints(m)
+    m.N = 1
+    m.ADDED = 2
+    assert changed(before, _prints(m)) == ["ADDED (users_module)", "N (users_module)"]
+
+
+def test_a_cache_of_a_pure_function_may_fill_and_a_read_only_table_is_not_state():
+    table = np.arange(4.0)
+    table.flags.writeable = False
+
+    @functools.cache
+    def square(n):
+        return (n * n, table)
+    m = _module(square=square, TABLE=table)
+    before = _prints(m)
+    square(3)
+    square(4)
+    assert changed(before, _prints(m)) == []
