@@ -79,3 +79,15 @@ def test_a_cache_of_a_pure_function_may_fill_and_a_read_only_table_is_not_state(
     square(3)
     square(4)
     assert changed(before, _prints(m)) == []
+
+
+def test_a_torch_tensor_is_read_by_its_bytes_not_its_repr():
+    """A weight changed in place below the digits its repr prints is a change (and a large tensor is read
+    without printing it: its repr, or pickling it, would reach every element)."""
+    torch = pytest.importorskip("torch")
+    big = torch.zeros(1024, 1024, dtype=torch.float64)
+    m = _module(W=big, H=torch.zeros(3, dtype=torch.bfloat16))
+    before = _prints(m)
+    big[7, 7] += 1e-12
+    m.H[0] += 1
+    assert changed(before, _prints(m)) == ["H (users_module)", "W (users_module)"]

@@ -136,6 +136,8 @@ class _Walk:
             return (state,)
         if t.__module__ == "numpy" and t.__name__ == "ndarray":
             return _array_parts(obj)
+        if t.__module__.split(".")[0] == "torch" and hasattr(obj, "detach") and hasattr(obj, "dtype"):
+            return _tensor_parts(obj)
         if _is_op(obj) or self.is_user(t.__module__):
             return tuple(x for kv in _own_attributes(obj) for x in kv)
         if t.__module__.split(".")[0] == "vjpcert":
@@ -146,6 +148,19 @@ class _Walk:
         except Exception as exc:         # a repr that fails says nothing; its type is still written
             text = f"<repr failed: {type(exc).__name__}>"
         return (text[:4096], getattr(obj, "__dict__", None), _reduced(obj), *gc.get_referents(obj))
+
+
+def _tensor_parts(t):
+    """A torch tensor by its dtype, shape and bytes (a model's weights: its repr would print them, and
+    pickling it reaches its whole storage); one with no data to read (meta, fake) by its repr."""
+    try:
+        data = t.detach().cpu()
+        if data.is_floating_point() and data.element_size() < 4:     # no numpy dtype for bfloat16
+            data = data.float()
+        raw = data.contiguous().numpy().tobytes()
+    except Exception:              # no data on this machine, or a kind numpy cannot hold: its repr
+        return (repr(t)[:4096],)
+    return (str(t.dtype), tuple(t.shape), hashlib.blake2b(raw, digest_size=16).hexdigest())
 
 
 def _own_attributes(obj):
