@@ -536,3 +536,25 @@ def test_a_watch_under_cprofile_sees_what_runs_and_the_profiler_resumes_after(tm
     assert (tmp_path / "far_helper.py").resolve() in seen.modules
     counted = {e.code.co_name for e in profiler.getstats() if not isinstance(e.code, str)}
     assert "after" in counted and "far" not in counted
+
+
+def test_a_library_that_imports_main_while_a_claim_runs_is_not_the_claim_s_code(tmp_path):
+    """A script that runs checks is user code (`python my_checks.py`): a library that imports
+    ``__main__`` meanwhile (rlcompleter does, when the kernel tier's simulator loads it) ran none of
+    it, so a built-in op's certificate stays decided. Spec code that imports it is still seen."""
+    import subprocess
+    import sys
+    script = tmp_path / "my_checks.py"
+    script.write_text(
+        "import sys\n"
+        "from vjpcert import unhashed\n"
+        "with unhashed.watch() as seen:\n"
+        "    import rlcompleter, importlib; importlib.reload(rlcompleter)\n"
+        "print('library:', sorted(p.name for p in seen.modules))\n"
+        "with unhashed.watch() as seen:\n"
+        "    import __main__\n"
+        "print('user code:', sorted(p.name for p in seen.modules))\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "library: []" in out.stdout, out.stdout
+    assert "user code: ['my_checks.py']" in out.stdout, out.stdout        # the control

@@ -343,6 +343,8 @@ def _install() -> None:
             if known is not None and sys.modules.get(known[0]) is known[1]:
                 return module           # the hot path: SymPy's imports inside its own functions
             full = _absolute(name, globals, level)
+            if full == "__main__" and not _from_spec_code():
+                return module           # a library's `import __main__` (rlcompleter's) runs no code of it
             # a library's module is not user code, nor are its submodules: the fromlist is read only
             # below a user's package
             if _note_module(full):
