@@ -10,7 +10,7 @@ when it closes, and a change refuses the op (``unhashed.unhashed`` says which na
 
 What is fingerprinted, from the globals of every user module the op's certificates hash and from the
 op's own functions: numbers, strings and the containers that hold them (lists, dicts, sets, tuples,
-deques), numpy arrays by their bytes, functions defined in user code (defaults, closure cells, their
+deques), numpy arrays and torch tensors by their bytes, functions defined in user code (defaults, closure cells, their
 attributes), user classes and their instances, bound methods and partials, generators (where they
 stopped, their locals), random generators (``random.Random``, numpy's ``Generator`` and
 ``RandomState``) by their state, and the op objects themselves (what a user may store on them; not the
