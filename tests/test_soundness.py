@@ -700,6 +700,10 @@ KEEPS_STATE = {
                          "k = 2 if json.dumps.calls <= 40 else 3", "the attributes of json"),
     "library_class": ("from fractions import Fraction", "Fraction.calls = getattr(Fraction, 'calls', 0) + 1; "
                       "k = 2 if Fraction.calls <= 40 else 3", "Fraction"),
+    "module_annotations": ("LIMIT: int = 40", "__annotations__['n'] = __annotations__.get('n', 0) + 1; "
+                           "k = 2 if __annotations__['n'] <= 40 else 3", "__annotations__"),
+    "builtins_dict": ("", "__builtins__['calls'] = __builtins__.get('calls', 0) + 1; "
+                      "k = 2 if __builtins__['calls'] <= 40 else 3", "the attributes of builtins"),
     "helper_module": ("import counting_helper", "counting_helper.CALLS[0] += 1; "
                       "k = 2 if counting_helper.CALLS[0] <= 40 else 3", "CALLS (counting_helper.py)"),
 }

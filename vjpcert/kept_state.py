@@ -37,6 +37,7 @@ only user code is fingerprinted.
 """
 from __future__ import annotations
 
+import builtins
 import collections
 import functools
 import gc
@@ -52,9 +53,10 @@ _CACHES = {"vjpcert.core.registry.Op": frozenset({"_features_seen", "_features_k
            "vjpcert.frontends.op.FrontendOp": frozenset({"_graphs", "_traced", "_uncompared", "_sha", "_output"})}
 
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), type(NotImplemented), range, slice)
-# module attributes that the import system owns
+# module attributes the import system owns (``__doc__`` and ``__annotations__`` are the module's: walked);
+# ``__builtins__`` is read as the builtins module's bindings, as any library module's are
 _MODULE_OWN = frozenset({"__builtins__", "__loader__", "__spec__", "__cached__", "__file__", "__name__",
-                         "__package__", "__path__", "__doc__", "__annotations__"})
+                         "__package__", "__path__"})
 
 
 _CLOSE = object()      # the end of an object's parts, in the walk's stack
@@ -231,6 +233,10 @@ def _fingerprint(modules, objects, is_user) -> dict[str, str]:
     for module in modules:
         label = getattr(module, "__file__", None) or module.__name__
         for name, value in list(vars(module).items()):
+            if name == "__builtins__" or isinstance(value, types.ModuleType) and not is_user(value.__name__):
+                library = builtins if name == "__builtins__" else value
+                prints[f"the attributes of {library.__name__} (as {name})"] = _bindings(library)
+                continue
             if name in _MODULE_OWN:
                 continue
             where = f"{name} ({label.rsplit('/', 1)[-1]})"
@@ -244,9 +250,6 @@ def _fingerprint(modules, objects, is_user) -> dict[str, str]:
             for key, result in entries:
                 mark = _CACHED if _immutable(result) else ""
                 prints[f"{mark}{where}[{key!r}]"] = _Walk(is_user).digest(result)
-        for name, value in list(vars(module).items()):
-            if isinstance(value, types.ModuleType) and not is_user(value.__name__):
-                prints[f"the attributes of {value.__name__} (as {name})"] = _bindings(value)
     for name, value in objects:      # an object's attributes one by one: the change is named to the attribute
         for attr, v in _own_attributes(value):
             prints[f"{name}.{attr}"] = _Walk(is_user).digest(v)
@@ -292,9 +295,8 @@ def _immutable(value) -> bool:
         return True
     if type(value) in (tuple, frozenset):
         return all(_immutable(v) for v in value)
-    flags = getattr(value, "flags", None)
     return (type(value).__module__ == "numpy" and type(value).__name__ == "ndarray" and not value.dtype.hasobject
-            and not flags.writeable)
+            and not value.flags.writeable)
 
 
 def _cache_entries(value):
