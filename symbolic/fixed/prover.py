@@ -15,7 +15,9 @@
 The ring itself applies the atoms' cheap relations (its normal form); the complete elimination
 comes after the witness, because a wrong claim makes it expensive.
 
-Every strategy runs in its own forked child and is killed at its share of the budget; a claim that no
+Every strategy is stopped at its share of the budget: in a forked child, killed at the deadline, or,
+for a claim whose ring bound is at most ``INLINE_MAX_TERMS`` terms, in this process under a timer
+(``in_process``), which saves the fork's cost where it would exceed the proof's. A claim that no
 strategy decides is `inconclusive`, never `proved`.
 """
 from __future__ import annotations
@@ -31,11 +33,17 @@ from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.fixed import strategies
 from vjpcert.symbolic.fixed.claims import assumptions_of, trace_claim
 from vjpcert.symbolic.fixed.formulas import formulas
+from vjpcert.symbolic.fixed.in_process import run_in_process
 from vjpcert.core.trace import dag_size
 
 CHECKER_SHA256 = checker_code_sha256(__name__)
 KINK_CHECKER = "vjpcert.symbolic.fixed.kinks"
 
+
+# A claim whose ring bound (``strategies.ring_size``) is at most this many terms runs its strategies
+# in this process (``in_process``): its ring takes milliseconds, less than a fork. Not a setting of
+# the ladder (``symbolic.settings``): where a strategy runs changes no verdict, only its cost.
+INLINE_MAX_TERMS = 20_000
 
 # what a claim over a kink says (the ring's B.step is a free Boolean per argument)
 REGIONS = ("on each region: every B.step (relu, ...) is a free Boolean, so the claim holds on every open "
@@ -53,10 +61,13 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
     traced = trace_claim(op, claim, dims)
     deadline = time.monotonic() + budget
     log: list[dict] = []
+    size = strategies.ring_size(traced)
+    here = size <= INLINE_MAX_TERMS
 
-    def attempt(name: str, fn, share: float | None = None):
+    def attempt(name: str, fn, share: float | None = None, *, fork: bool = False):
         left = deadline - time.monotonic()
-        out = run_with_budget(fn, left * (share if share is not None else tol.SHARE.get(name, 1.0)))
+        seconds = left * (share if share is not None else tol.SHARE.get(name, 1.0))
+        out = run_in_process(fn, seconds) if here and not fork else run_with_budget(fn, seconds)
         entry = {"strategy": name, "seconds": round(out.seconds, 4)}
         if out.status == "ok":
             entry.update(out.value)
@@ -86,7 +97,6 @@ def prove_claim(op: Op, claim: str, dims: dict, *, budget: float = tol.DEFAULT_C
         keep = {k: v for k, v in entry.items() if k not in ("status", "strategy", "seconds", "method")}
         return keep
 
-    size = strategies.ring_size(traced)
     if size > tol.RING_MAX_TERMS:        # past the ring's reach: not worth its share of the budget
         r = {"strategy": "ring", "seconds": 0.0, "status": "skipped", "estimated_terms": size}
         log.append(r)
@@ -189,8 +199,9 @@ def _constant_rounding(op: Op, claim: str, traced, evidence: dict, attempt, seed
     def retrace(shifts):
         with op.constants_shifted(shifts):
             return trace_claim(op, claim, traced.dims)
+    # forked always: it traces the user's op again, with its constants shifted in place
     fit = attempt("constant-rounding", lambda: strategies.constant_rounding(traced, retrace, names, seed=seed),
-                  share=1.0)
+                  share=1.0, fork=True)
     if fit.get("status") != "explained":
         return None
     return {"reason": rounding_words(names, fit), "witness": evidence.get("witness"),
