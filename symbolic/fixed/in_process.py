@@ -2,8 +2,9 @@
 
 A fork costs some 20-60 ms (its page tables, the copy-on-write faults of the collector and the
 allocator, the result's pickle), more than a small claim's whole ring: the mutation suite's cheap
-mutants spent a third of their time forking. A claim whose ring bound is small cannot exhaust memory
-in its budget, so the fork's other guard, the memory cap, buys it nothing.
+mutants spent a third of their time forking. What it gives up is the fork's other guard, its memory
+cap, which is there for the runaway expansions of large claims: no claim of this size has come near it
+(every committed certificate's claims, the kill matrix's mutants and the suite ran this way).
 
 What it keeps of the fork's contract (``core.budget.run_with_budget``):
 - the budget: a SIGALRM timer raises ``_OverBudget`` at the deadline. It derives from BaseException,
