@@ -31,8 +31,9 @@ state spec code keeps between its calls, fingerprinted when a watch opens and wh
 User code: a file ``core.reads`` counts as spec code, outside vjpcert's own tree (its machinery, and
 the built-in specs, whose identity is the project's, reviewed with the project). The wrappers are
 installed once per process (an audit hook cannot be removed); each watch is a ``Seen`` they add to
-while it is open, so watches nest and threads share them. What only a forked child does (a strategy run under its budget) is not seen here: spec
-code runs in the parent first (tracing, planning). Nor is code whose file name is not a user's file on
+while it is open, so watches nest and threads share them. What only a forked child does (a strategy
+run under its budget; a small claim's strategies run in this process, and are seen) is not seen here:
+spec code runs in the parent first (tracing, planning). Nor is code whose file name is not a user's file on
 disk (code built from ``marshal`` bytes under a made-up name): there is no file for a certificate to
 hash. On Python 3.11 a thread started before the watch opened (a pool a module made when imported) is
 not profiled; threads spec code starts are, and on 3.12 every thread is.
