@@ -135,3 +135,16 @@ def test_a_tiny_claim_is_decided_in_process_and_its_mutant_failed(ops, monkeypat
     op = ops["softmax"]
     wrong = op.with_mutant(next(m for m in op.mutants if "vjp[x]" in m.kills))
     assert prove_claim(wrong, "vjp[x]", {"rows": 1, "n": 4}).verdict == "failed" and set(seen) == {pid}
+
+
+def test_a_tiny_claim_with_no_budget_left_is_inconclusive_in_process_too(ops, monkeypatch):
+    """The in-process path's timeout, through the ladder: every strategy stopped, nothing proved."""
+    import os
+
+    from vjpcert.symbolic.fixed import prover
+    pid, seen = os.getpid(), []
+    real = prover.run_in_process
+    monkeypatch.setattr(prover, "run_in_process", lambda fn, s: seen.append(os.getpid()) or real(fn, s))
+    cert = prove_claim(ops["softmax"], "vjp[x]", {"rows": 1, "n": 4}, budget=1e-6)
+    assert cert.verdict == "inconclusive" and set(seen) == {pid}
+    assert all(s["status"] == "timeout" for s in cert.evidence["strategies"])
