@@ -160,7 +160,7 @@ def test_the_committed_reports_are_current_and_a_sample_replays(capsys):
     assert code == 0, out[-4000:]
     ops = builtin_ops()
     seed = random.SystemRandom().randrange(10**6)
-    paths = sample_paths(ROOT / "reports", 4, seed, keep=quick_to_derive(ops))
+    paths = sample_paths(ROOT / "reports", 4, seed, keep=quick_to_derive(ops, ROOT / "reports"))
     assert len(paths) == 4 and {p.name.split("__")[0].split("-")[0] for p in paths} >= {"symbolic", "numeric", "kernel"}
     problems = replay(ROOT / "reports", {n: OpRef(n) for n in ops}, paths)
     assert not problems, f"replay seed {seed}: " + "; ".join(map(str, problems))

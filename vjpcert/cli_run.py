@@ -413,7 +413,7 @@ def _rederive_sample(root: Path, ops: dict, console, seed: int) -> bool:
     from vjpcert.ops import OpRef
     from vjpcert.reports import record_timings
     from vjpcert.verify import quick_to_derive, replay, sample_paths
-    paths = sample_paths(root, TOUR_SAMPLE, seed, keep=quick_to_derive(ops))
+    paths = sample_paths(root, TOUR_SAMPLE, seed, keep=quick_to_derive(ops, root))
     console.print(f"every certificate is current; deriving {len(paths)} of them again to show the checkers "
                   f"at work (vjpcert verify --replay checks more):")
 

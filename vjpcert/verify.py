@@ -188,18 +188,38 @@ def sample_paths(root: Path, k: int | None, seed: int, keep=None) -> list[Path]:
     return sorted(picked + rng.sample(rest, k - len(picked)))
 
 
-def quick_to_derive(ops: dict):
+# A kernel certificate is replayed in the CUDA simulator, every case of it, one Python thread per GPU
+# thread: at a few dozen elements that is under a second, at the accumulation sizes (a 64-wide head,
+# 33 rows) five to ten.
+QUICK_KERNEL_ELEMENTS = 64
+
+
+def quick_to_derive(ops: dict, root: Path):
     """A ``keep`` for ``sample_paths``: certificates of leaf ops (a whole block's proof takes a minute
-    or more), not the modular test at production dims (minutes per trial), and of a recurrence not the
-    numeric checks at its long length (a thousand steps in mpmath: half a minute or more per claim)."""
+    or more), not the modular test at production dims (minutes per trial), not the every-size proofs
+    (seconds to minutes of normalisation each), of a recurrence not the numeric checks at its long
+    length (a thousand steps in mpmath: half a minute or more per claim), and of a kernel only its sizes
+    of at most ``QUICK_KERNEL_ELEMENTS`` elements (its dims, read from the certificate under ``root``)."""
+    import json
+    import math
+
     from vjpcert.core.certificate import dims_slug
     from vjpcert.numeric.check import numeric_dims
     long = {name: dims_slug(numeric_dims(op)[-1]) for name, op in ops.items() if getattr(op, "recurrence", None)}
 
+    def small_kernel(rel: Path) -> bool:
+        try:
+            dims = json.loads((root / rel).read_text())["dims"]
+            return math.prod(int(v) for v in dims.values()) <= QUICK_KERNEL_ELEMENTS
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return False   # an unreadable certificate is verify's to name, not the sample's to draw
+
     def keep(rel: Path) -> bool:
         op = ops.get(rel.parent.name)
-        if op is None or op.nodes or rel.name.startswith("symbolic-modular__"):
+        if op is None or op.nodes or rel.name.startswith(("symbolic-modular__", "symbolic-general__")):
             return False
+        if rel.name.startswith("kernel__"):
+            return small_kernel(rel)
         return not (rel.name.startswith("numeric__") and rel.stem.endswith("__" + long.get(op.name, "")))
     return keep
 
