@@ -91,3 +91,22 @@ def test_a_torch_tensor_is_read_by_its_bytes_not_its_repr():
     big[7, 7] += 1e-12
     m.H[0] += 1
     assert changed(before, _prints(m)) == ["H (users_module)", "W (users_module)"]
+
+
+def test_the_import_system_s_bookkeeping_is_not_state_and_the_module_s_own_names_are(tmp_path):
+    """Reading ``__spec__.cached`` makes the spec remember it, as the import system does: not a change.
+    What spec code writes on its spec or loader, or a rebinding of ``__file__``, is."""
+    import importlib.util
+    path = tmp_path / "users_module.py"
+    path.write_text("N = 0\n")
+    spec = importlib.util.spec_from_file_location("users_module", path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    m.__spec__._cached = None              # as a spec whose cached path nothing has asked for yet
+    before = _prints(m)
+    assert m.__spec__.cached and m.__spec__._cached and changed(before, _prints(m)) == []
+    for write in (lambda: setattr(m.__spec__, "calls", 1), lambda: setattr(m.__loader__, "calls", 1),
+                  lambda: setattr(m, "__package__", "elsewhere")):
+        before = _prints(m)
+        write()
+        assert changed(before, _prints(m)), write

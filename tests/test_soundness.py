@@ -706,6 +706,16 @@ KEEPS_STATE = {
                       "k = 2 if __builtins__['calls'] <= 40 else 3", "the attributes of builtins"),
     "helper_module": ("import counting_helper", "counting_helper.CALLS[0] += 1; "
                       "k = 2 if counting_helper.CALLS[0] <= 40 else 3", "CALLS (counting_helper.py)"),
+    # what the import system gives the module: its spec, its loader, its own names, its class
+    "module_spec": ("", "__spec__.calls = getattr(__spec__, 'calls', 0) + 1; k = 2 if __spec__.calls <= 40 else 3",
+                    "__spec__"),
+    "module_loader": ("", "__loader__.calls = getattr(__loader__, 'calls', 0) + 1; "
+                      "k = 2 if __loader__.calls <= 40 else 3", "__loader__"),
+    "module_file": ("", "global __file__; __file__ += '.'; k = 2 if __file__.count('.') <= 41 else 3", "__file__"),
+    "module_class": ("import sys, types\nclass _Counting(types.ModuleType):\n    n = 0\n"
+                     "sys.modules[__name__].__class__ = _Counting\ndel _Counting",
+                     "type(sys.modules[__name__]).n += 1; k = 2 if type(sys.modules[__name__]).n <= 40 else 3",
+                     "the class of"),
 }
 
 

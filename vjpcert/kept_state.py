@@ -8,9 +8,10 @@ tell, so what is checked is the state itself: everything a user's spec module ho
 when a watch opens (``vjpcert.unhashed.watch``, around planning and around each claim's run) and again
 when it closes, and a change refuses the op (``unhashed.unhashed`` says which name changed).
 
-What is fingerprinted, from the globals of every user module the op's certificates hash and from the
-op's own functions: numbers, strings and the containers that hold them (lists, dicts, sets, tuples,
-deques), numpy arrays and torch tensors by their bytes, functions defined in user code (defaults, closure cells, their
+What is fingerprinted, from the globals of every user module the op's certificates hash (its own names
+too: ``__file__``, ``__package__``, ``__spec__`` and ``__loader__`` with what is set on them, less the import
+system's bookkeeping, and the module's class where spec code set one) and from the op's own functions:
+numbers, strings and the containers that hold them (lists, dicts, sets, tuples, deques), numpy arrays and torch tensors by their bytes, functions defined in user code (defaults, closure cells, their
 attributes), user classes and their instances, bound methods and partials, generators (where they
 stopped, their locals), random generators (``random.Random``, numpy's ``Generator`` and
 ``RandomState``) by their state, and the op objects themselves (what a user may store on them; not the
@@ -28,8 +29,10 @@ are roots of their own, never walked through.
 A library module the spec module names is read for what its names are bound to (``math.calls = 1``
 binds one), and a library's function or class for the attributes it binds (``json.dumps.calls = 1``),
 by identity. Not seen: what a library module's objects hold, changed in place (its caches
-change under vjpcert too), and state a library keeps that no object reachable from the spec module
-refers to; what changes only in a forked child (a strategy run under its budget), which is gone
+change under vjpcert too) -- ``sys.argv`` appended to, a namespace or module spec code puts into
+``sys.modules`` and reaches only through it --, the names of a library module the spec module does not
+name (``sys.modules["__main__"].calls``), and state a library keeps that no object reachable from the
+spec module refers to; what changes only in a forked child (a strategy run under its budget), which is gone
 when the child ends; and what vjpcert's own objects hold (an op built from a framework module keeps
 the module instances it builds, whose buffers -- BatchNorm's running statistics -- change in training
 by design): those are compared by identity. Built-in ops are the project's code, reviewed with it:
@@ -53,10 +56,12 @@ _CACHES = {"vjpcert.core.registry.Op": frozenset({"_features_seen", "_features_k
            "vjpcert.frontends.op.FrontendOp": frozenset({"_graphs", "_traced", "_uncompared", "_sha", "_output"})}
 
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), type(NotImplemented), range, slice)
-# module attributes the import system owns (``__doc__`` and ``__annotations__`` are the module's: walked);
-# ``__builtins__`` is read as the builtins module's bindings, as any library module's are
-_MODULE_OWN = frozenset({"__builtins__", "__loader__", "__spec__", "__cached__", "__file__", "__name__",
-                         "__package__", "__path__"})
+# What the import system writes on a module's spec after the import, not the module's state: the flag
+# it sets while the module runs, the cached-file path ``spec.cached`` computes on its first read, and
+# the submodules being imported. Every other attribute of the spec and of the loader, and the module's
+# own ``__file__``, ``__name__``, ``__package__`` ..., are spec code's to change: walked like its globals
+# (``__spec__.calls += 1`` keeps a counter there as well as anywhere).
+_IMPORT_BOOKKEEPING = frozenset({"_initializing", "_cached", "_uninitialized_submodules"})
 
 
 _CLOSE = object()      # the end of an object's parts, in the walk's stack
@@ -232,14 +237,18 @@ def _fingerprint(modules, objects, is_user) -> dict[str, str]:
     prints = {}
     for module in modules:
         label = getattr(module, "__file__", None) or module.__name__
+        if type(module) is not types.ModuleType:     # a module class of the spec's own (set on __class__)
+            prints[f"the class of {label.rsplit('/', 1)[-1]}"] = _Walk(is_user).digest(type(module))
         for name, value in list(vars(module).items()):
             if name == "__builtins__" or isinstance(value, types.ModuleType) and not is_user(value.__name__):
                 library = builtins if name == "__builtins__" else value
                 prints[f"the attributes of {library.__name__} (as {name})"] = _bindings(library)
                 continue
-            if name in _MODULE_OWN:
-                continue
             where = f"{name} ({label.rsplit('/', 1)[-1]})"
+            if name == "__spec__" and value is not None:
+                prints[where] = _Walk(is_user).digest(tuple(
+                    x for k, v in vars(value).items() if k not in _IMPORT_BOOKKEEPING for x in (k, v)))
+                continue
             entries = _cache_entries(value)
             if entries is None:
                 prints[where] = _Walk(is_user).digest(value)
