@@ -110,3 +110,15 @@ def test_the_import_system_s_bookkeeping_is_not_state_and_the_module_s_own_names
         before = _prints(m)
         write()
         assert changed(before, _prints(m)), write
+
+
+def test_a_loader_shared_by_many_modules_is_read_by_identity_not_walked():
+    """A shared import hook (pytest's assertion rewriting loads every test module) fills its caches as
+    anything imports: not the spec's state. An attribute spec code binds on it is."""
+    hook = types.SimpleNamespace(seen={}, session=object())
+    m = _module(N=0, __loader__=hook)
+    before = _prints(m)
+    hook.seen["sympy.core"] = False            # an import elsewhere, while the claim ran
+    assert changed(before, _prints(m)) == []
+    hook.calls = 1
+    assert changed(before, _prints(m)) == ["__loader__ (users_module)"]

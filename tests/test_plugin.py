@@ -201,3 +201,16 @@ def test_a_crash_inside_vjpcert_still_shows_where(pytester):
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "SpecError" in out and "testing.py" in out
+
+
+def test_a_spec_helper_that_pytest_rewrites_is_not_taken_for_kept_state(pytester):
+    """A helper module named like a test file is loaded by pytest's assertion-rewriting hook, one loader
+    for every test module, whose caches fill as anything imports while a claim runs: the op is proved,
+    not refused for state its loader keeps (a counter spec code binds there is: tests/test_kept_state.py)."""
+    ops = RIGHT.replace("from vjpcert.core.registry import op", "from vjpcert.core.registry import op\nfrom test_helpers import K")
+    pytester.makepyfile(test_helpers="K = 3\n", user_ops=ops.replace("3 * x * x * dy,)", "K * x * x * dy,)"),
+                        test_user='from pathlib import Path\nimport test_helpers\n\n'
+                                  'def test_proved(vjpcert):\n'
+                                  '    assert type(test_helpers.__loader__).__name__ == "AssertionRewritingHook"\n'
+                                  '    vjpcert.proved(str(Path(__file__).with_name("user_ops.py")) + "::cube", general=False)\n')
+    _run(pytester).assert_outcomes(passed=1)

@@ -10,7 +10,8 @@ when it closes, and a change refuses the op (``unhashed.unhashed`` says which na
 
 What is fingerprinted, from the globals of every user module the op's certificates hash (its own names
 too: ``__file__``, ``__package__``, ``__spec__`` and ``__loader__`` with what is set on them, less the import
-system's bookkeeping, and the module's class where spec code set one) and from the op's own functions:
+system's bookkeeping -- a loader shared by many modules by identity, as a library's object -- and the
+module's class where spec code set one) and from the op's own functions:
 numbers, strings and the containers that hold them (lists, dicts, sets, tuples, deques), numpy arrays and torch tensors by their bytes, functions defined in user code (defaults, closure cells, their
 attributes), user classes and their instances, bound methods and partials, generators (where they
 stopped, their locals), random generators (``random.Random``, numpy's ``Generator`` and
@@ -45,6 +46,7 @@ import collections
 import functools
 import gc
 import hashlib
+import importlib.machinery
 import random
 import sys
 import types
@@ -62,6 +64,8 @@ _ATOMS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), typ
 # own ``__file__``, ``__name__``, ``__package__`` ..., are spec code's to change: walked like its globals
 # (``__spec__.calls += 1`` keeps a counter there as well as anywhere).
 _IMPORT_BOOKKEEPING = frozenset({"_initializing", "_cached", "_uninitialized_submodules"})
+_PER_FILE_LOADERS = (importlib.machinery.SourceFileLoader, importlib.machinery.SourcelessFileLoader,
+                     importlib.machinery.ExtensionFileLoader)
 
 
 _CLOSE = object()      # the end of an object's parts, in the walk's stack
@@ -245,9 +249,8 @@ def _fingerprint(modules, objects, is_user) -> dict[str, str]:
                 prints[f"the attributes of {library.__name__} (as {name})"] = _bindings(library)
                 continue
             where = f"{name} ({label.rsplit('/', 1)[-1]})"
-            if name == "__spec__" and value is not None:
-                prints[where] = _Walk(is_user).digest(tuple(
-                    x for k, v in vars(value).items() if k not in _IMPORT_BOOKKEEPING for x in (k, v)))
+            if name in ("__spec__", "__loader__") and value is not None:
+                prints[where] = _import_object(value, is_user)
                 continue
             entries = _cache_entries(value)
             if entries is None:
@@ -263,6 +266,23 @@ def _fingerprint(modules, objects, is_user) -> dict[str, str]:
         for attr, v in _own_attributes(value):
             prints[f"{name}.{attr}"] = _Walk(is_user).digest(v)
     return prints
+
+
+def _import_object(obj, is_user) -> str:
+    """The fingerprint of a user module's spec or loader. The spec is the module's own: every attribute
+    walked, less the import system's bookkeeping. A loader made for one file (the import system's file
+    loaders) or of a user's class is walked the same way; a shared one is a library's object (pytest's
+    assertion-rewriting hook loads every test module and holds the session, its caches filling as
+    anything imports), read for what its attributes are bound to, by identity."""
+    if isinstance(obj, importlib.machinery.ModuleSpec):
+        return _Walk(is_user).digest(tuple(
+            x for k, v in vars(obj).items() if k not in _IMPORT_BOOKKEEPING
+            for x in (k, _import_object(v, is_user) if k == "loader" and v is not None else v)))
+    if type(obj) in _PER_FILE_LOADERS or is_user(type(obj).__module__):
+        return _Walk(is_user).digest(tuple(x for kv in _own_attributes(obj) for x in kv))
+    attributes = getattr(obj, "__dict__", None) or {}
+    return f"{type(obj).__module__}.{type(obj).__qualname__}(" + ",".join(
+        f"{k}={id(v)}" for k, v in sorted(attributes.items(), key=lambda kv: kv[0])) + ")"
 
 
 def _bindings(module) -> str:
