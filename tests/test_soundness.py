@@ -753,6 +753,58 @@ def _(B, x, dy):
     assert "drew random numbers from the process's shared stream" in out and name in out, out
 
 
+# What differs from one call or one run to the next and is no argument: (module-level code, the
+# backward's line setting k, what the refusal names). Each gives k = 2 almost always, 3 otherwise.
+VARIES = {
+    "clock": ("import time", "k = 2 if time.time() < 1.9e9 else 3", "time.time"),
+    "clock_ns": ("import time", "k = 2 if time.perf_counter_ns() % 100 < 99 else 3", "time.perf_counter_ns"),
+    "pid": ("import os", "k = 2 if os.getpid() % 1000 != 7 else 3", "os.getpid"),
+    "urandom": ("import os", "k = 2 if os.urandom(1)[0] < 253 else 3", "os.urandom"),
+    "system_random": ("import random", "k = 2 if random.SystemRandom().random() < 0.99 else 3",
+                      "random.SystemRandom.random"),
+    "secrets": ("import secrets", "k = 2 if secrets.randbelow(100) < 99 else 3", "random.SystemRandom.getrandbits"),
+    "uuid4": ("import uuid", "k = 2 if uuid.uuid4().int % 100 < 99 else 3", "os.urandom"),
+    "unseeded_random": ("import random", "k = 2 if random.Random().random() < 0.99 else 3",
+                        "random.Random() unseeded"),
+    "unseeded_rng": ("", "k = 2 if np.random.default_rng().random() < 0.99 else 3",
+                     "numpy.random.default_rng() unseeded"),
+    # read once, by the module's body as it loads: one function in this process, another in the next
+    "clock_at_load": ("import time\nK = 2 if time.time() < 1.9e9 else 3", "k = K", "time.time when my_ops.py loaded"),
+    "urandom_at_load": ("import os\nK = 2 if os.urandom(1)[0] < 253 else 3", "k = K", "os.urandom when my_ops.py loaded"),
+    "draw_at_load": ("import random\nK = 2 if random.random() < 0.99 else 3", "k = K",
+                     "random.random when my_ops.py loaded"),
+}
+
+
+@pytest.mark.parametrize("how", VARIES)
+def test_a_backward_that_reads_the_clock_or_the_os_entropy_is_never_proved(tmp_path, capsys, how):
+    module, line, name = VARIES[how]
+    path = _file(tmp_path, SQUARE.replace("@op", module + "\n\n@op") + f'''
+@sq.defvjp
+def _(B, x, dy):
+    {line}
+    return (k * x * dy,)
+''')
+    code, out = _run(tmp_path, capsys, "prove", "--no-general", str(path))
+    assert "proved" not in {r["verdict"] for r in _records(tmp_path)} and code != 0, out
+    assert "differs from one call or one run to the next" in out and name in out, out
+
+
+def test_a_spec_that_logs_and_seeds_its_generators_is_proved(tmp_path, capsys):
+    """The negative control: logging stamps its records with the clock and the process's id (a library
+    reading them for itself), and generators seeded by the spec are the same in every run."""
+    path = _file(tmp_path, SQUARE.replace("@op", "import logging\nimport random\n"
+                                          "W = np.random.default_rng(0).random()\nR = random.Random(5).random()\n\n@op") + '''
+@sq.defvjp
+def _(B, x, dy):
+    logging.getLogger("my_ops").warning("backward of sq")
+    k = 2 if W < 1 and R < 1 else 3
+    return (k * x * dy,)
+''')
+    code, out = _run(tmp_path, capsys, "prove", "--no-general", str(path))
+    assert code == 0 and {r["verdict"] for r in _records(tmp_path)} == {"proved"}, out
+
+
 def test_a_law_that_keeps_state_between_its_calls_is_never_proved(tmp_path, capsys):
     path = _file(tmp_path, SQUARE.replace("@op", "CALLS = [0]\n\n@op") + '''
 @sq.defvjp

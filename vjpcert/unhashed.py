@@ -23,10 +23,15 @@ do not list, or any of the others, makes the op refused
 at planning (its forward and backward run there), or its certificate ``inconclusive`` with the reason
 (a law: never current, so every rerun asks again).
 
-Two more inputs are not files at all: a draw from the process's shared random streams (``random``'s
-module functions and numpy's legacy ones are wrapped, and a call from spec code is noted), and the
+Two more inputs are not files at all: what differs from one call or one run to the next -- a draw from
+the process's shared random streams (``random``'s module functions and numpy's legacy ones), the clock,
+the process's id, the OS's entropy and a generator seeded from it; their functions are wrapped, and a
+call from spec code is noted, in a watch or in a module body as it loads (``_AT_LOAD``) -- and the
 state spec code keeps between its calls, fingerprinted when a watch opens and when it closes
-(``vjpcert.kept_state``).
+(``vjpcert.kept_state``). Not seen: what differs between processes inside Python itself (a string's
+``hash``, and so a set's order; ``id``), the clock read through ``datetime``'s C types, and a module
+body that ran before vjpcert first loaded a spec file or opened a watch (an op declared in a running
+program whose module read the clock as it loaded).
 
 User code: a file ``core.reads`` counts as spec code, outside vjpcert's own tree (its machinery, and
 the built-in specs, whose identity is the project's, reviewed with the project). The wrappers are
@@ -65,6 +70,7 @@ class Seen:
     environ: set = field(default_factory=set)      # environment variables spec code read
     outside: set = field(default_factory=set)      # what spec code asked of the world: a process, a socket
     drew: set = field(default_factory=set)         # the shared random streams' functions spec code called
+    varied: set = field(default_factory=set)       # the clock, the process's id, the OS's entropy it read
     kept: list = field(default_factory=list)       # state it keeps between calls that changed (``kept_state``)
 
 
@@ -139,13 +145,18 @@ def _from_spec_code(depth: int = 2) -> bool:
     """Whether the access comes from a user's spec code: the first frame above the standard library's
     (``os.getenv``, ``Mapping.get``, ``subprocess.run``) is theirs. A library the spec calls may read
     its own settings, start its own workers."""
-    frame = sys._getframe(depth)
-    while frame is not None and frame_kind(frame.f_code.co_filename) in ("stdlib", "import"):
+    return _spec_frame(sys._getframe(depth), through_stdlib=True) is not None
+
+
+def _spec_frame(frame, *, through_stdlib: bool):
+    """``frame`` if it is a user's spec code -- or, ``through_stdlib``, the first frame above the
+    standard library's from it, if that one is -- else None."""
+    while through_stdlib and frame is not None and frame_kind(frame.f_code.co_filename) in ("stdlib", "import"):
         frame = frame.f_back
     if frame is None:
-        return False
+        return None
     f = frame.f_code.co_filename
-    return frame_kind(f) == "spec" and is_user_code(resolved(f))
+    return frame if frame_kind(f) == "spec" and is_user_code(resolved(f)) else None
 
 
 def _audit(event, args) -> None:
@@ -192,6 +203,7 @@ def _loaded(filename: str) -> Path | None:
 def record_loads() -> None:
     """Note, from now on, every user file whose code this process compiles or runs (the audit hook), and
     the modules it already holds. Called before vjpcert loads a spec file, and by the first watch."""
+    _watch_varying()        # before a spec module runs: what its body reads when it loads counts too
     with _LOCK:
         if _REAL.get("audit"):
             return
@@ -370,8 +382,7 @@ def _install() -> None:
         builtins.__import__ = watched_import
         importlib.import_module = watched_import_module
         os._Environ.__getitem__ = watched_getitem      # os.environ[k], .get, os.getenv, `in`
-        _watch_draws()
-    record_loads()
+    record_loads()        # and the shared random streams, the clock, the OS's entropy (_watch_varying)
 
 
 def _watch_draws() -> None:
@@ -390,10 +401,80 @@ def _watch_draws() -> None:
 def _drawn(label: str, fn):
     @functools.wraps(fn)
     def draw(*args, **kwargs):
-        if _WATCHES and _from_spec_code():
-            _add("drew", label)
+        caller = sys._getframe(1)
+        if _WATCHES or caller.f_code.co_name == "<module>":      # outside a watch only a module body counts
+            _note(label, _spec_frame(caller, through_stdlib=True), "drew")
         return fn(*args, **kwargs)
     return draw
+
+
+# What differs from one call, or one run, to the next and is none of an op's arguments: the clock, the
+# process's id, the OS's entropy and a generator seeded from it. A certificate is for a function of
+# the arguments; spec code that reads one of these (``k = 2 if time.time() < 1.9e9 else 3``, or
+# ``if os.urandom(1)[0] < 253``, at a call or when its module loads) computes another function at
+# another time or in another process. The clock and the process's id count only where spec code calls
+# them itself (a library the spec calls -- logging -- stamps its records with them); the OS's entropy
+# also through the standard library (``secrets``, ``uuid.uuid4``, ``random.SystemRandom``, an unseeded
+# ``random.Random()``), which has no other use for it in a computation.
+_CLOCK = ("time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "process_time",
+          "process_time_ns", "thread_time", "thread_time_ns", "clock_gettime", "clock_gettime_ns", "localtime",
+          "gmtime", "ctime", "asctime", "strftime")
+_AT_LOAD: dict = {}          # user file -> what its module body read of these when it loaded (this process)
+
+
+def _watch_varying() -> None:
+    """Wrap, once per process, the clock's functions, ``os.getpid``, the OS's entropy (``os.urandom``,
+    and the copy ``random`` keeps), ``random.SystemRandom``'s draws, an unseeded ``random.Random`` and an
+    unseeded ``numpy.random.default_rng``: a read from spec code is noted (``Seen.varied``, and
+    ``_AT_LOAD`` for a module body)."""
+    with _LOCK:
+        if _REAL.get("varying"):
+            return
+        _REAL["varying"] = True
+    _watch_draws()
+    import numpy.random
+    import random
+    import time
+    for name in _CLOCK:
+        if hasattr(time, name):
+            setattr(time, name, _varying(f"time.{name}", getattr(time, name), through_stdlib=False))
+    os.getpid = _varying("os.getpid", os.getpid, through_stdlib=False)
+    for name in ("urandom", "getrandom"):
+        if hasattr(os, name):
+            setattr(os, name, _varying(f"os.{name}", getattr(os, name), through_stdlib=True))
+    random._urandom = _varying("os.urandom", random._urandom, through_stdlib=True)
+    for name in ("random", "getrandbits", "randbytes"):
+        if name in vars(random.SystemRandom):
+            setattr(random.SystemRandom, name, _varying(f"random.SystemRandom.{name}", vars(random.SystemRandom)[name],
+                                                        through_stdlib=True))
+    unseeded = lambda args, kwargs: (args[1] if len(args) > 1 else kwargs.get("a")) is None    # noqa: E731
+    random.Random.seed = _varying("random.Random() unseeded", random.Random.seed, through_stdlib=True,
+                                  when=unseeded)
+    numpy.random.default_rng = _varying(
+        "numpy.random.default_rng() unseeded", numpy.random.default_rng, through_stdlib=True,
+        when=lambda args, kwargs: (args[0] if args else kwargs.get("seed")) is None)
+
+
+def _varying(label: str, fn, *, through_stdlib: bool, when=None):
+    @functools.wraps(fn)
+    def read(*args, **kwargs):
+        if when is None or when(args, kwargs):
+            caller = sys._getframe(1)
+            # the cheap test first: outside a watch only a module body counts (the clock is read often)
+            if _WATCHES or through_stdlib or caller.f_code.co_name == "<module>":
+                _note(label, _spec_frame(caller, through_stdlib=through_stdlib), "varied")
+        return fn(*args, **kwargs)
+    return read
+
+
+def _note(label: str, frame, what: str) -> None:
+    """Note a read of ``label`` by spec code at ``frame`` (None: not spec code's) in the open watches'
+    ``what``, and for the file whose module body made it, when its module loaded."""
+    if frame is None:
+        return
+    _add(what, label)
+    if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") != "__main__":
+        _AT_LOAD.setdefault(resolved(frame.f_code.co_filename), set()).add(label)
 
 
 @contextlib.contextmanager
@@ -461,6 +542,12 @@ def unhashed(op, seen: Seen) -> str | None:
         parts.append(f"drew random numbers from the process's shared stream ({', '.join(sorted(seen.drew))}): a "
                      f"certificate is for a function of the op's arguments. Make the draw a param, an input, or "
                      f"a constant drawn once from a seeded generator when the module loads")
+    loaded = {f"{label} when {path.name} loaded" for path in set(op.source_files) if is_user_code(path)
+              for label in _AT_LOAD.get(path, ())}
+    if seen.varied or loaded:
+        parts.append(f"read what differs from one call or one run to the next ({', '.join(sorted(seen.varied | loaded))}): "
+                     f"a certificate is for a function of the op's arguments, and this computes another at "
+                     f"another time or in another process. Make it a param, an input or a constant")
     if seen.kept:
         parts.append(f"changed, while it ran, state it reads again on its next call: {', '.join(seen.kept)}. A "
                      f"certificate is for a function of the op's arguments, and one that counts its calls (or "
