@@ -29,7 +29,8 @@ the process's id, the OS's entropy and a generator seeded from it; their functio
 call from spec code is noted, in a watch or in a module body as it loads (``_AT_LOAD``) -- and the
 state spec code keeps between its calls, fingerprinted when a watch opens and when it closes
 (``vjpcert.kept_state``). Not seen: what differs between processes inside Python itself (a string's
-``hash``, and so a set's order; ``id``), the clock read through ``datetime``'s C types, and a module
+``hash``, and so a set's order; ``id``), the clock read through ``datetime``'s C types, the command
+line (``sys.argv``), and a module
 body that ran before vjpcert first loaded a spec file or opened a watch (an op declared in a running
 program whose module read the clock as it loaded).
 
@@ -409,7 +410,7 @@ def _drawn(label: str, fn):
 
 
 # What differs from one call, or one run, to the next and is none of an op's arguments: the clock, the
-# process's id, the OS's entropy and a generator seeded from it. A certificate is for a function of
+# process's id, the folder, host and machine it runs on, the OS's entropy and a generator seeded from it. A certificate is for a function of
 # the arguments; spec code that reads one of these (``k = 2 if time.time() < 1.9e9 else 3``, or
 # ``if os.urandom(1)[0] < 253``, at a call or when its module loads) computes another function at
 # another time or in another process. The clock and the process's id count only where spec code calls
@@ -423,7 +424,8 @@ _AT_LOAD: dict = {}          # user file -> what its module body read of these w
 
 
 def _watch_varying() -> None:
-    """Wrap, once per process, the clock's functions, ``os.getpid``, the OS's entropy (``os.urandom``,
+    """Wrap, once per process, the clock's functions, the process's id, folder, host and machine
+    (``os.getpid``, ``os.getcwd``, ``socket.gethostname``, ``os.cpu_count``), the OS's entropy (``os.urandom``,
     and the copy ``random`` keeps), ``random.SystemRandom``'s draws, an unseeded ``random.Random`` and an
     unseeded ``numpy.random.default_rng``: a read from spec code is noted (``Seen.varied``, and
     ``_AT_LOAD`` for a module body)."""
@@ -438,7 +440,14 @@ def _watch_varying() -> None:
     for name in _CLOCK:
         if hasattr(time, name):
             setattr(time, name, _varying(f"time.{name}", getattr(time, name), through_stdlib=False))
-    os.getpid = _varying("os.getpid", os.getpid, through_stdlib=False)
+    # where and as whom the command runs: one folder, host or machine today, another tomorrow
+    for name in ("getpid", "getppid", "getcwd", "getcwdb", "cpu_count", "getlogin", "getuid"):
+        if hasattr(os, name):
+            setattr(os, name, _varying(f"os.{name}", getattr(os, name), through_stdlib=False))
+    import pathlib
+    import socket
+    pathlib.Path.cwd = classmethod(_varying("Path.cwd", pathlib.Path.cwd.__func__, through_stdlib=False))
+    socket.gethostname = _varying("socket.gethostname", socket.gethostname, through_stdlib=False)
     for name in ("urandom", "getrandom"):
         if hasattr(os, name):
             setattr(os, name, _varying(f"os.{name}", getattr(os, name), through_stdlib=True))
