@@ -753,6 +753,34 @@ def _(B, x, dy):
     assert "drew random numbers from the process's shared stream" in out and name in out, out
 
 
+def _lazy_helper_op(tmp_path, before_import):
+    """A backward that imports a helper on its first call, whose body rebinds a name of a library
+    module (as importing torch._dynamo rebinds torch.manual_seed), after ``before_import``."""
+    (tmp_path / "rebinding_helper.py").write_text("import json\njson.first_load = object()\n")
+    return _file(tmp_path, SQUARE.replace("@op", "import json\n\n@op") + f'''
+@sq.defvjp
+def _(B, x, dy):
+    {before_import}
+    import rebinding_helper
+    return (2 * x * dy,)
+''')
+
+
+def test_what_an_import_rebinds_in_a_library_is_the_library_loading_not_kept_state(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = _lazy_helper_op(tmp_path, "pass")
+    code, out = _run(tmp_path, capsys, "prove", "--no-general", str(path))
+    assert code == 0 and {r["verdict"] for r in _records(tmp_path)} == {"proved"}, out
+
+
+def test_a_counter_in_a_library_s_bindings_is_seen_though_a_module_loads_in_between(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = _lazy_helper_op(tmp_path, "json.calls = getattr(json, 'calls', 0) + 1")
+    code, out = _run(tmp_path, capsys, "prove", "--no-general", str(path))
+    assert code != 0 and "proved" not in {r["verdict"] for r in _records(tmp_path)}, out
+    assert "the attributes of json (as json): calls" in out and "first_load" not in out, out
+
+
 # What differs from one call or one run to the next and is no argument: (module-level code, the
 # backward's line setting k, what the refusal names). Each gives k = 2 almost always, 3 otherwise.
 VARIES = {

@@ -28,8 +28,9 @@ entry of a bounded cache, whose results only C code reads) counts from the momen
 are roots of their own, never walked through.
 
 A library module the spec module names is read for what its names are bound to (``math.calls = 1``
-binds one), and a library's function or class for the attributes it binds (``json.dumps.calls = 1``),
-by identity. Not seen: what a library module's objects hold, changed in place (its caches
+binds one), name by name, and a library's function or class for the attributes it binds
+(``json.dumps.calls = 1``), by identity; what an import rebinds there while spec code runs is the
+library loading (``unhashed`` expects it). Not seen: what a library module's objects hold, changed in place (its caches
 change under vjpcert too) -- ``sys.argv`` appended to, a namespace or module spec code puts into
 ``sys.modules`` and reaches only through it --, the names of a library module the spec module does not
 name (``sys.modules["__main__"].calls``), and state a library keeps that no object reachable from the
@@ -246,7 +247,8 @@ def _fingerprint(modules, objects, is_user) -> dict[str, str]:
         for name, value in list(vars(module).items()):
             if name == "__builtins__" or isinstance(value, types.ModuleType) and not is_user(value.__name__):
                 library = builtins if name == "__builtins__" else value
-                prints[f"the attributes of {library.__name__} (as {name})"] = _bindings(library)
+                for attribute, bound in _bindings(library).items():
+                    prints[f"the attributes of {library.__name__} (as {name}): {attribute}"] = bound
                 continue
             where = f"{name} ({label.rsplit('/', 1)[-1]})"
             if name in ("__spec__", "__loader__") and value is not None:
@@ -285,15 +287,14 @@ def _import_object(obj, is_user) -> str:
         f"{k}={id(v)}" for k, v in sorted(attributes.items(), key=lambda kv: kv[0])) + ")"
 
 
-def _bindings(module) -> str:
-    """What a library module's names are bound to, by identity (``math.calls = math.calls + 1`` rebinds
-    one), less its submodules (an import binds them), and the attributes of its functions and classes,
-    by identity too (``json.dumps.calls = 1``): its own caches, mutated in place, are its own."""
-    h = hashlib.blake2b(digest_size=16)
-    for k, v in sorted(vars(module).items(), key=lambda kv: kv[0]):
-        if not isinstance(v, types.ModuleType):
-            h.update(f"{k}={id(v)}{_attribute_ids(v)};".encode())
-    return h.hexdigest()
+def _bindings(module) -> dict[str, str]:
+    """What each of a library module's names is bound to, by identity (``math.calls = math.calls + 1``
+    rebinds one), less its submodules (an import binds them), with the attributes of a function or class
+    it names, by identity too (``json.dumps.calls = 1``): its own caches, mutated in place, are its own.
+    Name by name, so that what one import rebinds (importing torch._dynamo rebinds torch.manual_seed) is
+    told from the rest (``unhashed`` expects it)."""
+    return {k: f"{id(v)}{_attribute_ids(v)}" for k, v in list(vars(module).items())
+            if not isinstance(v, types.ModuleType)}
 
 
 def _attribute_ids(value) -> str:

@@ -349,7 +349,10 @@ def _install() -> None:
         _REAL["getitem"] = os._Environ.__getitem__
 
         def watched_import(name, globals=None, locals=None, fromlist=(), level=0):
-            module = _REAL["import"](name, globals, locals, fromlist, level)
+            if _TRACKED and _loads_a_module(_absolute(name, globals, level), fromlist):
+                module = _import_between_states(_REAL["import"], name, globals, locals, fromlist, level)
+            else:
+                module = _REAL["import"](name, globals, locals, fromlist, level)
             if not _WATCHES:
                 return module
             key = (name, level, globals.get("__package__") if level and globals else None)
@@ -370,7 +373,11 @@ def _install() -> None:
             return module
 
         def watched_import_module(name, package=None):
-            module = _REAL["import_module"](name, package)
+            if _TRACKED and _loads_a_module(_absolute(name.lstrip("."), {"__package__": package},
+                                                      len(name) - len(name.lstrip("."))), ()):
+                module = _import_between_states(_REAL["import_module"], name, package)
+            else:
+                module = _REAL["import_module"](name, package)
             if _WATCHES:
                 _note_module(getattr(module, "__name__", None))
             return module
@@ -495,8 +502,10 @@ def watch(op=None):
     _install()
     seen = Seen()
     state = _state_of(op)
-    before = state() if state is not None else None
+    tracked = _Tracked(state) if state is not None else None
     _WATCHES.append(seen)
+    if tracked is not None:
+        _TRACKED.append(tracked)
     runs = op is not None and bool(foreign_code(op))
     if runs:
         _runs_on()
@@ -504,10 +513,61 @@ def watch(op=None):
         yield seen
     finally:
         _WATCHES.remove(seen)
+        if tracked is not None:
+            _TRACKED.remove(tracked)
+            seen.kept = changed(tracked.expected, state())
         if runs:
             _runs_off()
-        if state is not None:
-            seen.kept = changed(before, state())
+
+
+class _Tracked:
+    """The state of one open watch's op (``kept_state``): what it is expected to be when the watch
+    closes -- its fingerprint when the watch opened, with what each import that loaded a module changed."""
+
+    def __init__(self, state):
+        self.state, self.expected = state, state()
+
+
+# Open watches of a user's op, whose state is fingerprinted around every import that loads a module: a
+# library's module run for the first time may rebind what its package holds (importing torch._dynamo
+# rebinds torch.manual_seed). What the import itself changed is the library loading: the names it changed
+# are expected as it left them. Every other name is compared, when the watch closes, with what it was
+# when the watch opened -- only then: in between, vjpcert's own code may hold a library's class patched
+# (the device probe answers `x.is_cuda`), as it does during an import the probe's trace makes. So a
+# counter kept in a library's bindings is seen however many modules load in between.
+_TRACKED: list = []
+_IMPORTING = threading.local()       # whether this thread is in such an import (only the outermost counts)
+
+
+def _import_between_states(real, *args):
+    if getattr(_IMPORTING, "depth", 0) or not _TRACKED:
+        return real(*args)
+    before = [(tracked, tracked.state()) for tracked in list(_TRACKED)]
+    _IMPORTING.depth = 1
+    try:
+        return real(*args)
+    finally:
+        _IMPORTING.depth = 0
+        for tracked, pre in before:
+            post = tracked.state()
+            for name in pre.keys() | post.keys():
+                if pre.get(name) != post.get(name):
+                    if name in post:
+                        tracked.expected[name] = post[name]
+                    else:
+                        tracked.expected.pop(name, None)
+
+
+def _loads_a_module(full: str | None, fromlist) -> bool:
+    """Whether importing ``full`` (and the names of ``fromlist`` from it) may load a module: it is not
+    loaded yet, or a name of the fromlist is neither bound in it nor a loaded submodule (read from its
+    ``__dict__``: a package's ``__getattr__`` would import it)."""
+    module = sys.modules.get(full) if full else None
+    if module is None:
+        return True
+    names = getattr(module, "__dict__", {})
+    return any(isinstance(item, str) and item != "*" and item not in names and f"{full}.{item}" not in sys.modules
+               for item in fromlist or ())
 
 
 def _is_user(name: str) -> bool:
