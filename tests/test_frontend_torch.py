@@ -311,3 +311,19 @@ def test_a_user_file_with_torch_op_is_an_op_file_and_works_in_the_fixture(tmp_pa
 def test_bad_torch_targets_are_exit_2(tmp_path, user_module, capsys, args, message):
     assert main(["prove", "--quiet", "--reports", str(tmp_path / "r"), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_readme_s_torch_example_is_proved_in_a_new_process(tmp_path):
+    """As a newcomer runs it, in a shell of its own: the first torch code the process traces imports
+    torch._dynamo, which rebinds torch.manual_seed -- the library loading, not state the op keeps (the
+    suite's workers had traced torch before, and missed that this refused the example)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+    example = Path(__file__).resolve().parents[1] / "examples" / "my_torch_ops.py"
+    shutil.copy(example, tmp_path / example.name)
+    run = subprocess.run([sys.executable, "-c", "import sys; from vjpcert.cli import main; sys.exit(main(sys.argv[1:]))",
+                          "prove", example.name, "--quiet", "--reports", "r"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert _verdicts(tmp_path / "r", "my_rmsnorm") == ["proved"] * 3
