@@ -30,9 +30,8 @@ call from spec code is noted, in a watch or in a module body as it loads (``_AT_
 state spec code keeps between its calls, fingerprinted when a watch opens and when it closes
 (``vjpcert.kept_state``). Not seen: what differs between processes inside Python itself (a string's
 ``hash``, and so a set's order; ``id``), the clock read through ``datetime``'s C types, the command
-line (``sys.argv``), and a module
-body that ran before vjpcert first loaded a spec file or opened a watch (an op declared in a running
-program whose module read the clock as it loaded).
+line (``sys.argv``), and a module body that ran before vjpcert first loaded a spec file or opened a
+watch (an op declared in a running program whose module read the clock as it loaded).
 
 User code: a file ``core.reads`` counts as spec code, outside vjpcert's own tree (its machinery, and
 the built-in specs, whose identity is the project's, reviewed with the project). The wrappers are
@@ -417,10 +416,10 @@ def _drawn(label: str, fn):
 
 
 # What differs from one call, or one run, to the next and is none of an op's arguments: the clock, the
-# process's id, the folder, host and machine it runs on, the OS's entropy and a generator seeded from it. A certificate is for a function of
-# the arguments; spec code that reads one of these (``k = 2 if time.time() < 1.9e9 else 3``, or
-# ``if os.urandom(1)[0] < 253``, at a call or when its module loads) computes another function at
-# another time or in another process. The clock and the process's id count only where spec code calls
+# process's id, the folder, host and machine it runs on, the OS's entropy and a generator seeded from
+# it. A certificate is for a function of the arguments; spec code that reads one of these (``k = 2 if
+# time.time() < 1.9e9 else 3``, or ``if os.urandom(1)[0] < 253``, at a call or when its module loads)
+# computes another function at another time or in another process. The clock and the process's id count only where spec code calls
 # them itself (a library the spec calls -- logging -- stamps its records with them); the OS's entropy
 # also through the standard library (``secrets``, ``uuid.uuid4``, ``random.SystemRandom``, an unseeded
 # ``random.Random()``), which has no other use for it in a computation.
@@ -536,7 +535,7 @@ class _Tracked:
 # (the device probe answers `x.is_cuda`), as it does during an import the probe's trace makes. So a
 # counter kept in a library's bindings is seen however many modules load in between.
 _TRACKED: list = []
-_IMPORTING = threading.local()       # whether this thread is in such an import (only the outermost counts)
+_IMPORTING = threading.local()       # depth 1 while this thread is in such an import (the outermost counts)
 
 
 def _import_between_states(real, *args):
