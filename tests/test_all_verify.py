@@ -215,3 +215,23 @@ def test_only_a_dead_writer_s_temporary_files_are_removed(tmp_path):
     live.write_text("{")
     assert remove_orphaned_temporaries(tmp_path) == [orphan]
     assert live.exists() and not orphan.exists()
+
+
+def test_the_replayed_sample_is_drawn_from_quick_certificates_only():
+    """The draw the suite and the first-run tour derive again: no every-size proof and no kernel past a few
+    dozen elements (seconds each in the CUDA simulator), and still at least one certificate per tier."""
+    import math
+
+    from vjpcert.specs import builtin_ops
+    from vjpcert.verify import QUICK_KERNEL_ELEMENTS, quick_to_derive, sample_paths
+    reports = ROOT / "reports"
+    keep = quick_to_derive(builtin_ops(), reports)
+    kept = sample_paths(reports, None, 0, keep=keep)
+    every = sample_paths(reports, None, 0)
+    assert not any(p.name.startswith("symbolic-general__") for p in kept)
+    assert any(p.name.startswith("symbolic-general__") for p in every)          # there were some to leave out
+    kernels = [p for p in kept if p.name.startswith("kernel__")]
+    assert kernels and all(math.prod(json.loads((reports / p).read_text())["dims"].values()) <= QUICK_KERNEL_ELEMENTS
+                           for p in kernels)
+    assert len([p for p in every if p.name.startswith("kernel__")]) > len(kernels)
+    assert {p.name.split("__")[0].split("-")[0] for p in kept} >= {"symbolic", "numeric", "kernel"}
