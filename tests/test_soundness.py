@@ -36,6 +36,13 @@ def sq(B, x):
 '''
 
 
+def _square_with_backward(tmp_path, module: str, body: str):
+    """SQUARE's file with ``module`` code above the op and a backward whose body is ``body`` (its lines,
+    the last a return)."""
+    lines = "\n    ".join(body.splitlines())
+    return _file(tmp_path, SQUARE.replace("@op", module + "\n\n@op") + f"\n@sq.defvjp\ndef _(B, x, dy):\n    {lines}\n")
+
+
 # ------------------------------------------------------------------------- 1. comparisons
 @pytest.mark.parametrize("backward", [
     "np.where(x == 0, 5 * dy, 2 * x * dy)",                        # wrong only at x == 0
@@ -726,12 +733,7 @@ def test_a_backward_that_keeps_state_between_its_calls_is_never_proved(tmp_path,
     module, line, name = KEEPS_STATE[how]
     (tmp_path / "counting_helper.py").write_text("CALLS = [0]\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    path = _file(tmp_path, SQUARE.replace("@op", module + "\n\n@op") + f'''
-@sq.defvjp
-def _(B, x, dy):
-    {line}
-    return (k * x * dy,)
-''')
+    path = _square_with_backward(tmp_path, module, f"{line}\nreturn (k * x * dy,)")
     code, out = _run(tmp_path, capsys, "prove", "--no-general", str(path))
     verdicts = {r["verdict"] for r in _records(tmp_path)}
     assert "proved" not in verdicts and code != 0, (verdicts, out)
@@ -742,12 +744,7 @@ def _(B, x, dy):
                                         ("np.random.uniform(0, 1)", "numpy.random.uniform")])
 def test_a_backward_that_draws_from_the_shared_random_stream_is_never_proved(tmp_path, capsys, draw, name):
     """The shared streams change under every thread, so the draw itself is seen, made from spec code."""
-    path = _file(tmp_path, SQUARE.replace("@op", "import random\n\n@op") + f'''
-@sq.defvjp
-def _(B, x, dy):
-    k = 2 if {draw} < 0.999 else 3
-    return (k * x * dy,)
-''')
+    path = _square_with_backward(tmp_path, "import random", f"k = 2 if {draw} < 0.999 else 3\nreturn (k * x * dy,)")
     code, out = _run(tmp_path, capsys, "prove", "--no-general", str(path))
     assert "proved" not in {r["verdict"] for r in _records(tmp_path)} and code != 0, out
     assert "drew random numbers from the process's shared stream" in out and name in out, out
@@ -757,13 +754,7 @@ def _lazy_helper_op(tmp_path, before_import):
     """A backward that imports a helper on its first call, whose body rebinds a name of a library
     module (as importing torch._dynamo rebinds torch.manual_seed), after ``before_import``."""
     (tmp_path / "rebinding_helper.py").write_text("import json\njson.first_load = object()\n")
-    return _file(tmp_path, SQUARE.replace("@op", "import json\n\n@op") + f'''
-@sq.defvjp
-def _(B, x, dy):
-    {before_import}
-    import rebinding_helper
-    return (2 * x * dy,)
-''')
+    return _square_with_backward(tmp_path, "import json", f"{before_import}\nimport rebinding_helper\nreturn (2 * x * dy,)")
 
 
 def test_what_an_import_rebinds_in_a_library_is_the_library_loading_not_kept_state(tmp_path, capsys, monkeypatch):
@@ -810,12 +801,7 @@ VARIES = {
 @pytest.mark.parametrize("how", VARIES)
 def test_a_backward_that_reads_the_clock_or_the_os_entropy_is_never_proved(tmp_path, capsys, how):
     module, line, name = VARIES[how]
-    path = _file(tmp_path, SQUARE.replace("@op", module + "\n\n@op") + f'''
-@sq.defvjp
-def _(B, x, dy):
-    {line}
-    return (k * x * dy,)
-''')
+    path = _square_with_backward(tmp_path, module, f"{line}\nreturn (k * x * dy,)")
     code, out = _run(tmp_path, capsys, "prove", "--no-general", str(path))
     assert "proved" not in {r["verdict"] for r in _records(tmp_path)} and code != 0, out
     assert "differs from one call or one run to the next" in out and name in out, out
@@ -824,14 +810,9 @@ def _(B, x, dy):
 def test_a_spec_that_logs_and_seeds_its_generators_is_proved(tmp_path, capsys):
     """The negative control: logging stamps its records with the clock and the process's id (a library
     reading them for itself), and generators seeded by the spec are the same in every run."""
-    path = _file(tmp_path, SQUARE.replace("@op", "import logging\nimport random\n"
-                                          "W = np.random.default_rng(0).random()\nR = random.Random(5).random()\n\n@op") + '''
-@sq.defvjp
-def _(B, x, dy):
-    logging.getLogger("my_ops").warning("backward of sq")
-    k = 2 if W < 1 and R < 1 else 3
-    return (k * x * dy,)
-''')
+    path = _square_with_backward(
+        tmp_path, "import logging\nimport random\nW = np.random.default_rng(0).random()\nR = random.Random(5).random()",
+        'logging.getLogger("my_ops").warning("backward of sq")\nk = 2 if W < 1 and R < 1 else 3\nreturn (k * x * dy,)')
     code, out = _run(tmp_path, capsys, "prove", "--no-general", str(path))
     assert code == 0 and {r["verdict"] for r in _records(tmp_path)} == {"proved"}, out
 
