@@ -12,7 +12,10 @@
    read off the committed kill matrix (`vjpcert mutate` times both in one run).
 4. The modular tier at production dims: one trial on one thread (BLAS and Numba) against the same
    block's forward + backward in PyTorch, float64, on one thread (`benchmarks/torch_blocks.py`), each in
-   its own process, with its peak resident memory.
+   its own process, with its peak resident memory. Beside it, what its exact products cost: one exact
+   product mod p (``ModP.matmul``) at the GPT-2 block's largest matmul against one float64 matmul, and
+   what an exact product on this CPU's int8 matrix units would cost (``torch._int_mm``: the GEMMs alone
+   of a residue-number-system product, one per small modulus).
 5. The test suite: collecting it (`pytest --collect-only`, median of 3, pytest's own figure and the
    process's), then README's test command itself (`pytest -n auto`, once: minutes, with its slowest
    tests listed), each in a fresh process with what this machine has installed.
@@ -20,7 +23,7 @@
 Every command runs with Python's bytecode cache on (see ``_as_installed``).
 
 Writes reports/benchmarks/feedback.json and .md. Run: python benchmarks/feedback_bench.py [--skip SECTION]
-(sections: commands, reach, mutation, modular, suite).
+(sections: commands, reach, mutation, modular, gemm, suite).
 """
 from __future__ import annotations
 
@@ -187,6 +190,76 @@ def modular() -> list[dict]:
     return rows
 
 
+GEMM_SHAPE = (1024, 768, 3072)       # M, K, N: the GPT-2-small block's MLP up-projection
+
+GEMM_PEERS = """
+import json, math, statistics, time
+import numpy as np, torch
+torch.set_num_threads(1)
+from vjpcert.symbolic.modular.arith import ModP
+M, K, N = {shape!r}
+P = (1 << 60) - 93                       # a prime in [2^59, 2^60)
+
+def best(f, n):
+    for _ in range(3):                   # warm: the first calls of a matrix unit run some 2x slower
+        f()
+    times = []
+    for _ in range(n):
+        t = time.perf_counter(); f(); times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+rng = np.random.default_rng(0)
+a, b = rng.random((M, K)), rng.random((K, N))
+ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+ra, rb = rng.integers(0, P, (M, K)), rng.integers(0, P, (K, N))
+F = ModP(P)
+assert np.array_equal(F.matmul(ra[:3, :5], rb[:5, :4]),
+                      np.array([[sum(int(x) * int(y) for x, y in zip(r, c)) % P for c in rb[:5, :4].T] for r in ra[:3, :5]]))
+out = {{"shape": [M, K, N], "numpy_float64_s": best(lambda: a @ b, 9), "torch_float64_s": best(lambda: ta @ tb, 9),
+        "exact_modp_s": best(lambda: F.matmul(ra, rb), 3)}}
+# a residue-number-system product on int8 matrix units: pairwise coprime moduli m <= 128 whose product
+# exceeds 4 K p^2 (the exact integer sum, with room to read it back); one int8 GEMM (int32 sums) each
+need, moduli = math.log2(4 * K) + 2 * math.log2(P), []
+for m in range(128, 1, -1):
+    if sum(map(math.log2, moduli)) > need:
+        break
+    if all(math.gcd(m, c) == 1 for c in moduli):
+        moduli.append(m)
+out["rns_moduli"] = len(moduli)
+try:
+    ia = torch.randint(-64, 64, (M, K), dtype=torch.int8)
+    ib = torch.randint(-64, 64, (K, N), dtype=torch.int8)
+    out["int8_gemm_s"] = best(lambda: torch._int_mm(ia, ib), 9)
+except (AttributeError, RuntimeError) as exc:
+    out["int8_error"] = str(exc)[:200]
+print(json.dumps(out))
+"""
+
+
+def gemm_peers() -> dict:
+    """What the modular tier's exact products cost, in one process on one thread: an exact product mod p
+    by the tier's own ``ModP.matmul`` (checked exact on a corner first) against one float64 matmul
+    (numpy's BLAS, which the tier uses, and torch's, the block peer's), and int8 GEMMs
+    (``torch._int_mm``, int32 sums) as many as a residue-number-system exact product needs: the GEMMs
+    alone, before any residue is computed or read back. A block's trial makes five exact products for each of torch's three
+    matmuls, so 5/3 of each ratio is what its matmuls cost against torch's by that route."""
+    proc = subprocess.run([sys.executable, "-c", GEMM_PEERS.format(shape=GEMM_SHAPE)], capture_output=True,
+                          text=True, env=_one_thread_env(), cwd=ROOT)
+    if proc.returncode:
+        return {"error": proc.stderr[-300:]}
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    f64 = out["torch_float64_s"]
+    out["exact_over_float64"] = round(out["exact_modp_s"] / f64, 1)
+    out["matmuls_float64_route"] = round(5 / 3 * out["exact_over_float64"], 1)
+    if "int8_gemm_s" in out:
+        out["rns_int8_gemms_over_float64"] = round(out["rns_moduli"] * out["int8_gemm_s"] / f64, 2)
+        out["matmuls_int8_route"] = round(5 / 3 * out["rns_int8_gemms_over_float64"], 1)
+    print(f"  exact product mod p {out['exact_over_float64']}x a float64 matmul (a block's matmuls "
+          f"{out['matmuls_float64_route']}x torch's); int8 route's GEMMs alone "
+          f"{out.get('rns_int8_gemms_over_float64')}x", flush=True)
+    return out
+
+
 def _pytest(args: list[str], env=None, cwd=ROOT) -> dict:
     out = timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], env=env, cwd=cwd)
     # pytest's last line: "N passed, ... in T s", "N skipped in T s", "N failed in T s", "N tests collected in T s"
@@ -293,12 +366,33 @@ def render(data: dict) -> str:
                          f"{row['torch_fwd_bwd_s']} | {row.get('time_ratio')} | {floor} | "
                          f"{row['modular_peak_rss_gib']}, {row['torch_peak_rss_gib']} | {row.get('memory_ratio')} |")
         lines.append("")
+    g = data.get("gemm")
+    if g and "error" not in g:
+        m, k, n = g["shape"]
+        lines += [f"What an exact product costs, at the GPT-2 block's largest matmul ({m} x {k} @ {k} x {n}), one "
+                  "thread, one process:", "",
+                  "| product | s | / torch float64 matmul |", "|---|---|---|",
+                  f"| torch float64 matmul (the block peer's) | {g['torch_float64_s']:.4f} | 1 |",
+                  f"| numpy float64 matmul (the BLAS the modular tier runs on) | {g['numpy_float64_s']:.4f} | "
+                  f"{g['numpy_float64_s'] / g['torch_float64_s']:.2f} |",
+                  f"| exact product mod a 60-bit prime (`ModP.matmul`) | {g['exact_modp_s']:.4f} | "
+                  f"**{g['exact_over_float64']}** |"]
+        if "int8_gemm_s" in g:
+            lines.append(f"| int8 GEMMs alone of an exact product in {g['rns_moduli']} residues (`torch._int_mm`, "
+                         f"{g['rns_moduli']} x {g['int8_gemm_s']:.4f} s) | {g['rns_moduli'] * g['int8_gemm_s']:.4f} | "
+                         f"{g['rns_int8_gemms_over_float64']} |")
+        lines += ["", f"A trial makes five exact products (the value, the tangent's two, the backward's two) for "
+                  f"each of torch's three matmuls (forward, and backward's two): its matmuls cost "
+                  f"{g['matmuls_float64_route']}x torch's by the float64 route"
+                  + (f", and the int8 route's GEMMs {g['matmuls_int8_route']}x before any residue is computed "
+                     "or read back" if "matmuls_int8_route" in g else "") + ". (A floor under the matmuls' "
+                  "share of the block ratio; the table's \"dgemms alone / torch\" is one under the whole.)", ""]
     return "\n".join(lines)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--skip", action="append", default=[], choices=["commands", "reach", "mutation", "modular", "suite"])
+    ap.add_argument("--skip", action="append", default=[], choices=["commands", "reach", "mutation", "modular", "gemm", "suite"])
     args = ap.parse_args()
     from vjpcert.core.certificate import atomic_write
     out = ROOT / "reports" / "benchmarks"
@@ -306,7 +400,7 @@ def main():
     data = json.loads(path.read_text()) if path.exists() else {}
     data["machine"] = f"{platform.machine()}, {os.cpu_count()} cores (shared); Python {platform.python_version()}"
     for name, fn in (("commands", commands), ("reach", reach), ("mutation", mutation), ("modular", modular),
-                     ("suite", suite)):
+                     ("gemm", gemm_peers), ("suite", suite)):
         if name in args.skip:
             continue
         print(f"{name}:", flush=True)
