@@ -20,6 +20,7 @@ import functools
 import hashlib
 import json
 import os
+import site
 import stat
 import sys
 import sysconfig
@@ -94,6 +95,11 @@ _LOG = {"dir": "", "own": "", "ancestors": (), "offset": 0, "fds": {}}
 
 _STDLIB = tuple(sorted({str(Path(sysconfig.get_paths()[k]).resolve()) + os.sep for k in ("stdlib", "platstdlib")
                         if k in sysconfig.get_paths()}))
+# installed packages: in a virtual environment "platstdlib" is the environment's lib/pythonX.Y, which
+# holds its site-packages, so a library's frame would read as the standard library's without this
+_SITE_PACKAGES = tuple(sorted({str(Path(sysconfig.get_paths()[k]).resolve()) + os.sep for k in ("purelib", "platlib")
+                               if k in sysconfig.get_paths()}
+                              | {str(Path(d).resolve()) + os.sep for d in site.getsitepackages()}))
 
 
 def _frame_kind(filename: str) -> str:
@@ -111,6 +117,8 @@ def _frame_kind(filename: str) -> str:
             kind = "machinery"
         elif is_spec_code(Path(filename)):
             kind = "spec"
+        elif str(Path(filename).resolve()).startswith(_SITE_PACKAGES):
+            kind = "other"
         elif str(Path(filename).resolve()).startswith(_STDLIB):
             kind = "stdlib"
         else:

@@ -125,3 +125,44 @@ def test_cli_proves_a_jax_target(tmp_path, monkeypatch):
                  "--dims", "rows=2,n=3", "--quiet", "--reports", str(tmp_path / "r")])
     assert code == 0
     assert len(list((tmp_path / "r" / "certificates" / "user_jax_rms.rmsnorm").glob("*.json"))) == 3
+
+
+MODULE_LEVEL_CUSTOM_VJP = '''
+import jax
+from vjpcert import jax_op
+
+
+@jax.custom_vjp
+def square(x):
+    return x * x
+
+
+def square_fwd(x):
+    return x * x, x
+
+
+def square_bwd(x, g):
+    return ({factor} * x * g,)
+
+
+square.defvjp(square_fwd, square_bwd)
+
+
+@jax_op(inputs={{"x": ("n",)}}, dims=[{{"n": 2}}])
+def f(x):
+    return square(x)
+'''
+
+
+@pytest.mark.parametrize("factor,code", [(2, 0), (3, 1)])
+def test_a_module_level_custom_vjp_is_judged_in_a_new_process(tmp_path, factor, code):
+    """JAX's documented form, a ``jax.custom_vjp`` defined at the top of the user's module, in a process
+    of its own. It was refused: reading the custom_vjp object for kept state pickled it, which caches
+    its class's slot names on ``jax.custom_vjp`` -- the check's own write taken for the op's."""
+    import subprocess
+    import sys
+    (tmp_path / "my_jax_ops.py").write_text(MODULE_LEVEL_CUSTOM_VJP.format(factor=factor))
+    run = subprocess.run([sys.executable, "-c", "import sys; from vjpcert.cli import main; sys.exit(main(sys.argv[1:]))",
+                          "prove", "my_jax_ops.py", "--quiet", "--reports", "r"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == code, run.stdout[-2000:] + run.stderr[-2000:]

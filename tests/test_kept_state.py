@@ -122,3 +122,31 @@ def test_a_loader_shared_by_many_modules_is_read_by_identity_not_walked():
     assert changed(before, _prints(m)) == []
     hook.calls = 1
     assert changed(before, _prints(m)) == ["__loader__ (users_module)"]
+
+
+def test_reading_an_object_does_not_change_its_class_and_a_value_spec_code_puts_there_does():
+    """The fingerprint reads a library's object by what pickling keeps of it, and pickling caches the
+    class's slot names on the class (``__slotnames__``): a module-level ``jax.custom_vjp`` was refused
+    for the change the fingerprint itself made. A value other than the slots' names is still state."""
+    library = type("Slotted", (), {"__slots__": ("a", "__b"), "__module__": "a_library"})
+    users = type("UsersSlotted", (), {"__slots__": ("c",), "__module__": "users_module"})
+    m = _module(Lib=library, Mine=users, obj=library(), mine=users())   # the classes read first, as `import jax` is
+    before = _prints(m)
+    assert "__slotnames__" in vars(library) and vars(library)["__slotnames__"] == ["a", "_Slotted__b"]
+    assert changed(before, _prints(m)) == []
+    users.__slotnames__ = ["calls"]
+    assert changed(before, _prints(m)) == ["Mine (users_module)"]
+    before = _prints(m)
+    library.__slotnames__ = ["calls"]
+    assert changed(before, _prints(m)) == ["Lib (users_module)", "obj (users_module)"]
+
+
+def test_a_library_s_frame_is_not_the_standard_library_s_in_a_virtual_environment():
+    """A virtual environment's lib/pythonX.Y holds its site-packages: a frame there is a library's
+    ("other"), so a library drawing random numbers while a spec module loads is not the spec's draw."""
+    import json
+    import random
+
+    from vjpcert.core.reads import _frame_kind
+    assert _frame_kind(np.__file__) == "other" and _frame_kind(pytest.__file__) == "other"
+    assert _frame_kind(random.__file__) == "stdlib" and _frame_kind(json.__file__) == "stdlib"

@@ -136,7 +136,7 @@ class _Walk:
         if isinstance(obj, type):
             if not self.is_user(obj.__module__):
                 return (obj.__module__, obj.__qualname__, _attribute_ids(obj))
-            return tuple(x for k, v in vars(obj).items() if k not in ("__dict__", "__weakref__", "__doc__")
+            return tuple(x for k, v in _class_vars(obj).items() if k not in ("__dict__", "__weakref__", "__doc__")
                          for x in (k, v))
         if isinstance(obj, (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)):
             frame = getattr(obj, "gi_frame", None) or getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)
@@ -300,12 +300,38 @@ def _bindings(module) -> dict[str, str]:
 def _attribute_ids(value) -> str:
     """The names a library's function or class binds, and to what (by identity), else ''."""
     if isinstance(value, type):
-        d = vars(value)
+        d = _class_vars(value)
     elif isinstance(value, types.FunctionType):
         d = value.__dict__
     else:
         return ""
     return "(" + ",".join(f"{k}={id(v)}" for k, v in sorted(d.items(), key=lambda kv: kv[0])) + ")"
+
+
+def _class_vars(cls) -> dict:
+    """A class's own names, less ``__slotnames__`` where it holds what pickling computes and caches there
+    from ``__slots__`` alone: the fingerprint's own ``__reduce_ex__`` (``_reduced``) writes it on the class
+    of an object it reads, as ``copy`` and ``pickle`` do. Any other value of it counts, like any name."""
+    d = vars(cls)
+    cached = d.get("__slotnames__")
+    if cached is not None and cached == _slot_names(cls):
+        d = {k: v for k, v in d.items() if k != "__slotnames__"}
+    return d
+
+
+def _slot_names(cls) -> list[str]:
+    """The names pickling lists for ``cls``'s slots (``copyreg``'s rule: every class of the MRO, private
+    names mangled, ``__dict__`` and ``__weakref__`` left out)."""
+    names = []
+    for c in cls.__mro__:
+        slots = c.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name in ("__dict__", "__weakref__"):
+                continue
+            if name.startswith("__") and not name.endswith("__") and c.__name__.lstrip("_"):
+                name = f"_{c.__name__.lstrip('_')}{name}"
+            names.append(name)
+    return names
 
 
 def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
