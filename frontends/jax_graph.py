@@ -9,6 +9,7 @@ JAX is optional (``pip install -e '.[jax]'``); nothing here imports it until a j
 from __future__ import annotations
 
 import contextlib
+import os
 from fractions import Fraction
 from typing import Callable, Mapping
 
@@ -551,4 +552,73 @@ def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants
             raise
         except Exception as exc:
             raise SpecError(op_name, f"tracing with jax.make_jaxpr failed: {_describe_error(exc)}") from None
-        return JaxGraph(closed, out.shape, constants, op_name, dtype)
+        graph = JaxGraph(closed, out.shape, constants, op_name, dtype)
+        graph.against_eager = lambda: _against_eager(jax, graph, closed, joint, shapes, n_diff, tuple(out.shape),
+                                                     jdt, dtype, op_name)
+        return graph
+
+
+_FORKED: list = []          # set in a forked child: its XLA, if any, is its parent's, threads and locks
+os.register_at_fork(after_in_child=lambda: _FORKED.append(True))
+
+
+def _against_eager(jax, graph, closed, joint, shapes, n_diff, out_shape, jdt, dtype, op_name) -> None:
+    """The jaxpr evaluated on real arrays against JAX's own run of the same ``jax.vjp``, op by op, not
+    under a tracer (``frontends.eager``; JAX arrays have no memory layout of their own to vary)."""
+    import jax.numpy as jnp
+
+    from vjpcert.frontends.eager import check_against_eager
+
+    def arrays(outs):
+        return [np.asarray(o, dtype=np.float64) for o in outs]
+
+    def graph_run(inputs, dy):
+        return arrays(jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *(jnp.asarray(x, dtype=jdt) for x in inputs),
+                                          jnp.asarray(dy, dtype=jdt)))
+
+    def eager_run(inputs, dy, layout):
+        try:
+            with jax.disable_jit():
+                return arrays(joint(*(jnp.asarray(x, dtype=jdt) for x in inputs), jnp.asarray(dy, dtype=jdt)))
+        except SpecError:
+            raise
+        except Exception as exc:
+            raise SpecError(op_name, f"calling the function on arrays of shapes {shapes} raised "
+                                     f"{_describe_error(exc)}") from None
+    def check():
+        try:
+            with _x64(jax, dtype == "float64"):
+                check_against_eager(op_name, shapes, n_diff, out_shape, float(jnp.finfo(jdt).eps), graph_run,
+                                    eager_run)
+        except SpecError as exc:
+            return exc.problem
+        return None
+    # in a forked child while this process has not started XLA: running arrays starts its threads, and
+    # JAX deadlocks in a child forked from a threaded parent (the prover forks each strategy, and a
+    # strategy may trace). A process that has started them already runs it itself: a child of it would
+    # deadlock on the check.
+    from jax._src.xla_bridge import backends_are_initialized
+
+    from vjpcert.core.budget import run_with_budget
+    if backends_are_initialized() and _FORKED:
+        # a child of a process that ran JAX: running arrays here deadlocks (JAX's own warning at the fork);
+        # the certificate says the graph was not held to the eager run (the command line traces each
+        # graph in a process of its own first, where the check runs)
+        graph.eager = EAGER_SKIPPED
+        return
+    if backends_are_initialized():
+        problem = check()
+        if problem:
+            raise SpecError(op_name, problem)
+        return
+    out = run_with_budget(check, EAGER_BUDGET_S, memory_mb=None)
+    if out.status != "ok":
+        raise SpecError(op_name, f"running the function on real arrays, against the graph traced from it, "
+                                 f"did not finish ({(out.error or out.status).strip().splitlines()[0][:300]})")
+    if out.value:
+        raise SpecError(op_name, out.value)
+
+
+EAGER_BUDGET_S = 120.0
+EAGER_SKIPPED = ("not held to JAX's own run on real arrays: it was traced in a process forked from one that "
+                 "had run JAX, where running arrays deadlocks")

@@ -30,14 +30,14 @@ class EquinoxModule(ModuleTarget):
     def module_types() -> tuple:
         return (_eqx().Module,)
 
-    def construct(self, kwargs: dict):
+    def construct(self, kwargs: dict, seed: int = 0):
         import jax
         try:
             takes_key = "key" in inspect.signature(self.cls).parameters
         except (TypeError, ValueError):
             takes_key = False
         if takes_key and "key" not in kwargs:
-            kwargs = {**kwargs, "key": jax.random.PRNGKey(0)}
+            kwargs = {**kwargs, "key": jax.random.PRNGKey(seed)}
         return self.cls(**kwargs)
 
     def _leaves(self, mod):

@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from vjpcert.frontends.jax_graph import CALLS, _is_drop, _is_float, _is_literal, trace
-from vjpcert.frontends.precision import checked_paths, commuted, round_to, term, who
+from vjpcert.frontends.eager import HELD
+from vjpcert.frontends.precision import DEFAULT, checked_paths, commuted, round_to, term, who
 
 FRONTEND_DIR = str(Path(__file__).resolve().parent)
 _LOCK = threading.RLock()
@@ -182,6 +183,9 @@ def trace_checked(fn, shapes, n_diff, params, *, constants: str, op_name: str, d
     def one(d, as_gpu):
         probe = BackendProbe(as_gpu)
         g = trace(fn, shapes, n_diff, params, constants=constants, op_name=op_name, dtype=d, probe=probe)
+        if compare and not as_gpu and d == (dtype or DEFAULT):
+            g.against_eager()
+            g.eager = getattr(g, "eager", None) or HELD          # the jaxpr proved is what JAX runs on real arrays
         return g, probe.reads, probe.fixed
     return checked_paths(one, canonical, dtype=dtype, op_name=op_name, name=who(fn, op_name), fork=False,
                          compare=compare)

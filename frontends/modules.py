@@ -24,6 +24,12 @@ from typing import Mapping
 from vjpcert.core.registry import SpecError
 
 
+# Called with (target, module, twin) as each module is built or an instance is first taken, before
+# anything runs it: the check of kept state (``vjpcert.unhashed``) reads what it holds then, to compare
+# later, and compares a class's module with its twin, built from another seed (None for an instance).
+BUILT: list = []
+
+
 class ModuleTarget:
     """How a module class (or instance) is built at given dims, and its arrays named as inputs. A
     framework's subclass gives ``module_types``, ``construct``, ``arrays`` and ``call``."""
@@ -53,8 +59,9 @@ class ModuleTarget:
     def module_types() -> tuple:
         raise NotImplementedError
 
-    def construct(self, kwargs: dict):
-        """A module of the class, built with these keyword arguments (and the framework's mode)."""
+    def construct(self, kwargs: dict, seed: int = 0):
+        """A module of the class, built with these keyword arguments (and the framework's mode), the
+        framework's random state seeded with ``seed``."""
         raise NotImplementedError
 
     def arrays(self, mod) -> list[tuple[str, object, bool]]:
@@ -64,6 +71,33 @@ class ModuleTarget:
     def call(self, mod, swap: dict, args: tuple, kwargs: dict):
         """The module's forward on ``args``, its arrays replaced by ``swap`` (own name -> array)."""
         raise NotImplementedError
+
+    def prepare(self, mod) -> None:
+        """Put a module just built (or an instance just taken) in the mode it is proved in."""
+
+    def own_state(self, mod) -> list[tuple[str, dict]]:
+        """(path, attributes) of what the module and its submodules hold besides their arrays: Python
+        state its forward could change (a call counter on ``self``). None for an immutable module."""
+        return []
+
+    def structure(self, mod) -> list[tuple[str, object]]:
+        """(label, object) of what a module holds that is not an input of the op (its Python state and
+        its integer arrays), to compare two modules built from different seeds."""
+        return self.kept_objects(mod)
+
+    def kept_objects(self, mod) -> list[tuple[str, object]]:
+        """(label, object) of what a module holds besides its arrays, for the check of state kept between
+        calls (``vjpcert.unhashed``, which reads it as each module is built -- ``BUILT`` -- and after each
+        claim): a module is built once per dims and then called by every tier, so a forward that counts
+        its calls on ``self`` computes one function for the first calls and another later. Its arrays
+        are not state: parameters are inputs, and a module's running statistics in training change by
+        design."""
+        import types
+        return [(f"the module {type(mod).__name__}{'.' + path if path else ''}", types.SimpleNamespace(**attrs))
+                for path, attrs in self.own_state(mod)]
+
+    def modules(self) -> list:
+        return list(self._built.values())
 
     # ---------------------------------------------------------------- building
     def resolved(self, dims: Mapping) -> tuple:
@@ -82,15 +116,16 @@ class ModuleTarget:
         mod = self._built.get(key)
         if mod is None:
             if self.instance is not None:
-                mod = self.instance
+                mod, twin = self.instance, None
             else:
-                try:
-                    mod = self.construct(dict(key))
-                except SpecError:
-                    raise
-                except Exception as exc:        # noqa: BLE001  (the user's constructor: its error, in words)
-                    raise SpecError(self.name, f"building {self.cls.__name__}(**{dict(key)}) raised "
-                                               f"{type(exc).__name__}: {exc}") from None
+                # and once more from another seed: what it draws besides its parameters (a permutation
+                # of its channels) is then seen to differ, and the class is not one function
+                mod, twin = self._construct(key, 0), self._construct(key, 1) if BUILT else None
+                if twin is not None:
+                    self.prepare(twin)
+            self.prepare(mod)
+            for look in BUILT:
+                look(self, mod, twin)
             shapes = self._shapes(mod)
             for other, built in self._built.items():
                 if self._shapes(built) == shapes:
@@ -101,6 +136,15 @@ class ModuleTarget:
                                                f"(init={{...: value}})")
             self._built[key] = mod
         return mod
+
+    def _construct(self, key: tuple, seed: int):
+        try:
+            return self.construct(dict(key), seed)
+        except SpecError:
+            raise
+        except Exception as exc:        # noqa: BLE001  (the user's constructor: its error, in words)
+            raise SpecError(self.name, f"building {self.cls.__name__}(**{dict(key)}) raised "
+                                       f"{type(exc).__name__}: {exc}") from None
 
     def _shapes(self, mod) -> tuple:
         return tuple((own, tuple(a.shape)) for own, a, _ in self.arrays(mod))

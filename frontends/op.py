@@ -258,12 +258,13 @@ class FrontendOp(Op):
         """What a certificate of this op rests on, in words: the general statements, and what the
         graphs at the op's dims (its proof ladder and its check dims) read their constants as and
         which decompositions they hold."""
-        readings, decomposed, casts, reads, compared = {}, set(), set(), {}, None
+        readings, decomposed, casts, reads, compared, eager = {}, set(), set(), {}, None, set()
         for d in [*self.dims, self.check_dims]:
             try:
                 g = self.graph_at(d)
             except SpecError:
                 continue
+            eager.add(getattr(g, "eager", None))
             readings.update(g.readings)
             decomposed |= set(g.decomposed)
             casts |= set(g.casts)
@@ -282,7 +283,8 @@ class FrontendOp(Op):
                  traced_words(self.framework, at, self.trace_dtype is not None, compared or ()),
                  device_words(self.framework, list(reads)),
                  f"every float constant in the graph is read as the exact number stated (decimals as "
-                 f"printed at {at} unless read as a named constant); {CAST_WORDS}"]
+                 f"printed at {at} unless read as a named constant); {CAST_WORDS}",
+                 *sorted(e for e in eager if e)]
         if self.params:
             words.append("parameters are fixed at the values given: "
                          + ", ".join(f"{k} = {p.default!r}" for k, p in self.params.items()))
@@ -299,6 +301,10 @@ class FrontendOp(Op):
     @assumptions.setter
     def assumptions(self, value):      # Op.__init__ assigns (); the words are derived from the graph
         pass
+
+    def built_modules(self) -> list[tuple[object, object]]:
+        """(target, module) of each module a module op has built (``modules.ModuleTarget``), else []."""
+        return [(self._fn, m) for m in self._fn.modules()] if hasattr(self._fn, "modules") else []
 
     @property
     def source_files(self) -> list[Path]:

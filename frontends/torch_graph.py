@@ -70,7 +70,26 @@ class TorchGraph:
                         "all": self._needed_for(self.outputs)}
         self.max_sites = sum(1 for n in self.order if _op_name(n.target) in MAX_SITES)
         self.code = gm.code
+        self.lifted = self._lifted(gm, nodes)
         self._scan()
+
+    def _lifted(self, gm, nodes) -> dict:
+        """The tensors the trace lifted into the graph as constants (``x[:, [0, 1, 3, 2]]``'s index, a
+        ``torch.tensor`` of Python numbers), as static values: integers and booleans exactly. A float
+        tensor built from Python numbers is refused: its entries are roundings no one declared."""
+        out = {}
+        for n in nodes:
+            if n.op != "get_attr":
+                continue
+            t = getattr(gm, n.target)
+            if t.is_floating_point() or t.is_complex():
+                raise SpecError(self.op_name, f"the function builds a float tensor from Python numbers "
+                                              f"({n.target}, shape {tuple(t.shape)}): its entries are roundings "
+                                              f"no exact rule can read; pass it as an input (a module's buffer) "
+                                              f"or compute it with torch ops from integers")
+            a = t.detach().cpu().numpy()
+            out[n] = Val(a.astype(bool) if str(t.dtype) == "torch.bool" else a.astype(np.int64), True)
+        return out
 
     def _needed_for(self, roots) -> set:
         seen, stack = set(), [r for r in roots if r is not None]
@@ -106,6 +125,8 @@ class TorchGraph:
         env = {}
         for ph, a in zip(self.placeholders, arrays):
             env[ph] = Val(as_array(a), False)
+        for node, value in self.lifted.items():
+            env[node] = value
         needed = self._needed[part]
         for node in self.order:
             if node not in needed:
@@ -274,7 +295,50 @@ def _trace(torch, fn, shapes, n_diff, params, constants, op_name, dtype) -> Torc
                        "backward are not what is proved)")
     graph = TorchGraph(gm, len(shapes), out_shape, sorted(decomposed), constants, op_name, dtype)
     graph.locate = lambda name: _locate(torch, joint, shapes, out_shape, tdt, {name, origin.get(name)} - {None})
+    graph.against_eager = lambda: _against_eager(torch, gm, joint, shapes, n_diff, out_shape, tdt, op_name)
     return graph
+
+
+EAGER_LAYOUTS = ("contiguous", "strided", "transposed", "expanded")
+
+
+def _against_eager(torch, gm, joint, shapes, n_diff, out_shape, tdt, op_name) -> None:
+    """The graph against PyTorch's eager run of the same function on real tensors
+    (``frontends.eager``), the inputs and dy also as views in other memory layouts."""
+    from vjpcert.frontends.eager import check_against_eager
+
+    def tensor(x):
+        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)).to(tdt)
+
+    def arrays(outs):
+        return [o.detach().to(torch.float64).numpy() for o in outs]
+
+    def graph_run(inputs, dy):
+        with torch.no_grad():
+            return arrays(gm(*map(tensor, inputs), tensor(dy)))
+
+    def eager_run(inputs, dy, layout):
+        xs = [_laid_out(torch, tensor(x), layout) for x in inputs]
+        if layout == "expanded":           # one value everywhere, in a view of stride 0
+            d = tensor(dy).reshape(-1)[:1].reshape((1,) * len(out_shape)).expand(out_shape) if dy.size else tensor(dy)
+        else:
+            d = _laid_out(torch, tensor(dy), layout)
+        return arrays(joint(*xs, d))
+    check_against_eager(op_name, shapes, n_diff, out_shape, torch.finfo(tdt).eps, graph_run, eager_run,
+                        EAGER_LAYOUTS)
+
+
+def _laid_out(torch, t, layout: str):
+    """``t``'s values in another memory layout: a strided view into a larger tensor, or the reverse
+    order of its axes in memory (a transposed view); as it is otherwise."""
+    if layout == "strided":
+        buf = t.new_zeros(tuple(t.shape) + (2,))
+        buf[..., 0] = t
+        return buf[..., 0]
+    if layout == "transposed" and t.ndim > 1:
+        order = list(reversed(range(t.ndim)))
+        return t.permute(order).contiguous().permute(order)
+    return t
 
 
 class _Found(BaseException):      # through the except Exception of the call it stops

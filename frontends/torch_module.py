@@ -24,17 +24,15 @@ class TorchModule(ModuleTarget):
         import torch
         return (torch.nn.Module,)
 
-    def construct(self, kwargs: dict):
+    def construct(self, kwargs: dict, seed: int = 0):
         import torch
         with torch.random.fork_rng():
-            torch.manual_seed(0)                 # values do not matter: parameters are inputs
+            torch.manual_seed(seed)              # values do not matter: parameters are inputs
             mod = self.cls(**kwargs)
         return mod
 
-    def build(self, dims):
-        mod = super().build(dims)
+    def prepare(self, mod) -> None:
         mod.train(self.train)
-        return mod
 
     def arrays(self, mod) -> list[tuple[str, object, bool]]:
         out = [(own, p, bool(p.requires_grad)) for own, p in mod.named_parameters()]
@@ -48,6 +46,19 @@ class TorchModule(ModuleTarget):
     def call(self, mod, swap: dict, args: tuple, kwargs: dict):
         from torch.func import functional_call
         return functional_call(mod, swap, args=args, kwargs=kwargs)
+
+    def own_state(self, mod) -> list[tuple[str, dict]]:
+        return [(path, {k: v for k, v in vars(m).items() if k not in _ARRAYS}) for path, m in mod.named_modules()]
+
+    def structure(self, mod) -> list[tuple[str, object]]:
+        # integer buffers are the module's own (indices, a permutation), not inputs
+        return self.kept_objects(mod) + [(f"the module {type(mod).__name__}.{own}", b)
+                                         for own, b in mod.named_buffers() if not b.is_floating_point()]
+
+
+# what an nn.Module holds that is not Python state of its own: its tensors and its submodules (each read
+# on its own by ``named_modules``)
+_ARRAYS = frozenset({"_parameters", "_buffers", "_modules"})
 
 
 def is_module(obj) -> bool:

@@ -27,7 +27,8 @@ import sys
 import threading
 from pathlib import Path
 
-from vjpcert.frontends.precision import checked_paths, commuted, round_to, term, who
+from vjpcert.frontends.eager import HELD
+from vjpcert.frontends.precision import DEFAULT, checked_paths, commuted, round_to, term, who
 from vjpcert.frontends.torch_graph import _op_name, trace
 from vjpcert.frontends.torch_rules import RULES, _identity
 
@@ -189,6 +190,9 @@ def trace_checked(fn, shapes, n_diff, params, *, constants: str, op_name: str, d
     def one(d, as_cuda):
         probe = DeviceProbe(as_cuda)
         g = trace(fn, shapes, n_diff, params, constants=constants, op_name=op_name, dtype=d, probe=probe)
+        if compare and not as_cuda and d == (dtype or DEFAULT):
+            g.against_eager()
+            g.eager = getattr(g, "eager", None) or HELD          # the graph proved is the one PyTorch runs on real tensors
         return g, probe.reads, []
     # in a forked child: a CUDA-only path may make a fake CUDA tensor, and autograd on one aborts
     # the process in a build without CUDA

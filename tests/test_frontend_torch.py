@@ -327,3 +327,70 @@ def test_the_readme_s_torch_example_is_proved_in_a_new_process(tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert _verdicts(tmp_path / "r", "my_rmsnorm") == ["proved"] * 3
+
+
+# ------------------------------------------------------------------ the graph against the eager run
+def _square_function(backward):
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, dy):
+            (x,) = ctx.saved_tensors
+            return backward(x, dy)
+    return Square.apply
+
+
+def _fake_tensor(t) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(t, FakeTensor)
+
+
+def _row_major(dy):
+    return dy.as_strided(tuple(dy.shape), (dy.shape[1], 1))      # reads dy's memory as if row-major
+
+
+EAGER_CASES = {   # name -> (function, inputs, what the refusal names; None: proved)
+    "tests_for_the_tracer": (_square_function(lambda x, dy: (2 if _fake_tensor(dy) else 3) * x * dy),
+                             {"x": ("n",)}, "another function when it runs on real arrays"),
+    "honest": (_square_function(lambda x, dy: 2 * x * dy), {"x": ("n",)}, None),
+    "where_masks_a_nan_derivative": (lambda x: torch.where(x > 0, torch.sqrt(x + 1), torch.ones_like(x)),
+                                     {"x": ("n",)}, "returns nan"),
+    "where_masks_the_argument": (lambda x: torch.where(x > 0, torch.sqrt(torch.where(x > 0, x + 1, 1.0)), 1.0),
+                                 {"x": ("n",)}, None),
+    "reads_dy_s_layout": (lambda x: _square_function(lambda x, dy: 2 * x * _row_major(dy))(x),
+                          {"x": ("rows", "n")}, "strided views"),
+}
+
+
+@pytest.mark.parametrize("name", list(EAGER_CASES))
+def test_the_graph_proved_is_what_pytorch_runs_on_real_tensors(name):
+    """Code can tell it is traced (a FakeTensor, the tracer's mode) or read dy's memory layout, and
+    compute another function there: the graph is held to PyTorch's eager run at random points, with
+    the inputs and dy in other layouts too. A backward that is nan where the forward is finite (a
+    where() that masks a square root of a negative number) is refused too: exact algebra reads that
+    root as a formal one, 0 times it as 0. Each honest twin is proved."""
+    fn, inputs, refusal = EAGER_CASES[name]
+    dims = {"n": 3, "rows": 2} if "rows" in str(inputs) else {"n": 3}
+    op = from_torch(fn, name=f"eager_{name}", inputs=inputs, dims=[dims])
+    if refusal is None:
+        assert prove_claim(op, "vjp[x]", dims).verdict == "proved"
+    else:
+        with pytest.raises(SpecError, match=refusal):
+            prove_claim(op, "vjp[x]", dims)
+
+
+def test_an_index_from_a_python_list_is_read_exactly_and_a_float_tensor_of_python_numbers_is_refused():
+    """The trace lifts ``x[:, [0, 1, 3, 2]]``'s index into the graph as a constant tensor: read as the
+    integers it holds (it was an internal KeyError). A float tensor built from Python numbers holds
+    roundings no exact rule reads: refused, named."""
+    dims = {"rows": 2, "n": 4}
+    op = from_torch(lambda x: x[:, [0, 1, 3, 2]] * x, name="list_index", inputs={"x": ("rows", "n")}, dims=[dims])
+    assert prove_claim(op, "vjp[x]", dims).verdict == "proved"
+    op = from_torch(lambda x: x * torch.tensor([0.5, 0.25, 2.0, 1.0], dtype=x.dtype), name="float_table",
+                    inputs={"x": ("rows", "n")}, dims=[dims])
+    with pytest.raises(SpecError, match="builds a float tensor from Python numbers"):
+        prove_claim(op, "vjp[x]", dims)

@@ -60,6 +60,7 @@ from pathlib import Path
 
 from vjpcert.core.reads import PACKAGE, is_spec_code, resolved
 from vjpcert.core.reads import _frame_kind as frame_kind      # the classification of core.reads' hook
+from vjpcert.frontends.modules import BUILT
 from vjpcert.kept_state import changed, fingerprint
 
 
@@ -72,6 +73,7 @@ class Seen:
     drew: set = field(default_factory=set)         # the shared random streams' functions spec code called
     varied: set = field(default_factory=set)       # the clock, the process's id, the OS's entropy it read
     kept: list = field(default_factory=list)       # state it keeps between calls that changed (``kept_state``)
+    seeded: list = field(default_factory=list)     # what a module op's class draws from the seed it is built in
 
 
 # audit events through which spec code gets an answer from outside its files: another program's, or
@@ -515,6 +517,9 @@ def watch(op=None):
         if tracked is not None:
             _TRACKED.remove(tracked)
             seen.kept = changed(tracked.expected, state())
+        if op is not None:
+            kept, seen.seeded = _module_state(op)
+            seen.kept += [k for k in kept if k not in seen.kept]
         if runs:
             _runs_off()
 
@@ -586,7 +591,36 @@ def _state_of(op):
     if not files:
         return None
     modules = [m for m in list(sys.modules.values()) if _user_file(m) in files]
+
     return functools.partial(fingerprint, modules, [(f"the op {op.name}", op)], _is_user)
+
+
+# A module op's modules (``frontends.modules``), each with what it held as it was built: a module is built
+# once per dims and called by every claim, so it is held to that state after each claim -- not to the
+# state when the claim began, which an earlier claim's calls may have changed already. A class's module
+# is also built from a second seed (its twin): what differs between the two besides their parameters (a
+# permutation drawn in __init__) makes the class no one function.
+_AS_BUILT: dict[int, tuple] = {}   # id(module) -> (module, kept alive; its fingerprint as built; what its twin differs in)
+
+
+def _note_built(target, mod, twin) -> None:
+    drawn = [] if twin is None else changed(fingerprint([], target.structure(mod), _is_user),
+                                            fingerprint([], target.structure(twin), _is_user))
+    _AS_BUILT[id(mod)] = (mod, fingerprint([], target.kept_objects(mod), _is_user), drawn)
+
+
+BUILT.append(_note_built)
+
+
+def _module_state(op) -> tuple[list[str], list[str]]:
+    """(what a module op's modules changed since they were built, what they drew from the seed)."""
+    kept, drawn = [], []
+    for target, mod in op.built_modules() if hasattr(op, "built_modules") else ():
+        built = _AS_BUILT.get(id(mod))
+        if built is not None and built[0] is mod:
+            kept += changed(built[1], fingerprint([], target.kept_objects(mod), _is_user))
+            drawn += built[2]
+    return kept, drawn
 
 
 def unhashed(op, seen: Seen) -> str | None:
@@ -621,4 +655,10 @@ def unhashed(op, seen: Seen) -> str | None:
                      f"certificate is for a function of the op's arguments, and one that counts its calls (or "
                      f"draws random numbers) can compute another after the calls a tier makes. Compute such "
                      f"values from the arguments, or once when the module loads")
+    if seen.seeded:
+        parts.append(f"builds, from the random state it is built in, what is not a parameter "
+                     f"({', '.join(seen.seeded)}): it differs between a module built after torch.manual_seed(0) "
+                     f"(or jax.random.PRNGKey(0)) and one built after seed 1. A certificate for the class would be "
+                     f"for one draw of it: draw it from a seed the constructor takes (an init= argument), or "
+                     f"make it a parameter")
     return ("its code " + "; and it ".join(parts)) if parts else None
