@@ -862,6 +862,28 @@ def _(B, x, dy):
     assert {r["verdict"] for r in _records(tmp_path)} == {"proved"}
 
 
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known gap: a VJP claim over kinks is proved on "
+                   "each open region of the steps' signs, and its certificate does not say so; the value on the "
+                   "kinks is the claim at_the_kink, checked at sampled points, which can miss a kink the backward "
+                   "alone has (its step arguments' zeros are probed one input at a time, half the time)")
+def test_a_backward_wrong_only_on_a_kink_of_its_own_never_passes(tmp_path, capsys):
+    """(1 - step(-a)) - step(a) is [a == 0]: 0 on every open region, where the ring proves the claim,
+    and 1 on the tie x0 == x1, where the forward (relu(x) + x^2, kinked at x = 0 only) is smooth and the
+    backward is off by 5 dy. A point on that tie is all it takes to fail it."""
+    path = _file(tmp_path, '''
+@op(inputs={"x": ("n",)}, output=("n",), dims=[{"n": 2}])
+def relu_plus_square(B, x):
+    return B.relu(x) + x * x
+
+@relu_plus_square.defvjp
+def _(B, x, dy):
+    tie = (1 - B.step(-(x[0] - x[1]))) - B.step(x[0] - x[1])
+    return (dy * B.step(x) + 2 * x * dy + 5 * dy * tie,)
+''')
+    code, out = _run(tmp_path, capsys, "prove", "--no-general", str(path))
+    assert code != 0, out
+
+
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="known gap: the modular tier runs spec code on its "
                    "own arrays (ModArray) at production dims, where no trace exists to replay against; a spec "
                    "that reads their type computes there a function no other interpreter computes")
