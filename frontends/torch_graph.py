@@ -324,8 +324,15 @@ def _against_eager(torch, gm, joint, shapes, n_diff, out_shape, tdt, op_name) ->
         else:
             d = _laid_out(torch, tensor(dy), layout)
         return arrays(joint(*xs, d))
-    check_against_eager(op_name, shapes, n_diff, out_shape, torch.finfo(tdt).eps, graph_run, eager_run,
-                        EAGER_LAYOUTS)
+    # on one thread: an OpenMP parallel region would start a team of threads in this process, and the
+    # prover forks each strategy (a child of a process with a team hangs in its next parallel region)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        check_against_eager(op_name, shapes, n_diff, out_shape, torch.finfo(tdt).eps, graph_run, eager_run,
+                            EAGER_LAYOUTS)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _laid_out(torch, t, layout: str):
