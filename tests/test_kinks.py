@@ -220,16 +220,17 @@ def test_the_roots_are_found_only_for_an_argument_affine_in_an_input():
     square = _elementwise("kk_roots_square", lambda B, x: B.relu(x * x - 4),
                           lambda B, x, dy: (dy * 2 * x * B.step(x * x - 4),))
     claim = trace_claim(shifted, "vjp[x]", DIMS)
-    _, roots = kink_roots(claim, claim.leaves(), random.Random(0))
-    assert len(roots) == 6 and all(v == [6] for v in roots.values())
+    _, roots, moving = kink_roots(claim, claim.leaves(), random.Random(0))
+    assert len(roots) == 6 and all(v == [6] for v in roots.values()) and moving
     claim = trace_claim(pair, "vjp[x]", DIMS)
-    base, roots = kink_roots(claim, claim.leaves(), random.Random(0))
+    base, roots, _ = kink_roots(claim, claim.leaves(), random.Random(0))
     assert len(roots) == 6
     leaf, (root,) = next((k, v) for k, v in roots.items() if k.index == (0, 0))
     other = next(k for k in base if k.owner == "x" and k.index == (1, 0))
     assert root + base[other] == 0
     claim = trace_claim(square, "vjp[x]", DIMS)
-    assert kink_roots(claim, claim.leaves(), random.Random(0))[1] == {}
+    _, roots, moving = kink_roots(claim, claim.leaves(), random.Random(0))
+    assert roots == {} and moving          # its kinks move with x, and no point can be placed on them
 
 
 def test_an_op_without_a_kink_has_no_kink_claim():

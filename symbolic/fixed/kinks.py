@@ -8,11 +8,13 @@ input is > 0, so relu'(0) = 0 -- and a backward written with relu'(0) = 1 (a ``>
 proved on every region all the same. This check closes that gap: at exact rational points placed *on*
 kinks (inputs drawn from {-1, 0, 1}, or 0 and random rationals, so the arguments of the steps are
 exactly 0 at many entries; and, for a step whose argument is affine in an input -- relu6's x - 6,
-a Huber loss' x - t - delta -- that input at the argument's root, found by probing), each
-component of the backward must equal J^T dy of the derivative table, whose step(0) =
-``core.derivatives.STEP_AT_KINK`` is the convention. It is a check at sampled points, not a proof:
-its verdict is ``checked`` (with how many kink entries the points met), ``failed`` with the exact
-point, or ``inconclusive`` when no point met a kink. Past a transcendental (softplus' log(1 + e^a)
+a Huber loss' x - t - delta, a tie x0 - x1 of the backward's own -- that input at the argument's root,
+found by probing, one point per root), each component of the backward must equal J^T dy of the
+derivative table, whose step(0) = ``core.derivatives.STEP_AT_KINK`` is the convention. It is a check
+at sampled points, not a proof: its verdict is ``checked`` (with how many kink entries the points
+met) only when every step whose argument moves with the inputs was on its kink at one of them,
+``failed`` with the exact point, or ``inconclusive`` when a step's kink was never met (an argument
+not affine in one input, an irrational zero: (x0 - x1)^3, x^3 - 2). Past a transcendental (softplus' log(1 + e^a)
 beside its threshold) the values are reals at ``KINK_DIGITS`` digits while the kinks' rational
 arguments stay exact (``_Reals``); a difference of reals is reported only when it is there again at
 twice the digits.
@@ -37,7 +39,6 @@ from vjpcert.core.evaluate import MpField, NotRational, QField, SignUndecided
 from vjpcert.core.registry import KINK_CLAIM, Op
 from vjpcert.symbolic import settings as tol
 from vjpcert.symbolic.fixed.claims import assumptions_of, trace_claim
-from vjpcert.symbolic.fixed.evaluate import Evaluator
 
 CHECKER_SHA256 = checker_code_sha256(__name__)
 
@@ -111,14 +112,17 @@ class _Reals(QField):
 
 
 class _OnKinks(_Reals):
-    """Exact rationals (and reals past a transcendental), counting the steps whose argument is exactly 0."""
+    """Exact rationals (and reals past a transcendental), counting the steps whose argument is exactly 0,
+    and recording every step's argument in evaluation order."""
 
     def __init__(self, values: dict, digits: int = KINK_DIGITS):
         super().__init__(values, digits)
         self.on_kink = 0
+        self.arguments: list = []
 
     def step(self, a):
         self.on_kink += a == 0
+        self.arguments.append(a)
         return super().step(a)
 
 
@@ -211,53 +215,50 @@ def _point(leaves, rng: random.Random, small: bool) -> dict:
     return point
 
 
-class _StepArguments(_Reals):
-    """Exact rationals (and reals past a transcendental), recording the argument of every step in
-    evaluation order."""
-
-    def __init__(self, values: dict):
-        super().__init__(values)
-        self.arguments: list = []
-
-    def step(self, a):
-        self.arguments.append(a)
-        return super().step(a)
-
-
 def _arguments(claim, point: dict) -> list | None:
-    """The argument of every step the claim's primal DAG evaluates, in evaluation order (the derivative
-    table never evaluates a step: J^T dy meets the kinks through the primal values only)."""
-    F = _StepArguments(point)
-    E = Evaluator(F)
+    """The argument of every step the claim's comparison evaluates (the backward, and J^T dy, which
+    meets the kinks through the primal values), in evaluation order: the steps whose value on a kink
+    the check is about. A step the comparison never reaches (the forward's kinks, in the claim of an
+    input whose cotangent does not pass through them) is no concern of this claim's."""
+    F = _OnKinks(point)
     try:
-        for root in claim.roots():
-            E.array(root)
+        claim.components(F)
     except (ZeroDivisionError, NotRational, SignUndecided):
         return None
     return F.arguments
 
 
-def kink_roots(claim, leaves, rng: random.Random) -> tuple[dict, dict]:
-    """(base, {input leaf: sorted values}): a random point, and for each input the values at which a
-    step's argument, affine in that input with the others held at the base point, is 0. Probed
-    exactly: the arguments at the base, then with each input moved by 1 and by 2; an argument that
-    moves by equal differences is affine in that input there (the arguments are rational functions,
-    so a probe that only looks affine puts a point off the kink: the check stays sound, it meets
-    fewer kinks)."""
+def kink_roots(claim, leaves, rng: random.Random) -> tuple[dict, dict, set]:
+    """(base, {input leaf: sorted values}, moving): a random point; for each input the values at which
+    a step's argument, affine in that input with the others held at the base point, is 0; and which
+    steps (by their place in evaluation order) have an argument that moves with some input -- a
+    step of a constant is on no kink. Probed exactly: the arguments at the base, then with each input
+    moved by 1 and by 2; an argument that moves by equal differences is affine in that input there
+    (the arguments are rational functions, so a probe that only looks affine puts a point off the
+    kink: the check stays sound, it meets fewer kinks, and says which it never met)."""
     inputs = [leaf for leaf in leaves if leaf.role in ("input", "nondiff") and not leaf.positive]
     base = {leaf: _rational(rng) if leaf in inputs else v for leaf, v in _point(leaves, rng, False).items()}
     at0 = _arguments(claim, base)
     if not at0:
-        return base, {}
+        return base, {}, set()
     roots: dict = {}
+    moving: set = set()
     for leaf in inputs:
         runs = [_arguments(claim, {**base, leaf: base[leaf] + d}) for d in (1, 2)]
         if not all(r is not None and len(r) == len(at0) for r in runs):
+            moving |= set(range(len(at0)))        # cannot tell: every step counts
             continue
-        for a0, a1, a2 in zip(at0, *runs):
+        for i, (a0, a1, a2) in enumerate(zip(at0, *runs)):
+            if not (a0 == a1 == a2):
+                moving.add(i)
             if all(isinstance(a, Fraction) for a in (a0, a1, a2)) and a2 - a1 == a1 - a0 != 0:
                 roots.setdefault(leaf, set()).add(base[leaf] - a0 / (a1 - a0))
-    return base, {leaf: sorted(values) for leaf, values in roots.items()}
+    return base, {leaf: sorted(values) for leaf, values in roots.items()}, moving
+
+
+# Points placed on affine roots, one per (input, root) -- each meets the kink it was solved for --
+# at most this many per differentiable input (the rest of a large op's kinks are then reported unmet)
+KINK_ROOT_POINTS_MAX = 256
 
 
 def _worst(pairs, enclosure, missed: list) -> tuple[int, dict]:
@@ -301,15 +302,16 @@ def at_the_kink(op: Op, dims: dict, *, seed: int = 0, points: int = tol.KINK_POI
     input of the op, at ``points`` points each."""
     rng = random.Random(seed)
     met = evaluated = bounded = 0
+    unmet: dict[str, int] = {}
     for wrt in op.inputs:
         claim = trace_claim(op, f"vjp[{wrt}]", dims)
         labels, leaves = claim.component_labels(), claim.leaves()
-        base, roots = kink_roots(claim, leaves, rng)
-        for k in range(points):
-            if roots and k % 3 == 2:            # every third point: inputs at their kinks' roots
-                point = {**base, **{leaf: rng.choice(values + [base[leaf]]) for leaf, values in roots.items()}}
-            else:
-                point = _point(leaves, rng, small=k % 2 == 0)
+        base, roots, moving = kink_roots(claim, leaves, rng)
+        on_roots = [{**base, leaf: v} for leaf, values in roots.items() for v in values][:KINK_ROOT_POINTS_MAX]
+        met_steps: set = set()
+        for k in range(points + len(on_roots)):
+            # the drawn points (inputs in {-1, 0, 1}, or 0 and rationals), then one on each affine root
+            point = _point(leaves, rng, small=k % 2 == 0) if k < points else on_roots[k - points]
             F = _OnKinks(point)
             try:
                 pairs = claim.components(F)
@@ -319,6 +321,7 @@ def at_the_kink(op: Op, dims: dict, *, seed: int = 0, points: int = tol.KINK_POI
             met += F.on_kink
             if not F.on_kink:
                 continue
+            met_steps |= {i for i, a in enumerate(F.arguments) if isinstance(a, Fraction) and a == 0}
             enclosure = _one_sided(claim, point)
             bounded += enclosure is not None
             missed = _confirmed(claim, point, pairs, [j for j, (a, b) in enumerate(pairs) if F.differ(a, b)])
@@ -334,8 +337,12 @@ def at_the_kink(op: Op, dims: dict, *, seed: int = 0, points: int = tol.KINK_POI
                     "convention": CONVENTION, "one_sided": one_sided,
                     "point": {leaf.name: str(v) for leaf, v in list(point.items())[:tol.WITNESS_MAX_LEAVES]},
                     "point_truncated": len(point) > tol.WITNESS_MAX_LEAVES, "seed": seed}}
+        if moving - met_steps:
+            unmet[wrt] = len(moving - met_steps)
     if not met:
         return {"status": "none-on-kink", "points": evaluated}
+    if unmet:
+        return {"status": "unmet", "points": evaluated, "steps_on_kink": met, "unmet": unmet}
     return {"status": "checked", "method": "exact-at-kink", "points": evaluated, "steps_on_kink": met,
             "convention": CONVENTION, "one_sided": {
                 "points_bounded": bounded,
@@ -357,6 +364,11 @@ def prove_at_the_kink(op: Op, dims: dict, *, budget: float = tol.DEFAULT_CLAIM_B
     if status == "none-on-kink":
         evidence["reason"] = (f"none of the {r['points']} exact points met a kink (inputs 0, +-1 or rationals): "
                               "the backward's value there is not checked")
+    elif status == "unmet":
+        evidence["reason"] = ("some steps' kinks were met by no exact point (per differentiable input, how many: "
+                              f"{r['unmet']}): their arguments are not affine in one input, or their zeros are "
+                              "irrational, so no point was placed on them, and the backward's value there is "
+                              "not checked")
     elif verdict == "inconclusive":
         evidence.setdefault("reason", f"the check did not finish ({status})")
     evidence["regions"] = ("the VJP claims are proved on each open region of the kinks' signs; this claim "
