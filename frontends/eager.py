@@ -31,11 +31,11 @@ EAGER_SEED = 20260
 
 
 def tolerance(eps: float) -> float:
-    """Relative to the outputs' scale, from the dtype's machine epsilon: the same kernels, up to decompositions that reorder a few
-    roundings, so sqrt(u) -- 1.5e-8 in float64 -- is far above what reordering leaves in any
-    well-conditioned op, and far below the O(1) difference of code that computes another function
-    when traced. (Here, not in ``core.tolerance``: it is the frontends' rule alone, and the exact tiers'
-    certificates hash that module.)"""
+    """Relative to the outputs' scale, from the dtype's machine epsilon: the same kernels, up to
+    decompositions that reorder a few roundings, so sqrt(u) -- 1.5e-8 in float64 -- is far above what
+    reordering leaves in any well-conditioned op, and far below the O(1) difference of code that computes
+    another function when traced. (Here, not in ``core.tolerance``: it is the frontends' rule alone, and
+    the exact tiers' certificates hash that module.)"""
     return float(np.sqrt(eps))
 
 
@@ -114,7 +114,8 @@ def _same(op_name, graph, eager, layout, tol, diff_inputs, scale) -> None:
             at = tuple(int(k) for k in np.unravel_index(int(np.argmax(gap)), gap.shape)) if gap.ndim else ()
             where = "" if layout == "contiguous" else f" with {LAYOUT_WORDS[layout]}"
             raise SpecError(op_name, f"the code computes another function when it runs on real arrays{where} "
-                                     f"than in the graph traced from it: {name} at index {at} is {float(e[at]):.17g} run, "
+                                     f"than in the graph traced from it: {name} at index {at} is "
+                                     f"{float(e[at]):.17g} run, "
                                      f"{float(g[at]):.17g} traced ({_point(diff_inputs)}). A proof of the traced graph "
                                      f"would not be of what runs: code that tests for the tracer (FakeTensor, "
                                      f"a jax Tracer, is_compiling()), takes a path for real arrays only, or "

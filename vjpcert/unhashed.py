@@ -600,7 +600,8 @@ def _state_of(op):
 # state when the claim began, which an earlier claim's calls may have changed already. A class's module
 # is also built from a second seed (its twin): what differs between the two besides their parameters (a
 # permutation drawn in __init__) makes the class no one function.
-_AS_BUILT: dict[int, tuple] = {}   # id(module) -> (module, kept alive; its fingerprint as built; what its twin differs in)
+# id(module) -> (the module, kept alive; its fingerprint as built; what its twin differs in)
+_AS_BUILT: dict[int, tuple] = {}
 
 
 def _note_built(target, mod, twin) -> None:

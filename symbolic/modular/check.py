@@ -604,6 +604,16 @@ def check_modular(op: Op, claim: str, dims: dict, *, seed: int = 0, trials: int 
                               f"{bound['total']:.3g} is not below {tol.MODULAR_MAX_FALSE_PASS:g}")
     else:
         verdict, method = "checked-probabilistic", METHOD
+        off = _float_disagreement(op, dims_only, params, seed).get(claim[len("vjp["):-1]) \
+            if claim.startswith("vjp[") else None
+        if off is not None:
+            verdict, method = "inconclusive", "none"
+            evidence["float64"] = off
+            evidence["reason"] = ("the residual vanished mod p, but on float64 arrays at these dims <backward, t> "
+                                  f"and <dy, J t> differ by {off['relative_residual'][0]} of their scale, at two "
+                                  "steps that agree: the spec's code computes another function on numpy's arrays "
+                                  "than on the modular tier's (a test of the arrays' type), so the pass is not of "
+                                  "the code that runs")
     rounded = op.rounded_constants(dims_only) if verdict == "failed" else []
     if rounded:
         # a framework graph's constant read as its decimal, where the code means the real it rounds: the
@@ -623,6 +633,15 @@ def check_modular(op: Op, claim: str, dims: dict, *, seed: int = 0, trials: int 
                              dims=entry, assumptions=assumptions, evidence=evidence,
                              seconds=time.perf_counter() - start, checker_sha256=CHECKER_SHA256,
                              options={"method": "modular", "seed": seed, "trials": trials})
+
+
+def _float_disagreement(op: Op, dims: dict, params: dict, seed: int):
+    """``confirm.float_path_disagrees``, once per (op, dims, seed): the VJP claims share it."""
+    key = ("float", op.name, op.spec_sha256, id(op.vjp), tuple(sorted({**dims, **params}.items())), seed)
+    if key not in _MEMO:
+        from vjpcert.symbolic.modular.confirm import float_path_disagrees
+        _MEMO[key] = float_path_disagrees(op, dims, params, seed)
+    return _MEMO[key]
 
 
 def _num(x):
