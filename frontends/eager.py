@@ -25,9 +25,14 @@ import numpy as np
 from vjpcert.core.registry import SpecError
 
 # Point k is drawn at scale EAGER_SCALES[k]: a standard normal, then a wide draw (a backward wrong only
-# for x < -1, sqrt(x + 1)'s domain, is met there), then a narrow one.
-EAGER_SCALES = (1.0, 4.0, 0.25)
+# for x < -1, sqrt(x + 1)'s domain, is met there), then a positive one (|x| + 1/2: a forward defined
+# for positive inputs alone, log(x), is finite there, so some point compares every entry).
+EAGER_SCALES = (1.0, 4.0, "positive")
 EAGER_SEED = 20260
+# A rounding floor under each output's allowance: this many units in the last place of the point's
+# largest value (a cotangent that cancels to nearly 0, softmax's for a dy the same everywhere, carries
+# the rounding of the O(1) terms it cancels).
+EAGER_FLOOR_ULPS = 64
 
 
 def tolerance(eps: float) -> float:
@@ -41,41 +46,53 @@ def tolerance(eps: float) -> float:
 
 # what a certificate says of a graph that passed (``FrontendOp.assumptions``)
 HELD = (f"the graph was held to the framework's own run of the code on real arrays at {len(EAGER_SCALES)} random "
-        f"points (forward and backward equal to sqrt(u) of their scale; PyTorch's also with the inputs and dy as "
-        f"strided, reversed-order and expanded views), and its backward there finite wherever the forward is")
+        f"points, at each dtype it was traced at (forward and backward equal to sqrt(u) of their scale, nan where "
+        f"it has nan; the forward alone too; PyTorch's also with the inputs and dy as strided, reversed-order and "
+        f"expanded views), and its backward at the dtype proved finite wherever the forward is")
 
 # Past this many input elements one point is drawn, not one per scale: a trace at production dims
 EAGER_LARGE = 1 << 16
 
 
 def check_against_eager(op_name: str, shapes: Sequence[tuple], n_diff: int, out_shape: tuple, eps: float,
-                        graph_run: Callable, eager_run: Callable, layouts: Sequence[str] = ("contiguous",)) -> None:
+                        graph_run: Callable, eager_run: Callable, layouts: Sequence[str] = ("contiguous",),
+                        forward_run: Callable | None = None, strict: bool = True) -> None:
     """Refuse (``SpecError``) where ``graph_run(inputs, dy)`` and ``eager_run(inputs, dy, layout)`` --
     each (forward, cotangents) as float64 numpy arrays, from float64 arrays each rounds to the dtype
     traced (machine epsilon ``eps``) -- disagree at a random point, or where the eager cotangents are not
-    finite while the forward is. ``inputs`` past the first ``n_diff`` are the non-differentiable ones,
-    held at the zeros they were traced at (indices, masks)."""
+    finite while the forward is; ``forward_run(inputs)``, the forward alone (no gradients recorded), is
+    held to the graph's forward too. ``inputs`` past the first ``n_diff`` are the non-differentiable
+    ones, held at the zeros they were traced at (indices, masks). Not ``strict`` (a dtype the function
+    is only compared at), an eager run that raises is no finding: it computes nothing there."""
     rng = np.random.default_rng(EAGER_SEED)
     tol = tolerance(eps)
     size = sum(int(np.prod(s)) for s in shapes)
     for scale in EAGER_SCALES[:1] if size > EAGER_LARGE else EAGER_SCALES:
-        inputs = [rng.standard_normal(s) * scale if i < n_diff else np.zeros(s) for i, s in enumerate(shapes)]
+        inputs = [(np.abs(rng.standard_normal(s)) + 0.5 if scale == "positive" else rng.standard_normal(s) * scale)
+                  if i < n_diff else np.zeros(s) for i, s in enumerate(shapes)]
         drawn = rng.standard_normal(out_shape)
         for layout in layouts:
             # an expanded dy holds one value everywhere (its stride is 0)
             dy = np.full(out_shape, drawn.flat[0] if drawn.size else 0.0) if layout == "expanded" else drawn
             graph = graph_run(inputs, dy)
-            if not np.all(np.isfinite(graph[0])):
-                break                # outside the forward's domain (log of a negative number)
             try:
                 eager = eager_run(inputs, dy, layout)
             except SpecError:
-                if layout == "contiguous":
+                if layout == "contiguous" and strict:
                     raise
                 continue             # code that runs only on contiguous arrays (x.view(-1)) computes nothing there
-            if layout == "contiguous":
+            if layout == "contiguous" and strict:
                 _finite_where_the_forward_is(op_name, eager, inputs[:n_diff])
-            _same(op_name, graph, eager, layout, tol, inputs[:n_diff], _scale(graph, inputs, dy))
+            # every entry compared, a nan where both have one too (outside the forward's domain)
+            _same(op_name, graph, eager, layout, tol, inputs[:n_diff], EAGER_FLOOR_ULPS * eps * _scale(graph, inputs, dy))
+        if forward_run is not None:     # the forward alone, as inference runs it (no graph of gradients)
+            try:
+                plain = forward_run(inputs)
+            except SpecError:
+                if strict:
+                    raise
+                continue
+            _same(op_name, graph[:1], plain, "plain", tol, inputs[:n_diff], EAGER_FLOOR_ULPS * eps * _scale(graph, inputs, dy))
 
 
 def _finite_where_the_forward_is(op_name, eager, diff_inputs) -> None:
@@ -95,13 +112,12 @@ def _finite_where_the_forward_is(op_name, eager, diff_inputs) -> None:
 
 
 def _scale(graph, inputs, dy) -> float:
-    """One scale for every output: the largest finite value among the graph's outputs, the inputs and
-    dy. A cotangent that cancels to nearly 0 (softmax's, for a dy that is the same everywhere) carries
-    the rounding of the O(1) terms it cancels, not its own."""
+    """The largest finite value among the graph's outputs, the inputs and dy: the rounding floor's scale."""
     return max([float(np.abs(a[np.isfinite(a)]).max(initial=0.0)) for a in (*graph, *inputs, dy)] + [2.0 ** -100])
 
 
-def _same(op_name, graph, eager, layout, tol, diff_inputs, scale) -> None:
+def _same(op_name, graph, eager, layout, tol, diff_inputs, floor) -> None:
+    """Each output held to ``tol`` of its own scale, plus the rounding ``floor``."""
     names = ["the forward"] + [f"the cotangent of input {i}" for i in range(len(graph) - 1)]
     for name, g, e in zip(names, graph, eager):
         g, e = np.asarray(g, dtype=np.float64), np.asarray(e, dtype=np.float64)
@@ -110,7 +126,8 @@ def _same(op_name, graph, eager, layout, tol, diff_inputs, scale) -> None:
                                      f"traced graph")
         finite = np.isfinite(g) & np.isfinite(e)
         gap = np.where(finite, np.abs(g - e), np.where(np.isnan(g) & np.isnan(e) | (g == e), 0.0, np.inf))
-        if gap.max(initial=0.0) > tol * scale:
+        scale = max(float(np.abs(g[finite]).max(initial=0.0)), float(np.abs(e[finite]).max(initial=0.0)))
+        if gap.max(initial=0.0) > tol * scale + floor:
             at = tuple(int(k) for k in np.unravel_index(int(np.argmax(gap)), gap.shape)) if gap.ndim else ()
             where = "" if layout == "contiguous" else f" with {LAYOUT_WORDS[layout]}"
             raise SpecError(op_name, f"the code computes another function when it runs on real arrays{where} "
@@ -123,7 +140,8 @@ def _same(op_name, graph, eager, layout, tol, diff_inputs, scale) -> None:
                                      f"function there")
 
 
-LAYOUT_WORDS = {"strided": "its inputs and dy strided views of larger arrays",
+LAYOUT_WORDS = {"plain": "the forward alone, no gradients recorded",
+                "strided": "its inputs and dy strided views of larger arrays",
                 "transposed": "its inputs and dy in the reverse memory order (a transposed view)",
                 "expanded": "dy an expanded view (stride 0, as .sum() hands one back)"}
 

@@ -553,8 +553,8 @@ def trace(fn: Callable, shapes: list, n_diff: int, params: Mapping, *, constants
         except Exception as exc:
             raise SpecError(op_name, f"tracing with jax.make_jaxpr failed: {_describe_error(exc)}") from None
         graph = JaxGraph(closed, out.shape, constants, op_name, dtype)
-        graph.against_eager = lambda: _against_eager(jax, graph, closed, joint, shapes, n_diff, tuple(out.shape),
-                                                     jdt, dtype, op_name)
+        graph.against_eager = lambda strict=True: _against_eager(jax, graph, closed, joint, call, shapes, n_diff,
+                                                                 tuple(out.shape), jdt, dtype, op_name, strict)
         return graph
 
 
@@ -562,7 +562,7 @@ _FORKED: list = []          # set in a forked child: its XLA, if any, is its par
 os.register_at_fork(after_in_child=lambda: _FORKED.append(True))
 
 
-def _against_eager(jax, graph, closed, joint, shapes, n_diff, out_shape, jdt, dtype, op_name) -> None:
+def _against_eager(jax, graph, closed, joint, call, shapes, n_diff, out_shape, jdt, dtype, op_name, strict) -> None:
     """The jaxpr evaluated on real arrays against JAX's own run of the same ``jax.vjp``, op by op, not
     under a tracer (``frontends.eager``; JAX arrays have no memory layout of their own to vary)."""
     import jax.numpy as jnp
@@ -585,11 +585,21 @@ def _against_eager(jax, graph, closed, joint, shapes, n_diff, out_shape, jdt, dt
         except Exception as exc:
             raise SpecError(op_name, f"calling the function on arrays of shapes {shapes} raised "
                                      f"{_describe_error(exc)}") from None
+    def forward_run(inputs):
+        try:
+            with jax.disable_jit():
+                return arrays([call(*(jnp.asarray(x, dtype=jdt) for x in inputs))])
+        except SpecError:
+            raise
+        except Exception as exc:
+            raise SpecError(op_name, f"calling the function on arrays of shapes {shapes} raised "
+                                     f"{_describe_error(exc)}") from None
+
     def check():
         try:
             with _x64(jax, dtype == "float64"):
                 check_against_eager(op_name, shapes, n_diff, out_shape, float(jnp.finfo(jdt).eps), graph_run,
-                                    eager_run)
+                                    eager_run, forward_run=forward_run, strict=strict)
         except SpecError as exc:
             return exc.problem
         return None

@@ -183,9 +183,10 @@ def trace_checked(fn, shapes, n_diff, params, *, constants: str, op_name: str, d
     def one(d, as_gpu):
         probe = BackendProbe(as_gpu)
         g = trace(fn, shapes, n_diff, params, constants=constants, op_name=op_name, dtype=d, probe=probe)
-        if compare and not as_gpu and d == (dtype or DEFAULT):
-            g.against_eager()
-            g.eager = getattr(g, "eager", None) or HELD          # the jaxpr proved is what JAX runs on real arrays
+        if compare and not as_gpu:
+            # the jaxpr is what JAX runs on real arrays, at every dtype traced
+            g.against_eager(strict=d == (dtype or DEFAULT))
+            g.eager = getattr(g, "eager", None) or HELD
         return g, probe.reads, probe.fixed
     return checked_paths(one, canonical, dtype=dtype, op_name=op_name, name=who(fn, op_name), fork=False,
                          compare=compare)

@@ -171,9 +171,9 @@ def _describe_error(exc: Exception) -> str:
     text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
     low = str(exc).lower()
     if "convert all tensors to faketensors" in low:
-        return ("a tensor the function holds itself, neither an input nor a module's parameter or buffer (a "
-                "captured constant): register it (self.register_buffer(name, t): a non-differentiable input of a "
-                "module op) or pass it as an input")
+        return ("a tensor the function holds itself that is not an input (a captured constant: a tensor a module "
+                "holds unregistered, or its integer buffer, which stays the module's own): register a float one "
+                "(self.register_buffer(name, t): a non-differentiable input of a module op) or pass it as an input")
     if "data-dependent" in low or "data dependent" in low or "_local_scalar_dense" in low:
         text += " (the function branches on, or reads, input values: its graph would hold at one point only)"
     return text[:400]
@@ -295,14 +295,15 @@ def _trace(torch, fn, shapes, n_diff, params, constants, op_name, dtype) -> Torc
                        "backward are not what is proved)")
     graph = TorchGraph(gm, len(shapes), out_shape, sorted(decomposed), constants, op_name, dtype)
     graph.locate = lambda name: _locate(torch, joint, shapes, out_shape, tdt, {name, origin.get(name)} - {None})
-    graph.against_eager = lambda: _against_eager(torch, gm, joint, shapes, n_diff, out_shape, tdt, op_name)
+    graph.against_eager = lambda strict=True: _against_eager(torch, gm, joint, call, shapes, n_diff, out_shape, tdt,
+                                                             op_name, strict)
     return graph
 
 
 EAGER_LAYOUTS = ("contiguous", "strided", "transposed", "expanded")
 
 
-def _against_eager(torch, gm, joint, shapes, n_diff, out_shape, tdt, op_name) -> None:
+def _against_eager(torch, gm, joint, call, shapes, n_diff, out_shape, tdt, op_name, strict) -> None:
     """The graph against PyTorch's eager run of the same function on real tensors
     (``frontends.eager``), the inputs and dy also as views in other memory layouts."""
     from vjpcert.frontends.eager import check_against_eager
@@ -324,13 +325,17 @@ def _against_eager(torch, gm, joint, shapes, n_diff, out_shape, tdt, op_name) ->
         else:
             d = _laid_out(torch, tensor(dy), layout)
         return arrays(joint(*xs, d))
+
+    def forward_run(inputs):
+        with torch.no_grad():
+            return arrays([call(*map(tensor, inputs))])
     # on one thread: an OpenMP parallel region would start a team of threads in this process, and the
     # prover forks each strategy (a child of a process with a team hangs in its next parallel region)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         check_against_eager(op_name, shapes, n_diff, out_shape, torch.finfo(tdt).eps, graph_run, eager_run,
-                            EAGER_LAYOUTS)
+                            EAGER_LAYOUTS, forward_run, strict)
     finally:
         torch.set_num_threads(threads)
 

@@ -51,14 +51,20 @@ class TorchModule(ModuleTarget):
         return [(path, {k: v for k, v in vars(m).items() if k not in _ARRAYS}) for path, m in mod.named_modules()]
 
     def structure(self, mod) -> list[tuple[str, object]]:
-        # integer buffers are the module's own (indices, a permutation), not inputs
-        return self.kept_objects(mod) + [(f"the module {type(mod).__name__}.{own}", b)
-                                         for own, b in mod.named_buffers() if not b.is_floating_point()]
+        # integer buffers are the module's own (indices, a permutation), not inputs; a hook table is keyed
+        # by a handle's process-wide count, so two builds differ in its keys: its hooks are what counts
+        import types
+        own = [(label, types.SimpleNamespace(**{k: list(v.values()) if k.endswith(_HOOK_TABLE) else v
+                                                 for k, v in vars(attrs).items()}))
+               for label, attrs in self.kept_objects(mod)]
+        return own + [(f"the module {type(mod).__name__}", types.SimpleNamespace(**{name: b}))
+                      for name, b in mod.named_buffers() if not b.is_floating_point()]
 
 
 # what an nn.Module holds that is not Python state of its own: its tensors and its submodules (each read
 # on its own by ``named_modules``)
 _ARRAYS = frozenset({"_parameters", "_buffers", "_modules"})
+_HOOK_TABLE = ("hooks", "hooks_with_kwargs", "hooks_always_called")
 
 
 def is_module(obj) -> bool:

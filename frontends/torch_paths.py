@@ -47,6 +47,9 @@ def canonical(g, at: str) -> tuple:
     # compute float16 and bfloat16 in float32: a constant can only be rounded to float32 (rms_norm's eps)
     at = "float64" if at == "float64" else "float32"
     ref = {ph: term(("in", i)) for i, ph in enumerate(g.placeholders)}
+    # a constant the trace lifted (x[:, [0, 1, 3, 2]]'s index) by its values: an index that depends on
+    # the dtype or the device is another graph
+    ref.update({node: term(("lifted", tuple(v.a.shape), tuple(v.a.ravel().tolist()))) for node, v in g.lifted.items()})
     terms: dict = {}
     needed = g._needed["all"]
     for n in g.order:
@@ -190,9 +193,10 @@ def trace_checked(fn, shapes, n_diff, params, *, constants: str, op_name: str, d
     def one(d, as_cuda):
         probe = DeviceProbe(as_cuda)
         g = trace(fn, shapes, n_diff, params, constants=constants, op_name=op_name, dtype=d, probe=probe)
-        if compare and not as_cuda and d == (dtype or DEFAULT):
-            g.against_eager()
-            g.eager = getattr(g, "eager", None) or HELD          # the graph proved is the one PyTorch runs on real tensors
+        if compare and not as_cuda:
+            # the graph is what PyTorch runs on real tensors, at every dtype traced
+            g.against_eager(strict=d == (dtype or DEFAULT))
+            g.eager = getattr(g, "eager", None) or HELD
         return g, probe.reads, []
     # in a forked child: a CUDA-only path may make a fake CUDA tensor, and autograd on one aborts
     # the process in a build without CUDA

@@ -162,6 +162,10 @@ MODULE_STATE = {   # name -> (__init__'s line, forward's line, the refusal's wor
                             "(the module Layer.perm): it differs between a module built after torch.manual_seed(0)"),
     "draws_it_from_its_own_seed": ("self.perm = torch.randperm(dim, generator=torch.Generator().manual_seed(seed)).tolist()",
                                    "pass", None),
+    # an integer buffer is the module's own: one a forward reads is a captured constant, refused by the trace
+    "reads_an_integer_buffer": ("self.perm = list(range(dim)); self.register_buffer('order', torch.randperm(dim))",
+                                "x = x[..., self.order]", "a captured constant"),
+    "holds_a_hook": ("self.perm = list(range(dim)); self.register_forward_hook(lambda m, i, o: o)", "pass", None),
 }
 
 

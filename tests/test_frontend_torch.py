@@ -363,6 +363,18 @@ EAGER_CASES = {   # name -> (function, inputs, what the refusal names; None: pro
                                  {"x": ("n",)}, None),
     "reads_dy_s_layout": (lambda x: _square_function(lambda x, dy: 2 * x * _row_major(dy))(x),
                           {"x": ("rows", "n")}, "strided views"),
+    # a forward with nan at most points (log of a negative entry) is still compared, at every entry
+    "tests_for_the_tracer_past_a_log": (lambda x: _square_function(
+        lambda x, dy: (2 if _fake_tensor(dy) else 3) * x * dy)(torch.log(x)), {"x": ("n",)},
+        "another function when it runs on real arrays"),
+    "honest_past_a_log": (lambda x: _square_function(lambda x, dy: 2 * x * dy)(torch.log(x)), {"x": ("n",)}, None),
+    # a path only the lower precisions take, where the traced graph still looks the same
+    "tests_for_the_tracer_below_float64": (lambda x: _square_function(
+        lambda x, dy: (2 if _fake_tensor(dy) or x.dtype == torch.float64 else 3) * x * dy)(x), {"x": ("n",)},
+        "another function when it runs on real arrays"),
+    # the forward alone, as inference runs it, takes another path
+    "forward_tests_grad_mode": (lambda x: x * x if torch.is_grad_enabled() or _fake_tensor(x) else x * x * 2,
+                                {"x": ("n",)}, "the forward alone"),
 }
 
 
