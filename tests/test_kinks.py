@@ -401,3 +401,14 @@ def test_a_composite_meets_the_convention_on_its_kinks_through_its_nodes():
     ge = _elementwise("kk_comp_ge", lambda B, x: B.relu(x), lambda B, x, dy: (dy * (1 - B.step(-x)),))
     cert = prove_compositional(_doubled("kk_comp_ge_outer", ge), KINK_CLAIM, DIMS)
     assert cert.verdict == "inconclusive" and "act" in cert.evidence["reason"], cert.evidence
+
+
+def test_a_kink_check_whose_probes_met_a_pole_is_not_checked(monkeypatch):
+    """Which steps must meet their kinks is learnt by probing around a random base point; where that
+    point is a pole of the claim, no one knows, and the check cannot say every kink was met."""
+    from vjpcert.symbolic.fixed import kinks
+    relu = builtin_ops()["relu"]
+    assert kinks.at_the_kink(relu, DIMS)["status"] == "checked"
+    monkeypatch.setattr(kinks, "kink_roots", lambda claim, leaves, rng: (kinks._point(leaves, rng, False), {}, None))
+    out = kinks.at_the_kink(relu, DIMS)
+    assert out["status"] == "unmet" and "pole" in str(out["unmet"])

@@ -228,17 +228,19 @@ def _arguments(claim, point: dict) -> list | None:
     return F.arguments
 
 
-def kink_roots(claim, leaves, rng: random.Random) -> tuple[dict, dict, set]:
+def kink_roots(claim, leaves, rng: random.Random) -> tuple[dict, dict, set | None]:
     """(base, {input leaf: sorted values}, moving): a random point; for each input the values at which
     a step's argument, affine in that input with the others held at the base point, is 0; and which
     steps (by their place in evaluation order) have an argument that moves with some input -- a
-    step of a constant is on no kink. Probed exactly: the arguments at the base, then with each input
+    step of a constant is on no kink; None where the base point is a pole and no one can tell. Probed exactly: the arguments at the base, then with each input
     moved by 1 and by 2; an argument that moves by equal differences is affine in that input there
     (the arguments are rational functions, so a probe that only looks affine puts a point off the
     kink: the check stays sound, it meets fewer kinks, and says which it never met)."""
     inputs = [leaf for leaf in leaves if leaf.role in ("input", "nondiff") and not leaf.positive]
     base = {leaf: _rational(rng) if leaf in inputs else v for leaf, v in _point(leaves, rng, False).items()}
     at0 = _arguments(claim, base)
+    if at0 is None:
+        return base, {}, None          # the base point is a pole: which steps move is not known
     if not at0:
         return base, {}, set()
     roots: dict = {}
@@ -337,7 +339,9 @@ def at_the_kink(op: Op, dims: dict, *, seed: int = 0, points: int = tol.KINK_POI
                     "convention": CONVENTION, "one_sided": one_sided,
                     "point": {leaf.name: str(v) for leaf, v in list(point.items())[:tol.WITNESS_MAX_LEAVES]},
                     "point_truncated": len(point) > tol.WITNESS_MAX_LEAVES, "seed": seed}}
-        if moving - met_steps:
+        if moving is None:
+            unmet[wrt] = "not known (the probes' base point is a pole)"
+        elif moving - met_steps:
             unmet[wrt] = len(moving - met_steps)
     if not met:
         return {"status": "none-on-kink", "points": evaluated}
