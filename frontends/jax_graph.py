@@ -623,6 +623,8 @@ def _against_eager(jax, graph, closed, joint, call, shapes, n_diff, out_shape, j
         return
     out = run_with_budget(check, EAGER_BUDGET_S, memory_mb=None)
     if out.status != "ok":
+        if not strict:
+            return                   # a dtype the function is only compared at: nothing computed to compare
         raise SpecError(op_name, f"running the function on real arrays, against the graph traced from it, "
                                  f"did not finish ({(out.error or out.status).strip().splitlines()[0][:300]})")
     if out.value:
