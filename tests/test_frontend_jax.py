@@ -176,12 +176,12 @@ def _square_vjp(bwd):
     return square
 
 
-EAGER_CASES = {   # name -> (function, what the refusal names; None: proved)
-    "tests_for_the_tracer": (_square_vjp(lambda x, g: (2 if isinstance(g, jax.core.Tracer) else 3) * x * g),
+EAGER_CASES = {   # name -> (the function, made at the test: JAX loads at first use; the refusal's words)
+    "tests_for_the_tracer": (lambda: _square_vjp(lambda x, g: (2 if isinstance(g, jax.core.Tracer) else 3) * x * g),
                              "another function when it runs on real arrays"),
-    "honest": (_square_vjp(lambda x, g: 2 * x * g), None),
-    "where_masks_a_nan_derivative": (lambda x: jnp.where(x > 0, jnp.sqrt(x + 1), 1.0), "returns nan"),
-    "where_masks_the_argument": (lambda x: jnp.where(x > 0, jnp.sqrt(jnp.where(x > 0, x + 1, 1.0)), 1.0), None),
+    "honest": (lambda: _square_vjp(lambda x, g: 2 * x * g), None),
+    "where_masks_a_nan_derivative": (lambda: lambda x: jnp.where(x > 0, jnp.sqrt(x + 1), 1.0), "returns nan"),
+    "where_masks_the_argument": (lambda: lambda x: jnp.where(x > 0, jnp.sqrt(jnp.where(x > 0, x + 1, 1.0)), 1.0), None),
 }
 
 
@@ -190,8 +190,8 @@ def test_the_jaxpr_proved_is_what_jax_runs_on_real_arrays(name):
     """A custom_vjp's bwd can tell it runs under a tracer and compute another function there; a
     where() that masks a square root of a negative number has a nan derivative JAX returns. The jaxpr
     is held to JAX's own run on real arrays at random points; each honest twin is proved."""
-    fn, refusal = EAGER_CASES[name]
-    op = from_jax(fn, name=f"eager_{name}", inputs={"x": ("n",)}, dims=[{"n": 3}])
+    make, refusal = EAGER_CASES[name]
+    op = from_jax(make(), name=f"eager_{name}", inputs={"x": ("n",)}, dims=[{"n": 3}])
     if refusal is None:
         assert prove_claim(op, "vjp[x]", {"n": 3}).verdict == "proved"
     else:

@@ -353,27 +353,27 @@ def _row_major(dy):
     return dy.as_strided(tuple(dy.shape), (dy.shape[1], 1))      # reads dy's memory as if row-major
 
 
-EAGER_CASES = {   # name -> (function, inputs, what the refusal names; None: proved)
-    "tests_for_the_tracer": (_square_function(lambda x, dy: (2 if _fake_tensor(dy) else 3) * x * dy),
+EAGER_CASES = {   # name -> (the function, made at the test: torch loads at first use; inputs; the refusal's words)
+    "tests_for_the_tracer": (lambda: _square_function(lambda x, dy: (2 if _fake_tensor(dy) else 3) * x * dy),
                              {"x": ("n",)}, "another function when it runs on real arrays"),
-    "honest": (_square_function(lambda x, dy: 2 * x * dy), {"x": ("n",)}, None),
-    "where_masks_a_nan_derivative": (lambda x: torch.where(x > 0, torch.sqrt(x + 1), torch.ones_like(x)),
+    "honest": (lambda: _square_function(lambda x, dy: 2 * x * dy), {"x": ("n",)}, None),
+    "where_masks_a_nan_derivative": (lambda: lambda x: torch.where(x > 0, torch.sqrt(x + 1), torch.ones_like(x)),
                                      {"x": ("n",)}, "returns nan"),
-    "where_masks_the_argument": (lambda x: torch.where(x > 0, torch.sqrt(torch.where(x > 0, x + 1, 1.0)), 1.0),
+    "where_masks_the_argument": (lambda: lambda x: torch.where(x > 0, torch.sqrt(torch.where(x > 0, x + 1, 1.0)), 1.0),
                                  {"x": ("n",)}, None),
-    "reads_dy_s_layout": (lambda x: _square_function(lambda x, dy: 2 * x * _row_major(dy))(x),
+    "reads_dy_s_layout": (lambda: lambda x: _square_function(lambda x, dy: 2 * x * _row_major(dy))(x),
                           {"x": ("rows", "n")}, "strided views"),
     # a forward with nan at most points (log of a negative entry) is still compared, at every entry
-    "tests_for_the_tracer_past_a_log": (lambda x: _square_function(
+    "tests_for_the_tracer_past_a_log": (lambda: lambda x: _square_function(
         lambda x, dy: (2 if _fake_tensor(dy) else 3) * x * dy)(torch.log(x)), {"x": ("n",)},
         "another function when it runs on real arrays"),
-    "honest_past_a_log": (lambda x: _square_function(lambda x, dy: 2 * x * dy)(torch.log(x)), {"x": ("n",)}, None),
+    "honest_past_a_log": (lambda: lambda x: _square_function(lambda x, dy: 2 * x * dy)(torch.log(x)), {"x": ("n",)}, None),
     # a path only the lower precisions take, where the traced graph still looks the same
-    "tests_for_the_tracer_below_float64": (lambda x: _square_function(
+    "tests_for_the_tracer_below_float64": (lambda: lambda x: _square_function(
         lambda x, dy: (2 if _fake_tensor(dy) or x.dtype == torch.float64 else 3) * x * dy)(x), {"x": ("n",)},
         "another function when it runs on real arrays"),
     # the forward alone, as inference runs it, takes another path
-    "forward_tests_grad_mode": (lambda x: x * x if torch.is_grad_enabled() or _fake_tensor(x) else x * x * 2,
+    "forward_tests_grad_mode": (lambda: lambda x: x * x if torch.is_grad_enabled() or _fake_tensor(x) else x * x * 2,
                                 {"x": ("n",)}, "the forward alone"),
 }
 
@@ -385,9 +385,9 @@ def test_the_graph_proved_is_what_pytorch_runs_on_real_tensors(name):
     the inputs and dy in other layouts too. A backward that is nan where the forward is finite (a
     where() that masks a square root of a negative number) is refused too: exact algebra reads that
     root as a formal one, 0 times it as 0. Each honest twin is proved."""
-    fn, inputs, refusal = EAGER_CASES[name]
+    make, inputs, refusal = EAGER_CASES[name]
     dims = {"n": 3, "rows": 2} if "rows" in str(inputs) else {"n": 3}
-    op = from_torch(fn, name=f"eager_{name}", inputs=inputs, dims=[dims])
+    op = from_torch(make(), name=f"eager_{name}", inputs=inputs, dims=[dims])
     if refusal is None:
         assert prove_claim(op, "vjp[x]", dims).verdict == "proved"
     else:
